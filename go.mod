@@ -10,4 +10,5 @@ require (
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.41.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

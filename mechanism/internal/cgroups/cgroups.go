@@ -1,0 +1,538 @@
+// Package cgroups creates, limits, verifies, reads and removes the cgroups of
+// managoat's sandboxes on cgroup v1, v2 and the hybrid layout (limits on v1,
+// placement and kill on the controller-less v2 tree). It is written for this
+// module rather than taken from a library because the maintained libraries
+// either handle one layout or pull in systemd/dbus; here a cgroup is a few
+// files and the layout is detected at run time from /proc/self/mountinfo and
+// /proc/self/cgroup.
+package cgroups
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mode is the cgroup layout of the host.
+type Mode string
+
+// The layouts.
+const (
+	ModeNone   Mode = "none"
+	ModeV1     Mode = "v1"
+	ModeV2     Mode = "v2"
+	ModeHybrid Mode = "hybrid"
+)
+
+// Layout is where this process's cgroups are, per controller.
+type Layout struct {
+	Mode Mode
+	// V1 maps a v1 controller (memory, pids, cpu, cpuacct) to the directory
+	// of this process's own cgroup in that hierarchy.
+	V1 map[string]string
+	// V2 is this process's own cgroup directory in the unified tree ("" if
+	// there is none), and V2Controllers the controllers it offers.
+	V2            string
+	V2Controllers []string
+}
+
+// Controllers a sandbox uses.
+var wanted = []string{"memory", "pids", "cpu", "cpuacct"}
+
+// Detect reads the layout from /proc/self/mountinfo and /proc/self/cgroup.
+func Detect() (*Layout, error) {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]string{} // controller or "" (v2) -> path
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			own[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	l := &Layout{V1: map[string]string{}}
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		sep := -1
+		for i, x := range f {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+3 > len(f) {
+			continue
+		}
+		root, mnt, fstype, super := f[3], unescape(f[4]), f[sep+1], f[len(f)-1]
+		switch fstype {
+		case "cgroup2":
+			if p, ok := own[""]; ok && l.V2 == "" {
+				l.V2 = join(mnt, root, p)
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(super, ",") {
+				for _, w := range wanted {
+					if opt == w {
+						if p, ok := own[w]; ok {
+							if _, dup := l.V1[w]; !dup {
+								l.V1[w] = join(mnt, root, p)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if l.V2 != "" {
+		if b, err := os.ReadFile(filepath.Join(l.V2, "cgroup.controllers")); err == nil {
+			l.V2Controllers = strings.Fields(string(b))
+		}
+	}
+	switch {
+	case l.V2 != "" && len(l.V1) == 0:
+		l.Mode = ModeV2
+	case l.V2 != "" && len(l.V1) > 0:
+		l.Mode = ModeHybrid
+	case len(l.V1) > 0:
+		l.Mode = ModeV1
+	default:
+		l.Mode = ModeNone
+	}
+	return l, nil
+}
+
+func unescape(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+func join(mnt, root, p string) string {
+	if root != "/" {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			p = strings.TrimPrefix(p, root)
+		}
+	}
+	return filepath.Join(mnt, p)
+}
+
+func (l *Layout) v2Has(c string) bool {
+	for _, x := range l.V2Controllers {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Where returns where controller c lives: "v1", "v2" or "" (nowhere).
+func (l *Layout) Where(c string) string {
+	if l.v2Has(c) {
+		return "v2"
+	}
+	if _, ok := l.V1[c]; ok {
+		return "v1"
+	}
+	return ""
+}
+
+// Limits are the values a group is created with; zero means unlimited.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUMillis   int64
+}
+
+// CPUPeriod is the CFS period used for CPU quotas (100 ms).
+const CPUPeriod = 100000
+
+// Group is one sandbox's cgroups.
+type Group struct {
+	Name string
+	V1   map[string]string // controller -> dir
+	V2   string            // dir in the unified tree, or ""
+	v2c  map[string]bool   // controllers served by V2
+}
+
+// Open returns the group called name (which may or may not exist).
+func (l *Layout) Open(name string) *Group {
+	g := &Group{Name: name, V1: map[string]string{}, v2c: map[string]bool{}}
+	if l.V2 != "" {
+		g.V2 = filepath.Join(l.V2, name)
+	}
+	for _, c := range wanted {
+		switch {
+		case l.v2Has(c) || (c == "cpuacct" && l.v2Has("cpu")):
+			g.v2c[c] = true
+		case l.V1[c] != "":
+			g.V1[c] = filepath.Join(l.V1[c], name)
+		}
+	}
+	return g
+}
+
+// Create makes the group's directories and writes lim. Each non-zero limit
+// needs its controller; a missing one is an error naming it. On error
+// everything created is removed.
+func (l *Layout) Create(name string, lim Limits) (g *Group, err error) {
+	g = l.Open(name)
+	need := map[string]bool{"memory": lim.MemoryBytes > 0, "pids": lim.Pids > 0, "cpu": lim.CPUMillis > 0}
+	for c, n := range need {
+		if n && !g.v2c[c] && g.V1[c] == "" {
+			return nil, fmt.Errorf("cgroup controller %s is not available (layout %s)", c, l.Mode)
+		}
+	}
+	defer func() {
+		if err != nil {
+			_ = g.Remove(context.Background())
+		}
+	}()
+	if g.V2 != "" {
+		var enable []string
+		for c := range g.v2c {
+			if c != "cpuacct" {
+				enable = append(enable, "+"+c)
+			}
+		}
+		if len(enable) > 0 {
+			// Enable the controllers for our children; tolerated if
+			// already enabled, reported if the no-internal-process rule
+			// refuses it.
+			sub := filepath.Join(l.V2, "cgroup.subtree_control")
+			cur, _ := os.ReadFile(sub)
+			for _, e := range enable {
+				if !bytes.Contains(cur, []byte(e[1:])) {
+					if werr := os.WriteFile(sub, []byte(e), 0); werr != nil {
+						return nil, fmt.Errorf("enable %s in %s: %w", e, sub, werr)
+					}
+				}
+			}
+		}
+		if err := os.Mkdir(g.V2, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+	}
+	for _, d := range g.V1 {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+	}
+	if lim.MemoryBytes > 0 {
+		if g.v2c["memory"] {
+			if err := write(g.V2, "memory.max", lim.MemoryBytes); err != nil {
+				return nil, err
+			}
+			_ = write(g.V2, "memory.swap.max", 0)
+			_ = os.WriteFile(filepath.Join(g.V2, "memory.oom.group"), []byte("1"), 0)
+		} else {
+			if err := write(g.V1["memory"], "memory.limit_in_bytes", lim.MemoryBytes); err != nil {
+				return nil, err
+			}
+			if exists(filepath.Join(g.V1["memory"], "memory.memsw.limit_in_bytes")) {
+				if err := write(g.V1["memory"], "memory.memsw.limit_in_bytes", lim.MemoryBytes); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if lim.Pids > 0 {
+		dir := g.V1["pids"]
+		if g.v2c["pids"] {
+			dir = g.V2
+		}
+		if err := write(dir, "pids.max", lim.Pids); err != nil {
+			return nil, err
+		}
+	}
+	if lim.CPUMillis > 0 {
+		quota := lim.CPUMillis * CPUPeriod / 1000
+		if quota < 1000 {
+			quota = 1000 // the kernel's minimum quota is 1 ms
+		}
+		if g.v2c["cpu"] {
+			if err := os.WriteFile(filepath.Join(g.V2, "cpu.max"), fmt.Appendf(nil, "%d %d", quota, CPUPeriod), 0); err != nil {
+				return nil, err
+			}
+		} else {
+			if err := write(g.V1["cpu"], "cpu.cfs_period_us", CPUPeriod); err != nil {
+				return nil, err
+			}
+			if err := write(g.V1["cpu"], "cpu.cfs_quota_us", quota); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return g, nil
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func write(dir, file string, v int64) error {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, file), err)
+	}
+	return nil
+}
+
+func readInt(p string) (int64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+func readKey(p, key string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no key %s", p, key)
+}
+
+// V2FD opens the v2 directory for CLONE_INTO_CGROUP; -1 when there is none.
+func (g *Group) V2FD() (int, error) {
+	if g.V2 == "" {
+		return -1, nil
+	}
+	return unix.Open(g.V2, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// AddProc writes pid into every v1 hierarchy's cgroup.procs (on v2 the
+// process is placed at clone time with CLONE_INTO_CGROUP).
+func (g *Group) AddProc(pid int) error {
+	for c, d := range g.V1 {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("place pid %d in %s cgroup: %w", pid, c, err)
+		}
+	}
+	return nil
+}
+
+// Verify reads back what is in force: every limit of lim, and that pid is
+// a member of every directory of the group.
+func (g *Group) Verify(lim Limits, pid int) error {
+	page := int64(os.Getpagesize())
+	if lim.MemoryBytes > 0 {
+		var got int64
+		var err error
+		if g.v2c["memory"] {
+			got, err = readInt(filepath.Join(g.V2, "memory.max"))
+		} else {
+			got, err = readInt(filepath.Join(g.V1["memory"], "memory.limit_in_bytes"))
+		}
+		if err != nil {
+			return fmt.Errorf("memory limit unreadable: %w", err)
+		}
+		if got < 0 || got > lim.MemoryBytes || got < lim.MemoryBytes/page*page {
+			return fmt.Errorf("memory limit in force is %d, want %d", got, lim.MemoryBytes)
+		}
+	}
+	if lim.Pids > 0 {
+		dir := g.V1["pids"]
+		if g.v2c["pids"] {
+			dir = g.V2
+		}
+		got, err := readInt(filepath.Join(dir, "pids.max"))
+		if err != nil || got != lim.Pids {
+			return fmt.Errorf("pids limit in force is %d (%v), want %d", got, err, lim.Pids)
+		}
+	}
+	if lim.CPUMillis > 0 {
+		var quota int64
+		if g.v2c["cpu"] {
+			b, err := os.ReadFile(filepath.Join(g.V2, "cpu.max"))
+			if err != nil {
+				return fmt.Errorf("cpu quota unreadable: %w", err)
+			}
+			f := strings.Fields(string(b))
+			if len(f) == 2 && f[0] != "max" {
+				quota, _ = strconv.ParseInt(f[0], 10, 64)
+			}
+		} else {
+			q, err := readInt(filepath.Join(g.V1["cpu"], "cpu.cfs_quota_us"))
+			if err != nil {
+				return fmt.Errorf("cpu quota unreadable: %w", err)
+			}
+			quota = q
+		}
+		if quota <= 0 {
+			return fmt.Errorf("cpu quota not in force")
+		}
+	}
+	if pid > 0 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			return fmt.Errorf("cannot read cgroups of pid %d: %w", pid, err)
+		}
+		for c, d := range g.V1 {
+			if !memberOf(d, pid) {
+				return fmt.Errorf("pid %d is not in its %s cgroup %s (%s)", pid, c, d, strings.TrimSpace(string(b)))
+			}
+		}
+		if g.V2 != "" && !memberOf(g.V2, pid) {
+			return fmt.Errorf("pid %d is not in its v2 cgroup %s", pid, g.V2)
+		}
+	}
+	return nil
+}
+
+func memberOf(dir string, pid int) bool {
+	for _, p := range Procs(dir) {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// Procs lists the pids in dir's cgroup.procs.
+func Procs(dir string) []int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Exists reports whether any directory of the group exists.
+func (g *Group) Exists() bool {
+	if g.V2 != "" && exists(g.V2) {
+		return true
+	}
+	for _, d := range g.V1 {
+		if exists(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// Kill sends SIGKILL to every process in the group: cgroup.kill on v2 when
+// the kernel has it, else each pid listed in each directory.
+func (g *Group) Kill() {
+	if g.V2 != "" && exists(filepath.Join(g.V2, "cgroup.kill")) {
+		_ = os.WriteFile(filepath.Join(g.V2, "cgroup.kill"), []byte("1"), 0)
+	}
+	for _, d := range g.dirs() {
+		for _, p := range Procs(d) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+}
+
+func (g *Group) dirs() []string {
+	var ds []string
+	for _, d := range g.V1 {
+		ds = append(ds, d)
+	}
+	if g.V2 != "" {
+		ds = append(ds, g.V2)
+	}
+	return ds
+}
+
+// Remove waits for the group to empty (killing stragglers) and removes
+// every directory. Absent directories are fine.
+func (g *Group) Remove(ctx context.Context) error {
+	deadline := time.Now().Add(5 * time.Second)
+	var last error
+	for {
+		last = nil
+		for _, d := range g.dirs() {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				last = fmt.Errorf("rmdir %s: %w", d, err)
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return last
+		}
+		g.Kill()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Stats are the group's counters.
+type Stats struct {
+	CPUTime     time.Duration
+	MemoryBytes int64
+	OOMKills    int64 // memory.events oom_kill (v2) or memory.oom_control oom_kill (v1)
+	MemFailcnt  int64 // v1 memory.failcnt, or v2 memory.events max
+	PidsMax     int64 // pids.events max: forks refused by pids.max
+	Throttled   int64 // cpu.stat nr_throttled
+}
+
+// Stats reads the counters; missing files leave zeros.
+func (g *Group) Stats() Stats {
+	var s Stats
+	if g.v2c["memory"] {
+		s.MemoryBytes, _ = readInt(filepath.Join(g.V2, "memory.current"))
+		s.OOMKills, _ = readKey(filepath.Join(g.V2, "memory.events"), "oom_kill")
+		s.MemFailcnt, _ = readKey(filepath.Join(g.V2, "memory.events"), "max")
+	} else if d := g.V1["memory"]; d != "" {
+		s.MemoryBytes, _ = readInt(filepath.Join(d, "memory.usage_in_bytes"))
+		s.OOMKills, _ = readKey(filepath.Join(d, "memory.oom_control"), "oom_kill")
+		s.MemFailcnt, _ = readInt(filepath.Join(d, "memory.failcnt"))
+	}
+	if g.v2c["pids"] {
+		s.PidsMax, _ = readKey(filepath.Join(g.V2, "pids.events"), "max")
+	} else if d := g.V1["pids"]; d != "" {
+		s.PidsMax, _ = readKey(filepath.Join(d, "pids.events"), "max")
+	}
+	if g.v2c["cpu"] {
+		us, _ := readKey(filepath.Join(g.V2, "cpu.stat"), "usage_usec")
+		s.CPUTime = time.Duration(us) * time.Microsecond
+		s.Throttled, _ = readKey(filepath.Join(g.V2, "cpu.stat"), "nr_throttled")
+	} else {
+		if d := g.V1["cpuacct"]; d != "" {
+			ns, _ := readInt(filepath.Join(d, "cpuacct.usage"))
+			s.CPUTime = time.Duration(ns)
+		}
+		if d := g.V1["cpu"]; d != "" {
+			s.Throttled, _ = readKey(filepath.Join(d, "cpu.stat"), "nr_throttled")
+		}
+	}
+	return s
+}

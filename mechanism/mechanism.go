@@ -1,0 +1,310 @@
+package mechanism
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Home is the sandbox's home directory as seen from inside the sandbox.
+const Home = "/home/sprite"
+
+// DefaultLimitBytes is the per-stream capture cap of Execute (1 MiB).
+const DefaultLimitBytes = 1 << 20
+
+// DefaultPath is the PATH a command gets when the caller sets none.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+// Status is what a mechanism observes about a sandbox now.
+type Status string
+
+// The sandbox states. StatusAbsent means surely not there (never provisioned
+// or destroyed); StatusUnknown means the mechanism could not determine it.
+const (
+	StatusAbsent      Status = "absent"
+	StatusProvisioned Status = "provisioned"
+	StatusStarting    Status = "starting"
+	StatusRunning     Status = "running"
+	StatusStopping    Status = "stopping"
+	StatusStopped     Status = "stopped"
+	StatusUnknown     Status = "unknown"
+)
+
+// Limits are the resource limits a sandbox is launched under. A zero field
+// means "no limit requested". Each non-zero field needs the capability named
+// by LimitCapabilities; a mechanism that cannot enforce one refuses the Spec.
+type Limits struct {
+	MemoryBytes int64         // memory cap (memory_cap)
+	Pids        int64         // maximum number of tasks, including the sandbox's own init (pids_cap)
+	CPUMillis   int64         // CPU quota in millicores, 1000 = one core (cpu_cap)
+	DiskBytes   int64         // disk quota of the home directory (disk_quota)
+	WallClock   time.Duration // budget of each Execute (time_budget)
+}
+
+// Spec is what Provision builds a sandbox from.
+type Spec struct {
+	Limits
+	// Egress is the network egress allowlist ("host:port" or "ip:port"
+	// entries). Empty means deny-all, the default.
+	Egress []string
+	// HomeDir is the host directory mounted at Home. Empty lets the
+	// mechanism create one in its own state. It must be absolute.
+	HomeDir string
+	// Env is added to every command's environment (after the defaults,
+	// before ExecOptions.Env). The managing process's environment is never
+	// inherited.
+	Env []string
+}
+
+// Validate reports an *InvalidError for a malformed Spec.
+func (s Spec) Validate() error {
+	switch {
+	case s.MemoryBytes < 0:
+		return Invalid("Limits.MemoryBytes", "negative")
+	case s.Pids < 0:
+		return Invalid("Limits.Pids", "negative")
+	case s.CPUMillis < 0:
+		return Invalid("Limits.CPUMillis", "negative")
+	case s.DiskBytes < 0:
+		return Invalid("Limits.DiskBytes", "negative")
+	case s.WallClock < 0:
+		return Invalid("Limits.WallClock", "negative")
+	case s.HomeDir != "" && !filepath.IsAbs(s.HomeDir):
+		return Invalid("HomeDir", "not an absolute path")
+	}
+	for _, e := range s.Env {
+		if !strings.Contains(e, "=") {
+			return Invalid("Env", fmt.Sprintf("%q is not KEY=VALUE", e))
+		}
+	}
+	return nil
+}
+
+// ValidateID reports an *InvalidError unless id is 1 to 128 characters of
+// [A-Za-z0-9._-] and not "." or "..". IDs name directories and cgroups.
+func ValidateID(id string) error {
+	if id == "" || len(id) > 128 || id == "." || id == ".." {
+		return Invalid("id", fmt.Sprintf("%q must be 1 to 128 characters and not . or ..", id))
+	}
+	for _, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if !ok {
+			return Invalid("id", fmt.Sprintf("%q has a character outside [A-Za-z0-9._-]", id))
+		}
+	}
+	return nil
+}
+
+// Stream names one of a command's output streams.
+type Stream int
+
+// The two output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return fmt.Sprintf("stream(%d)", int(s))
+}
+
+// ExecOptions tune one Execute. None is required.
+type ExecOptions struct {
+	Env   []string  // extra KEY=VALUE pairs (override Spec.Env and defaults)
+	Dir   string    // working directory inside the sandbox; default Home
+	Stdin io.Reader // default: empty (EOF at once), never the caller's stdin
+	// OnOutput receives raw chunks as they are read from the command, never
+	// split into lines. Calls are serialized; the chunk is the sink's to
+	// keep. Chunks past LimitBytes are still delivered.
+	OnOutput func(s Stream, chunk []byte)
+	// LimitBytes caps each captured stream; 0 means DefaultLimitBytes.
+	LimitBytes int
+	// Timeout is a wall-clock ceiling the caller declares for this call; it
+	// is enforced like the Spec's WallClock (the smaller wins) and reported
+	// as LimitExceeded wall_clock.
+	Timeout time.Duration
+}
+
+// Completion is the result of a command that ran.
+type Completion struct {
+	// ExitStatus is the command's exit code, or 128+signal when a signal
+	// ended it (the shell's convention; Signal says which).
+	ExitStatus int
+	Signal     syscall.Signal // 0 unless a signal ended the command
+	Stdout     []byte         // the first LimitBytes of stdout
+	Stderr     []byte         // the first LimitBytes of stderr
+	Truncated  bool           // either stream was cut
+	Duration   time.Duration
+}
+
+// ProcessSpec describes a process started with StartProcess.
+type ProcessSpec struct {
+	Argv   []string
+	Env    []string // extra KEY=VALUE pairs
+	Dir    string   // default Home
+	Stdin  io.Reader
+	Stdout io.Writer // nil discards
+	Stderr io.Writer // nil discards
+}
+
+// ExitState is how a process started with StartProcess ended.
+type ExitState struct {
+	Code   int            // exit code, or 128+signal
+	Signal syscall.Signal // 0 unless a signal ended it
+}
+
+// Process is a process running inside a sandbox.
+type Process interface {
+	// Pid is the process's id as the host sees it (0 if unknown).
+	Pid() int
+	// Signal sends sig to the process's whole process group.
+	Signal(sig syscall.Signal) error
+	// Wait waits for the process to exit and its output copies to finish.
+	// A *LimitExceededError reports a memory or pids kill attributed from
+	// the kernel's counters (with the ExitState still filled in).
+	Wait() (ExitState, error)
+}
+
+// Usage is a sandbox's current consumption, from the kernel's counters.
+type Usage struct {
+	CPUTime     time.Duration // cumulative CPU time of every task in the sandbox
+	MemoryBytes int64         // current memory charge (cgroup) or RSS
+	DiskBytes   int64         // allocated bytes under the home directory
+}
+
+// Mechanism is an isolation mechanism. All methods are safe for concurrent
+// use. IDs must pass ValidateID.
+type Mechanism interface {
+	// Name is a short stable name ("jail", "trusted").
+	Name() string
+	// Provision creates the sandbox's resources; it runs the Gate first.
+	// Provisioning an existing id with the same Spec adopts it (nil);
+	// with a different Spec it is ErrExists.
+	Provision(ctx context.Context, id string, spec Spec) error
+	// Start launches a provisioned or stopped sandbox (the Gate runs again).
+	// Starting a running sandbox is a no-op. ErrNotFound if absent.
+	Start(ctx context.Context, id string) error
+	// Stop ends every process of the sandbox, keeping its files. Stopping
+	// an absent or stopped sandbox is nil.
+	Stop(ctx context.Context, id string) error
+	// Destroy releases everything; nil when already absent.
+	Destroy(ctx context.Context, id string) error
+	// Status observes the sandbox now.
+	Status(ctx context.Context, id string) (Status, error)
+	// ListRunning returns the full IDs of this mechanism's running
+	// sandboxes; an empty list is not an error.
+	ListRunning(ctx context.Context) ([]string, error)
+	// Usage reports the sandbox's consumption.
+	Usage(ctx context.Context, id string) (Usage, error)
+	// Execute runs argv inside the running sandbox (see the package doc
+	// for the three outcomes).
+	Execute(ctx context.Context, id string, argv []string, opts ExecOptions) (Completion, error)
+	// StartProcess starts a long-lived process inside the running sandbox.
+	// Failures to start are *CouldNotRunError.
+	StartProcess(ctx context.Context, id string, spec ProcessSpec) (Process, error)
+	// HostPath maps a path inside the sandbox under Home (absolute, or
+	// relative to Home) to the host path backing it. ErrInvalid if it
+	// escapes Home, ErrNotFound if the sandbox is absent.
+	HostPath(id, sandboxPath string) (string, error)
+}
+
+// CapabilityRequirer is implemented by a mechanism that says what the host
+// must provide. Without it, a mechanism requires DefaultRequired.
+type CapabilityRequirer interface {
+	RequiredCapabilities() []Capability
+}
+
+// CapabilityConstructor is implemented by a mechanism that builds some
+// capabilities itself. Without it, it constructs nothing.
+type CapabilityConstructor interface {
+	ConstructedCapabilities() []Capability
+}
+
+// CapabilityGuarantor is implemented by a mechanism that says which
+// guarantees it enforces once its requirements are met. Without it, it
+// guarantees nothing and every limit in a Spec is refused.
+type CapabilityGuarantor interface {
+	GuaranteedCapabilities() []Capability
+}
+
+// Addresser is implemented by a mechanism that can publish a port of a
+// sandbox to this machine only. Address returns "host:port" or "" (none).
+type Addresser interface {
+	Address(ctx context.Context, id string, port int) (string, error)
+}
+
+// EgressUpdater is implemented by a mechanism that enforces egress per
+// connection. UpdateEgress replaces the allowlist of a running sandbox;
+// an empty list is deny-all. It applies to the next connection.
+type EgressUpdater interface {
+	UpdateEgress(ctx context.Context, id string, allow []string) error
+}
+
+// Required returns m's required capabilities (DefaultRequired when silent).
+func Required(m Mechanism) []Capability {
+	if r, ok := m.(CapabilityRequirer); ok {
+		return r.RequiredCapabilities()
+	}
+	return append([]Capability(nil), DefaultRequired...)
+}
+
+// Constructed returns m's constructed capabilities (none when silent).
+func Constructed(m Mechanism) []Capability {
+	if c, ok := m.(CapabilityConstructor); ok {
+		return c.ConstructedCapabilities()
+	}
+	return nil
+}
+
+// Guaranteed returns m's guaranteed capabilities (none when silent).
+func Guaranteed(m Mechanism) []Capability {
+	if g, ok := m.(CapabilityGuarantor); ok {
+		return g.GuaranteedCapabilities()
+	}
+	return nil
+}
+
+// Address returns the loopback address publishing port of sandbox id, or ""
+// when m cannot publish or there is nothing to reach.
+func Address(ctx context.Context, m Mechanism, id string, port int) (string, error) {
+	if a, ok := m.(Addresser); ok {
+		return a.Address(ctx, id, port)
+	}
+	return "", nil
+}
+
+// UpdateEgress replaces the egress allowlist, or returns ErrNotSupported
+// when m does not enforce egress per connection.
+func UpdateEgress(ctx context.Context, m Mechanism, id string, allow []string) error {
+	if u, ok := m.(EgressUpdater); ok {
+		return u.UpdateEgress(ctx, id, allow)
+	}
+	return fmt.Errorf("%w: mechanism %s does not enforce egress per connection", ErrNotSupported, m.Name())
+}
+
+// ResolveHome maps sandboxPath (absolute under Home, or relative to Home) to
+// a path under hostHome, or returns an *InvalidError when it escapes Home.
+// Mechanisms use it to implement HostPath.
+func ResolveHome(hostHome, sandboxPath string) (string, error) {
+	p := sandboxPath
+	if !path.IsAbs(p) {
+		p = path.Join(Home, p)
+	}
+	clean := path.Clean(p)
+	if clean != Home && !strings.HasPrefix(clean, Home+"/") {
+		return "", Invalid("path", fmt.Sprintf("%q escapes %s", sandboxPath, Home))
+	}
+	rel := strings.TrimPrefix(clean, Home)
+	return filepath.Join(hostHome, filepath.FromSlash(rel)), nil
+}
