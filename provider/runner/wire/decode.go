@@ -1,0 +1,436 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// ErrNotJSON is Decode's error for a frame that is not valid JSON text; the
+// platform closes the socket with CloseUnsupported.
+var ErrNotJSON = errors.New("wire: frame is not JSON")
+
+// Kind classifies a decoded daemon → platform frame.
+type Kind int
+
+// The frame kinds, in the spec's classification order.
+const (
+	KindOther  Kind = iota // valid JSON that is neither; logged and ignored
+	KindReply              // has an integer id
+	KindStream             // has string stream and session_id
+)
+
+// Frame is a decoded daemon → platform frame.
+type Frame struct {
+	Kind   Kind
+	Reply  *Reply
+	Stream *Stream
+}
+
+// span is a raw JSON value inside the frame.
+type span struct {
+	b   []byte
+	set bool
+}
+
+type fields struct {
+	id, ok, result, errc, detail, stream, sessionID, data, code, replayFor span
+}
+
+// Decode classifies and decodes one frame received by the platform: an
+// integer id makes a reply, else string stream and session_id make a stream
+// frame, else it is KindOther. It never panics; input that is not JSON is
+// ErrNotJSON. Stream data that is not valid base64 is passed through as the
+// raw string; missing or non-string data is empty.
+func Decode(b []byte) (Frame, error) {
+	var f fields
+	p := parser{b: b}
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '{' {
+		if !p.object(&f) {
+			return Frame{}, ErrNotJSON
+		}
+	} else if !p.value() {
+		return Frame{}, ErrNotJSON
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return Frame{}, ErrNotJSON
+	}
+	if f.id.set && isInt(f.id.b) {
+		return Frame{Kind: KindReply, Reply: f.reply(b)}, nil
+	}
+	if f.stream.set && f.sessionID.set {
+		kind, ok1 := str(f.stream.b)
+		sid, ok2 := str(f.sessionID.b)
+		if ok1 && ok2 {
+			return Frame{Kind: KindStream, Stream: f.streamFrame(kind, sid)}, nil
+		}
+	}
+	return Frame{Kind: KindOther}, nil
+}
+
+func (f *fields) reply(raw []byte) *Reply {
+	id, ok := parseInt(f.id.b)
+	if !ok {
+		id = -1 // an integer out of range matches no request
+	}
+	r := &Reply{ID: id, Raw: raw}
+	switch string(f.ok.b) {
+	case "true":
+		r.OK = true
+		r.Result = json.RawMessage("{}")
+		if f.result.set && string(f.result.b) != "null" {
+			r.Result = append(json.RawMessage(nil), f.result.b...)
+		}
+	case "false":
+		r.Error, _ = str(f.errc.b)
+		if r.Error == "" && f.errc.set {
+			r.Error = string(f.errc.b)
+		}
+		r.Detail, _ = str(f.detail.b)
+		if f.detail.set && r.Detail == "" && string(f.detail.b) != "null" && f.detail.b[0] != '"' {
+			r.Detail = string(f.detail.b)
+		}
+	default:
+		r.Malformed = true
+	}
+	return r
+}
+
+func (f *fields) streamFrame(kind, sid string) *Stream {
+	s := &Stream{Kind: kind, SessionID: sid}
+	if f.replayFor.set && isInt(f.replayFor.b) {
+		s.ReplayFor, _ = parseInt(f.replayFor.b)
+	}
+	switch kind {
+	case StreamExit:
+		s.Code = -1
+		if !f.code.set {
+			s.Code = 0 // the platform defaults a missing code to 0 (spec §1.3)
+		} else if n, ok := parseInt(f.code.b); ok && isInt(f.code.b) && n >= -1<<31 && n < 1<<31 {
+			s.Code = int(n)
+		} else {
+			s.Malformed = true // never read as an exit code; the platform reports it
+			s.Detail = string(f.code.b)
+		}
+	case StreamError:
+		s.Error, _ = str(f.errc.b)
+		s.Detail, _ = str(f.detail.b)
+	default:
+		if d, ok := str(f.data.b); ok && f.data.set {
+			if dec, err := base64.StdEncoding.DecodeString(d); err == nil {
+				s.Data = dec
+			} else {
+				s.Data = []byte(d)
+			}
+		}
+	}
+	return s
+}
+
+// isInt reports whether a raw JSON value is an integer literal.
+func isInt(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	i := 0
+	if b[0] == '-' {
+		i++
+	}
+	if i == len(b) {
+		return false
+	}
+	for ; i < len(b); i++ {
+		if b[i] < '0' || b[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func parseInt(b []byte) (int64, bool) {
+	if !isInt(b) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
+}
+
+// str decodes a raw JSON string value.
+func str(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' {
+		return "", false
+	}
+	in := b[1 : len(b)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return string(in), true
+	}
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// parser validates JSON text (RFC 8259, like encoding/json: bytes ≥ 0x20
+// are accepted inside strings without a UTF-8 check) and records the
+// top-level fields the protocol reads.
+type parser struct {
+	b     []byte
+	i     int
+	depth int
+}
+
+const maxDepth = 10000
+
+func (p *parser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) object(f *fields) bool {
+	p.depth++
+	if p.depth > maxDepth {
+		return false
+	}
+	defer func() { p.depth-- }()
+	p.i++ // '{'
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		return true
+	}
+	for {
+		p.ws()
+		ks := p.i
+		if !p.string() {
+			return false
+		}
+		key := p.b[ks:p.i]
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return false
+		}
+		p.i++
+		p.ws()
+		vs := p.i
+		if !p.value() {
+			return false
+		}
+		if f != nil {
+			f.set(key, p.b[vs:p.i])
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case '}':
+			p.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (f *fields) set(key, v []byte) {
+	k, ok := str(key)
+	if !ok {
+		return
+	}
+	var s *span
+	switch k {
+	case "id":
+		s = &f.id
+	case "ok":
+		s = &f.ok
+	case "result":
+		s = &f.result
+	case "error":
+		s = &f.errc
+	case "detail":
+		s = &f.detail
+	case "stream":
+		s = &f.stream
+	case "session_id":
+		s = &f.sessionID
+	case "data":
+		s = &f.data
+	case "code":
+		s = &f.code
+	case "replay_for":
+		s = &f.replayFor
+	default:
+		return
+	}
+	*s = span{b: v, set: true} // a later duplicate key wins, as in encoding/json
+}
+
+func (p *parser) value() bool {
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object(nil)
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.string()
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	case c == 't':
+		return p.lit("true")
+	case c == 'f':
+		return p.lit("false")
+	case c == 'n':
+		return p.lit("null")
+	}
+	return false
+}
+
+func (p *parser) lit(s string) bool {
+	if !bytes.HasPrefix(p.b[p.i:], []byte(s)) {
+		return false
+	}
+	p.i += len(s)
+	return true
+}
+
+func (p *parser) array() bool {
+	p.depth++
+	if p.depth > maxDepth {
+		return false
+	}
+	defer func() { p.depth-- }()
+	p.i++ // '['
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		return true
+	}
+	for {
+		p.ws()
+		if !p.value() {
+			return false
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case ']':
+			p.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (p *parser) string() bool {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return false
+	}
+	p.i++
+	for {
+		// Fast path: skip to the next quote or backslash.
+		j := p.i
+		for j < len(p.b) {
+			c := p.b[j]
+			if c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			j++
+		}
+		p.i = j
+		if p.i >= len(p.b) {
+			return false
+		}
+		switch c := p.b[p.i]; {
+		case c == '"':
+			p.i++
+			return true
+		case c < 0x20:
+			return false
+		default: // backslash
+			p.i++
+			if p.i >= len(p.b) {
+				return false
+			}
+			switch p.b[p.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.i++
+			case 'u':
+				if p.i+5 > len(p.b) {
+					return false
+				}
+				for _, h := range p.b[p.i+1 : p.i+5] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return false
+					}
+				}
+				p.i += 5
+			default:
+				return false
+			}
+		}
+	}
+}
+
+func (p *parser) number() bool {
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch c := p.b[p.i]; {
+	case c == '0':
+		p.i++
+	case c >= '1' && c <= '9':
+		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			p.i++
+		}
+	default:
+		return false
+	}
+	if p.i < len(p.b) && p.b[p.i] == '.' {
+		p.i++
+		if !p.digits() {
+			return false
+		}
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
+			p.i++
+		}
+		if !p.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) digits() bool {
+	s := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	return p.i > s
+}

@@ -1,0 +1,282 @@
+// Package wire is the runner protocol shared by both ends: the platform
+// (provider/runner) and the daemon (runner). One WebSocket per daemon, dialled
+// outbound by the daemon; every application frame is a text frame holding one
+// JSON object.
+//
+//   - Requests (platform → daemon) carry an integer id (≥ 1, or 0 for a
+//     fire-and-forget detach) and an op, one of the 14 in Ops.
+//   - Replies (daemon → platform) echo the id with ok:true and a result
+//     object, or ok:false with an error code and a detail string.
+//   - Stream frames (daemon → platform, unsolicited) carry stream
+//     ("stdout", "stderr" or "exit"), session_id, base64 data (standard
+//     alphabet, padded) or an exit code, and replay_for when the frame is
+//     replayed from the session journal for one spawn or attach request.
+//
+// Output chunks are at most MaxChunk (32 KiB) of raw bytes per frame; a
+// message may be at most ReadLimit (64 MiB).
+//
+// Decode is hand-written rather than encoding/json because it sits on the
+// streaming hot path: it validates the whole frame as JSON (so a non-JSON
+// text frame can be refused with 1003) but finds base64 payloads with a byte
+// scan instead of a reflective decode. Its validity verdict is fuzzed against
+// encoding/json's.
+//
+// Two extensions over the original protocol are marked as such: a terminal
+// "error" stream kind (a session whose upstream transport closed without an
+// exit must surface as an error, never as exit 0), and the ops
+// "network_policy" and "terminate_session", which a runner only receives when
+// it advertised the matching capability in the handshake's caps parameter.
+// An original platform ignores unknown stream kinds and an original daemon
+// answers unknown ops not_supported, so both ends stay compatible.
+package wire
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// Path is the daemon's endpoint on the platform, appended to the base URL.
+const Path = "/api/runners/ws"
+
+// MaxChunk is the most raw output bytes one stream frame carries.
+const MaxChunk = 32 << 10
+
+// ReadLimit is the largest message either end accepts.
+const ReadLimit = 64 << 20
+
+// The 14 operations of the protocol.
+const (
+	OpCreate       = "create"
+	OpGet          = "get"
+	OpDestroy      = "destroy"
+	OpList         = "list"
+	OpSuspend      = "suspend"
+	OpResume       = "resume"
+	OpWriteFile    = "write_file"
+	OpExec         = "exec"
+	OpSpawn        = "spawn"
+	OpStdin        = "stdin"
+	OpStdinClose   = "stdin_close"
+	OpDetach       = "detach"
+	OpListSessions = "list_sessions"
+	OpAttach       = "attach"
+)
+
+// Extension operations, sent only to a runner that advertised the matching
+// capability (CapNetworkPolicy, CapTerminateSession) in its handshake.
+const (
+	OpNetworkPolicy    = "network_policy"
+	OpTerminateSession = "terminate_session"
+)
+
+// Ops lists the 14 operations of the protocol, in the spec's order.
+var Ops = []string{OpCreate, OpGet, OpDestroy, OpList, OpSuspend, OpResume, OpWriteFile,
+	OpExec, OpSpawn, OpStdin, OpStdinClose, OpDetach, OpListSessions, OpAttach}
+
+// Error codes of a failure reply. The first seven are the original's; the
+// rest are extensions that name the remaining classes of the sandbox error
+// taxonomy (an original platform maps them to its provider escape hatch).
+const (
+	CodeNotFound      = "not_found"
+	CodeCommandExited = "command_exited"
+	CodeNotSupported  = "not_supported"
+	CodeInvalid       = "invalid"
+	CodeUnavailable   = "unavailable"
+	CodeWriteFailed   = "write_failed"
+	CodeProvider      = "provider"
+
+	CodeAlreadyExists = "already_exists"
+	CodeTruncated     = "truncated"
+	CodeDenied        = "denied"
+	CodeRateLimited   = "rate_limited"
+	CodeRestoreFailed = "restore_failed"
+	CodeUnsupported   = "unsupported"
+)
+
+// Stream kinds.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamExit   = "exit"
+	// StreamError is an extension: the session's upstream transport closed
+	// without an exit (or failed); carries error and detail like a reply.
+	StreamError = "error"
+)
+
+// WebSocket close codes of the protocol.
+const (
+	CloseNormal      = 1000
+	CloseGoingAway   = 1001
+	CloseUnsupported = 1003 // a binary frame or a text frame that is not JSON
+	CloseDeleted     = 4404 // the runner was deleted by the host
+	CloseDuplicate   = 4409 // a runner of that name is already connected
+)
+
+// Query parameters of the handshake.
+const (
+	ParamName     = "name"
+	ParamHostname = "hostname"
+	ParamOS       = "os"
+	ParamArch     = "arch"
+	ParamVersion  = "version"
+	ParamRoot     = "root"
+	// ParamCaps is an extension: comma-separated sandbox capabilities the
+	// runner's provider offers beyond suspend and attach.
+	ParamCaps = "caps"
+)
+
+// Request is one platform → daemon frame. Optional fields are pointers so
+// that JSON null and absence both decode to "unset".
+type Request struct {
+	ID             int64      `json:"id"`
+	Op             string     `json:"op"`
+	Name           string     `json:"name,omitempty"`
+	Path           string     `json:"path,omitempty"`
+	Data           *string    `json:"data,omitempty"` // base64, padded
+	Mode           *int64     `json:"mode,omitempty"`
+	Cmd            string     `json:"cmd,omitempty"`
+	Args           []string   `json:"args,omitempty"`
+	Env            [][]string `json:"env,omitempty"` // [key, value] pairs; others ignored
+	Dir            *string    `json:"dir,omitempty"`
+	TimeoutMS      *int64     `json:"timeout_ms,omitempty"`
+	StderrToStdout bool       `json:"stderr_to_stdout,omitempty"`
+	Stdin          bool       `json:"stdin,omitempty"`
+	TTY            bool       `json:"tty,omitempty"`
+	Detachable     bool       `json:"detachable,omitempty"`
+	SessionID      string     `json:"session_id,omitempty"`
+
+	// Extension fields.
+	Allow *[]string `json:"allow,omitempty"` // network_policy: nil means unset; [] denies all
+	Force bool      `json:"force,omitempty"` // terminate_session
+}
+
+// Encode is the request's JSON text.
+func (r *Request) Encode() ([]byte, error) { return json.Marshal(r) }
+
+// DecodeRequest parses a request frame as the daemon does. A frame that is
+// not a JSON object with a string op is an error; when the frame still had
+// an integer id, it is returned with the error so the daemon can answer
+// invalid instead of leaving the caller waiting.
+func DecodeRequest(b []byte) (*Request, error) {
+	var r Request
+	err := json.Unmarshal(b, &r)
+	if err == nil && r.Op == "" {
+		err = errors.New("request has no op")
+	}
+	if err != nil {
+		var probe struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(b, &probe) == nil {
+			if id, ok := parseInt(probe.ID); ok {
+				return &Request{ID: id}, err
+			}
+		}
+		return nil, err
+	}
+	return &r, nil
+}
+
+// EncodeData is the protocol's base64: standard alphabet with padding.
+func EncodeData(p []byte) string { return base64.StdEncoding.EncodeToString(p) }
+
+// StrPtr returns &s.
+func StrPtr(s string) *string { return &s }
+
+// DecodeData decodes padded standard base64.
+func DecodeData(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }
+
+// Reply is one daemon → platform answer.
+type Reply struct {
+	ID     int64
+	OK     bool
+	Result json.RawMessage // "{}" when the op returns nothing
+	Error  string
+	Detail string
+	// Malformed is set by Decode for a frame with an integer id but no
+	// boolean ok; the platform answers such a reply with a provider error.
+	Malformed bool
+	Raw       []byte
+}
+
+// AppendOK appends a success reply with the given result object (nil means {}).
+func AppendOK(dst []byte, id int64, result []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendInt(dst, id, 10)
+	dst = append(dst, `,"ok":true,"result":`...)
+	if len(result) == 0 {
+		result = []byte("{}")
+	}
+	dst = append(dst, result...)
+	return append(dst, '}')
+}
+
+// AppendError appends a failure reply; detail is always present, possibly "".
+func AppendError(dst []byte, id int64, code, detail string) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendInt(dst, id, 10)
+	dst = append(dst, `,"ok":false,"error":`...)
+	dst = appendString(dst, code)
+	dst = append(dst, `,"detail":`...)
+	dst = appendString(dst, detail)
+	return append(dst, '}')
+}
+
+// Stream is one stream frame.
+type Stream struct {
+	Kind      string // StreamStdout, StreamStderr, StreamExit or StreamError
+	SessionID string
+	Data      []byte // stdout/stderr
+	Code      int    // exit
+	ReplayFor int64  // 0 for a live frame
+	Error     string // StreamError: the code, as in a reply
+	Detail    string // StreamError
+	// Malformed is set by Decode on an exit frame whose code is not an
+	// integer: it must not be read as an exit code (never a fabricated 0).
+	Malformed bool
+}
+
+// Live reports whether the frame is live (not replayed for one request).
+func (s *Stream) Live() bool { return s.ReplayFor == 0 }
+
+// AppendStream appends the frame's JSON.
+func AppendStream(dst []byte, s *Stream) []byte {
+	dst = append(dst, `{"stream":`...)
+	dst = appendString(dst, s.Kind)
+	dst = append(dst, `,"session_id":`...)
+	dst = appendString(dst, s.SessionID)
+	switch s.Kind {
+	case StreamExit:
+		dst = append(dst, `,"code":`...)
+		dst = strconv.AppendInt(dst, int64(s.Code), 10)
+	case StreamError:
+		dst = append(dst, `,"error":`...)
+		dst = appendString(dst, s.Error)
+		dst = append(dst, `,"detail":`...)
+		dst = appendString(dst, s.Detail)
+	default:
+		dst = append(dst, `,"data":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, s.Data)
+		dst = append(dst, '"')
+	}
+	if s.ReplayFor != 0 {
+		dst = append(dst, `,"replay_for":`...)
+		dst = strconv.AppendInt(dst, s.ReplayFor, 10)
+	}
+	return append(dst, '}')
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
