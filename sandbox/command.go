@@ -57,6 +57,10 @@ func (e Event) Terminal() bool { return e.Kind == Exit || e.Kind == Error }
 type Command struct {
 	Provider string
 	Ref      string
+	// SessionID is the id of the session the command runs in, for
+	// ListSessions, Attach and TerminateSession; "" when the provider does
+	// not know it (a non-detachable command on some providers).
+	SessionID string
 	// Private is adapter-owned and never printed.
 	Private any
 

@@ -204,6 +204,7 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	p.mu.Unlock()
 
 	cmd, st := sandbox.NewCommand(p, "", private{sandbox: h.Name, session: s})
+	cmd.SessionID = s.id
 	s.subs = []*sandbox.Stream{st}
 	go s.run(script, slices.Clone(opts.Env), opts.Dir)
 	return cmd, nil
@@ -284,6 +285,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, id string, _ s
 		return nil, err
 	}
 	cmd, st := sandbox.NewCommand(p, "", private{sandbox: h.Name, session: s})
+	cmd.SessionID = s.id
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ev := range s.buffer {
