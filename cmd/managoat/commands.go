@@ -1,0 +1,530 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+func init() {
+	register("run", "[limits] [--name N] -- CMD ARGS...   run in an ephemeral sandbox, then destroy it", cmdRun)
+	register("create", "NAME [limits]                 create (or adopt) a sandbox", cmdCreate)
+	register("exec", "NAME [--env K=V] [--dir D] [--timeout D] -- CMD ARGS...", cmdExec)
+	register("spawn", "NAME [--detach] -- CMD ARGS...  start a detachable session", cmdSpawn)
+	register("attach", "NAME SESSION                  replay a session from byte zero, then tail it", cmdAttach)
+	register("sessions", "NAME                          list a sandbox's sessions", cmdSessions)
+	register("terminate", "NAME SESSION [--force] [--grace D]", cmdTerminate)
+	register("ls", "[--json]                        list sandboxes", cmdLs)
+	register("rm", "NAME...                         destroy sandboxes", cmdRm)
+	register("suspend", "NAME                          park a sandbox, keeping its disk", cmdSuspend)
+	register("resume", "NAME                          wake a sandbox", cmdResume)
+	register("policy", "NAME --allow a,b              egress allow list (--allow \"\" denies all)", cmdPolicy)
+	register("url", "NAME                          the sandbox's public URL", cmdURL)
+	register("cp", "SRC DST                       copy a file in or out (NAME:/path)", cmdCp)
+	register("version", "                              print the version", cmdVersion)
+}
+
+func randomName(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// positional checks the number of positional arguments.
+func positional(args []string, n int, what string) error {
+	if len(args) < n {
+		return usageError{"missing " + what}
+	}
+	return nil
+}
+
+// handleFor validates name and returns a registry and a handle for it.
+func handleFor(g *globals, name string) (*sandbox.Registry, *sandbox.Handle, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	reg, p, err := openProvider(g.provider)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, sandbox.BuildHandle(p.Name(), name), nil
+}
+
+// mustExist turns a missing sandbox into a one-line error that names it.
+func mustExist(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
+	if _, err := reg.Get(ctx, h); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return fmt.Errorf("sandbox %q: %w", h.Name, err)
+		}
+		return wrap("get", err)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("run")
+	var lf limitFlags
+	lf.add(fs)
+	name := fs.String("name", "", "sandbox name (default run-<random>)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usageError{"missing command: managoat run [limits] -- CMD ARGS..."}
+	}
+	limits, err := lf.limits()
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		*name = randomName("run-")
+	}
+	if err := sandbox.ValidateName(*name); err != nil {
+		return usageError{err.Error()}
+	}
+	reg, p, err := openProvider(g.provider)
+	if err != nil {
+		return err
+	}
+	sp := startSpinner("creating sandbox " + *name)
+	h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
+	sp.Stop()
+	if err != nil {
+		return wrap("create", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := reg.Destroy(dctx, h); err != nil {
+			fmt.Fprintf(os.Stderr, "managoat run: destroy %s: %v (%s)\n", h.Name, err, sandbox.Kind(err))
+		}
+	}()
+	code, err := stream(ctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true})
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "managoat run: interrupted; destroying the sandbox")
+		return exitError{exitDetached}
+	}
+	if err != nil {
+		return err
+	}
+	return exitError{code}
+}
+
+// stream spawns c and copies its output until it ends.
+func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd, o sandbox.SpawnOptions) (int, error) {
+	cmd, err := reg.Spawn(ctx, h, c, o)
+	if err != nil {
+		return 0, wrap("spawn", err)
+	}
+	defer func() { _ = cmd.Stop() }()
+	if o.Stdin {
+		go forwardStdin(ctx, cmd, os.Stdin)
+	}
+	code, err := pump(ctx, cmd, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return 0, wrap("command", err)
+	}
+	return code, err
+}
+
+func cmdCreate(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("create")
+	var lf limitFlags
+	lf.add(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+		return err
+	}
+	limits, err := lf.limits()
+	if err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	sp := startSpinner("creating sandbox " + h.Name)
+	_, err = reg.Create(ctx, h.Provider, h.Name, sandbox.CreateOptions{Limits: limits})
+	sp.Stop()
+	if err != nil {
+		return wrap("create", err)
+	}
+	fmt.Println(h.Name)
+	return nil
+}
+
+func cmdExec(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("exec")
+	var env multiFlag
+	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
+	dir := fs.String("dir", "", "working directory")
+	timeout := fs.Duration("timeout", 0, "budget for the whole command")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 2, "NAME and CMD"); err != nil {
+		return err
+	}
+	for _, e := range env {
+		if !strings.Contains(e, "=") {
+			return usageError{fmt.Sprintf("--env %q is not KEY=VALUE", e)}
+		}
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if err := mustExist(ctx, reg, h); err != nil {
+		return err
+	}
+	argv := fs.Args()[1:]
+	sctx := ctx
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
+		sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir})
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return wrap("exec", sandbox.ExecTimeout(*timeout))
+	case errors.Is(err, context.Canceled):
+		return exitError{exitDetached}
+	case err != nil:
+		return err
+	}
+	return exitError{code}
+}
+
+func cmdSpawn(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("spawn")
+	detach := fs.Bool("detach", false, "print the session id and leave it running")
+	var env multiFlag
+	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
+	dir := fs.String("dir", "", "working directory")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 2, "NAME and CMD"); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if err := mustExist(ctx, reg, h); err != nil {
+		return err
+	}
+	argv := fs.Args()[1:]
+	c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
+	cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: *dir})
+	if err != nil {
+		return wrap("spawn", err)
+	}
+	defer func() { _ = cmd.Stop() }()
+	id := cmd.SessionID
+	if id == "" {
+		id = newestSession(ctx, reg, h, c)
+	}
+	if *detach {
+		fmt.Println(id)
+		return nil
+	}
+	return follow(ctx, h, id, cmd)
+}
+
+// newestSession finds the id of the newest session running c.
+func newestSession(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd) string {
+	ss, err := reg.ListSessions(ctx, h)
+	if err != nil {
+		return ""
+	}
+	id := ""
+	var newest time.Time
+	for _, s := range ss {
+		if s.Command == c.String() && (id == "" || !s.CreatedAt.Before(newest)) {
+			id, newest = s.ID, s.CreatedAt
+		}
+	}
+	return id
+}
+
+// follow streams an attached or spawned session; Ctrl-C detaches.
+func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Command) error {
+	go forwardStdin(ctx, cmd, os.Stdin)
+	code, err := pump(ctx, cmd, os.Stdout, os.Stderr)
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "\nmanagoat: detached from session %s; it keeps running (managoat attach %s %s)\n", id, h.Name, id)
+		return exitError{exitDetached}
+	}
+	if err != nil {
+		return wrap("session "+id, err)
+	}
+	return exitError{code}
+}
+
+func cmdAttach(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("attach")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 2, "NAME and SESSION"); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	id := fs.Arg(1)
+	cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return fmt.Errorf("attach: session %q of sandbox %q: %w", id, h.Name, err)
+		}
+		return wrap("attach", err)
+	}
+	defer func() { _ = cmd.Stop() }()
+	return follow(ctx, h, id, cmd)
+}
+
+func cmdSessions(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("sessions")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	ss, err := reg.ListSessions(ctx, h)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return fmt.Errorf("sandbox %q: %w", h.Name, err)
+		}
+		return wrap("sessions", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(ss)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tCREATED\tCOMMAND")
+	for _, s := range ss {
+		created := "-"
+		if !s.CreatedAt.IsZero() {
+			created = s.CreatedAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.ID, created, s.Command)
+	}
+	return tw.Flush()
+}
+
+func cmdTerminate(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("terminate")
+	force := fs.Bool("force", false, "kill at once (SIGKILL)")
+	grace := fs.Duration("grace", 0, "how long to wait after SIGTERM (default 10s)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 2, "NAME and SESSION"); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	mode := sandbox.Graceful
+	if *force {
+		mode = sandbox.Force
+	}
+	return wrap("terminate", reg.TerminateSession(ctx, h, fs.Arg(1), sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
+}
+
+type lsRow struct {
+	Name     string         `json:"name"`
+	Provider string         `json:"provider"`
+	Status   sandbox.Status `json:"status"`
+	Error    string         `json:"error,omitempty"`
+}
+
+func cmdLs(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("ls")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	reg, p, err := openProvider(g.provider)
+	if err != nil {
+		return err
+	}
+	names, err := reg.ListAllNames(ctx, p.Name())
+	if err != nil {
+		return wrap("ls", err)
+	}
+	rows := make([]lsRow, 0, len(names))
+	for _, n := range names {
+		row := lsRow{Name: n, Provider: p.Name()}
+		info, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), n))
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			continue // gone between the listing and the look-up
+		case err != nil:
+			row.Status, row.Error = sandbox.StatusUnknown, err.Error()
+		default:
+			row.Status = info.Status
+		}
+		rows = append(rows, row)
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(rows)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATUS")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r.Name, r.Status)
+	}
+	return tw.Flush()
+}
+
+func cmdRm(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("rm")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range fs.Args() {
+		reg, h, err := handleFor(g, n)
+		if err == nil {
+			err = wrap("rm "+n, reg.Destroy(ctx, h))
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func cmdSuspend(ctx context.Context, g *globals, args []string) error {
+	return onOne(ctx, g, "suspend", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+		return reg.Suspend(ctx, h)
+	})
+}
+
+func cmdResume(ctx context.Context, g *globals, args []string) error {
+	return onOne(ctx, g, "resume", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+		_, err := reg.Resume(ctx, h)
+		return err
+	})
+}
+
+func cmdURL(ctx context.Context, g *globals, args []string) error {
+	return onOne(ctx, g, "url", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+		u, err := reg.PublicURL(ctx, h)
+		if err == nil {
+			fmt.Println(u)
+		}
+		return err
+	})
+}
+
+func onOne(ctx context.Context, g *globals, op string, args []string, f func(*sandbox.Registry, *sandbox.Handle) error) error {
+	fs := g.flagSet(op)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	err = f(reg, h)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return fmt.Errorf("%s: sandbox %q: %w", op, h.Name, err)
+	}
+	return wrap(op, err)
+}
+
+func cmdPolicy(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("policy")
+	allow := fs.String("allow", "\x00", `comma-separated domains; "" denies all egress`)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+		return err
+	}
+	if *allow == "\x00" {
+		return usageError{`--allow is required (--allow "" denies all egress)`}
+	}
+	pol := sandbox.NetworkPolicy{Allow: []string{}}
+	for _, d := range strings.Split(*allow, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			pol.Allow = append(pol.Allow, d)
+		}
+	}
+	reg, h, err := handleFor(g, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
+}
+
+func cmdCp(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("cp")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := positional(fs.Args(), 2, "SRC and DST"); err != nil {
+		return err
+	}
+	src, dst := fs.Arg(0), fs.Arg(1)
+	sName, sPath, sIn := strings.Cut(src, ":")
+	dName, dPath, dIn := strings.Cut(dst, ":")
+	switch {
+	case dIn && !sIn:
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		reg, h, err := handleFor(g, dName)
+		if err != nil {
+			return err
+		}
+		return wrap("cp", reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
+	case sIn && !dIn:
+		reg, h, err := handleFor(g, sName)
+		if err != nil {
+			return err
+		}
+		data, err := reg.ReadFile(ctx, h, sPath)
+		if err != nil {
+			return wrap("cp", err)
+		}
+		return os.WriteFile(dst, data, 0o644)
+	}
+	return usageError{"exactly one of SRC and DST must be NAME:/path"}
+}
+
+func cmdVersion(ctx context.Context, g *globals, args []string) error {
+	fmt.Println("managoat", version)
+	return nil
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// globals are the flags every command accepts.
+type globals struct {
+	provider  string
+	mechanism string
+}
+
+func (g *globals) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&g.provider, "provider", g.provider, "sandbox provider")
+	fs.StringVar(&g.mechanism, "mechanism", g.mechanism, "isolation mechanism for the local provider")
+	return fs
+}
+
+// parse parses args with fs, turning flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// limitFlags collects --memory, --pids, --cpu and --timeout.
+type limitFlags struct {
+	memory, pids, cpu, timeout string
+}
+
+func (l *limitFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&l.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	fs.StringVar(&l.pids, "pids", "", "maximum number of processes")
+	fs.StringVar(&l.cpu, "cpu", "", "CPU limit in cores, e.g. 0.5 or 500m")
+	fs.StringVar(&l.timeout, "timeout", "", "wall-clock budget per command, e.g. 30s")
+}
+
+func (l *limitFlags) limits() (sandbox.Limits, error) {
+	var out sandbox.Limits
+	var err error
+	if l.memory != "" {
+		if out.MemoryBytes, err = parseSize(l.memory); err != nil {
+			return out, usageError{"--memory: " + err.Error()}
+		}
+	}
+	if l.pids != "" {
+		n, err := strconv.Atoi(l.pids)
+		if err != nil || n <= 0 {
+			return out, usageError{fmt.Sprintf("--pids: %q is not a positive integer", l.pids)}
+		}
+		out.Pids = n
+	}
+	if l.cpu != "" {
+		if out.CPUMillis, err = parseCPU(l.cpu); err != nil {
+			return out, usageError{"--cpu: " + err.Error()}
+		}
+	}
+	if l.timeout != "" {
+		d, err := time.ParseDuration(l.timeout)
+		if err != nil || d <= 0 {
+			return out, usageError{fmt.Sprintf("--timeout: %q is not a positive duration such as 30s", l.timeout)}
+		}
+		out.WallClock = d
+	}
+	return out, nil
+}
+
+// parseSize reads 1024, 64K, 512M, 2G (powers of 1024; a trailing B or iB
+// is accepted).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		case 'T':
+			mult, t = 1<<40, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+		return 0, fmt.Errorf("%q is not a size such as 512M or 2G", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// parseCPU reads cores ("0.5", "2") or millicores ("500m").
+func parseCPU(s string) (int, error) {
+	if m, ok := strings.CutSuffix(s, "m"); ok {
+		n, err := strconv.Atoi(m)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%q is not a CPU amount such as 0.5 or 500m", s)
+		}
+		return n, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 || v > 1024 {
+		return 0, fmt.Errorf("%q is not a CPU amount such as 0.5 or 500m", s)
+	}
+	return int(v*1000 + 0.5), nil
+}
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

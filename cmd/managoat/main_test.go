@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	// The test binary doubles as managoat, so re-exec hooks (supervisors,
+	// jail init) work when the tests start it.
+	if os.Getenv("MANAGOAT_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	dir, err := os.MkdirTemp("", "managoat-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "managoat")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func managoat(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "MANAGOAT_HOME="+t.TempDir())
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+func TestRunPassesExitCodeAndOutput(t *testing.T) {
+	out, errOut, code := managoat(t, "", "--provider", "fake", "run", "--", "emit", "out:hello", "err:oops", "exit:3")
+	if out != "hello" || errOut != "oops" || code != 3 {
+		t.Fatalf("run: stdout %q stderr %q code %d", out, errOut, code)
+	}
+}
+
+func TestRunForwardsStdin(t *testing.T) {
+	out, _, code := managoat(t, "ping", "--provider", "fake", "run", "--", "emit", "out:ready", "stay")
+	if out != "readyecho:ping" || code != 0 {
+		t.Fatalf("run: stdout %q code %d", out, code)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--provider", "fake", "run", "--memory", "lots", "--", "emit"},
+		{"--provider", "fake", "run", "--cpu", "-1", "--", "emit"},
+		{"--provider", "fake", "run", "--pids", "0", "--", "emit"},
+		{"--provider", "fake", "run"},
+		{"--provider", "fake", "create", "bad/name"},
+		{"nosuchcommand"},
+	} {
+		_, errOut, code := managoat(t, "", args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut)
+		}
+	}
+}
+
+func TestUnknownSandboxIsOneLineNamingIt(t *testing.T) {
+	_, errOut, code := managoat(t, "", "--provider", "fake", "exec", "nope", "--", "emit")
+	if code != exitCouldNotRun || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, `"nope"`) || !strings.Contains(errOut, "not_found") {
+		t.Fatalf("exit %d stderr %q", code, errOut)
+	}
+}
+
+func TestUnknownProviderListsKnown(t *testing.T) {
+	_, errOut, code := managoat(t, "", "--provider", "modal", "ls")
+	if code != exitCouldNotRun || !strings.Contains(errOut, "fake") {
+		t.Fatalf("exit %d stderr %q", code, errOut)
+	}
+}
+
+func TestParseSizeAndCPU(t *testing.T) {
+	for in, want := range map[string]int64{"1024": 1024, "64K": 64 << 10, "512M": 512 << 20, "2G": 2 << 30, "1.5G": 3 << 29, "512MiB": 512 << 20} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1M", "0"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+	for in, want := range map[string]int{"0.5": 500, "2": 2000, "250m": 250} {
+		if got, err := parseCPU(in); err != nil || got != want {
+			t.Errorf("parseCPU(%q) = %d, %v", in, got, err)
+		}
+	}
+}

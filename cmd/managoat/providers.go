@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// providerBuilders holds the providers this binary can use, by name. Each
+// provider file registers itself in an init function; a builder runs only
+// when its provider is asked for, so a missing credential is an error only
+// for the provider that needs it.
+var (
+	buildersMu       sync.Mutex
+	providerBuilders = map[string]func() (sandbox.Provider, error){}
+)
+
+func registerProvider(name string, build func() (sandbox.Provider, error)) {
+	buildersMu.Lock()
+	defer buildersMu.Unlock()
+	providerBuilders[name] = build
+}
+
+func providerNames() []string {
+	buildersMu.Lock()
+	defer buildersMu.Unlock()
+	names := make([]string, 0, len(providerBuilders))
+	for n := range providerBuilders {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// openProvider builds the named provider and returns a registry holding it.
+func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
+	buildersMu.Lock()
+	build, ok := providerBuilders[name]
+	buildersMu.Unlock()
+	if !ok {
+		return nil, nil, &sandbox.InvalidError{Reason: sandbox.ReasonProvider,
+			Msg: fmt.Sprintf("unknown provider %q — known: %s", name, strings.Join(providerNames(), ", "))}
+	}
+	p, err := build()
+	if err != nil {
+		return nil, nil, fmt.Errorf("provider %s: %w", name, err)
+	}
+	return sandbox.NewRegistry(p), p, nil
+}
