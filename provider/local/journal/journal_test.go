@@ -1,0 +1,160 @@
+package journal
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func collect(t *testing.T, r *Reader, limit int64) []Record {
+	t.Helper()
+	var out []Record
+	if _, err := r.Read(limit, func(rec Record) error { out = append(out, rec); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestRoundTrip(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "j")
+	w, err := Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := Create(p); err == nil {
+		t.Fatal("Create of an existing journal succeeded")
+	}
+	w.Append(KindStdout, []byte("ready\n"))
+	w.Append(KindStderr, []byte("warn"))
+	big := bytes.Repeat([]byte("x"), 3*DefaultChunk+17)
+	w.Append(KindStdout, big)
+	size, _ := w.AppendExit(143, 15)
+	if size != w.Size() {
+		t.Fatalf("size %d != %d", size, w.Size())
+	}
+	for _, chunk := range []int{1, 7, 64, DefaultChunk} {
+		r, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.chunk = chunk
+		recs := collect(t, r, size)
+		r.Close()
+		if len(recs) != 4 {
+			t.Fatalf("chunk %d: %d records", chunk, len(recs))
+		}
+		if string(recs[0].Data) != "ready\n" || recs[0].Kind != KindStdout || recs[0].Offset != 0 {
+			t.Fatalf("chunk %d: first record %+v", chunk, recs[0])
+		}
+		if string(recs[1].Data) != "warn" || recs[1].Kind != KindStderr {
+			t.Fatalf("second record %+v", recs[1])
+		}
+		if !bytes.Equal(recs[2].Data, big) {
+			t.Fatalf("chunk %d: big record of %d bytes", chunk, len(recs[2].Data))
+		}
+		if recs[3].Kind != KindExit || recs[3].Code != 143 || recs[3].Signal != 15 {
+			t.Fatalf("exit record %+v", recs[3])
+		}
+	}
+}
+
+func TestTornTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "j")
+	w, _ := Create(p)
+	w.Append(KindStdout, []byte("whole"))
+	w.Close()
+	// A writer killed in the middle of a write: a header promising 10 bytes, 3 present.
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{byte(KindStdout), 0, 0, 0, 10, 'a', 'b', 'c'})
+	f.Close()
+	r, _ := Open(p)
+	defer r.Close()
+	recs := collect(t, r, -1)
+	if len(recs) != 1 || string(recs[0].Data) != "whole" {
+		t.Fatalf("records %+v", recs)
+	}
+	k, data, ok := r.Tail()
+	if !ok || k != KindStdout || string(data) != "abc" {
+		t.Fatalf("tail %v %q %v", k, data, ok)
+	}
+}
+
+func TestCorrupt(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "j")
+	os.WriteFile(p, []byte{9, 0, 0, 0, 1, 'x'}, 0o600)
+	r, _ := Open(p)
+	defer r.Close()
+	if _, err := r.Read(-1, func(Record) error { return nil }); err == nil {
+		t.Fatal("corrupt kind accepted")
+	}
+}
+
+// Several readers tail one writer at once; each sees every record exactly once.
+func TestConcurrentReaders(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "j")
+	w, _ := Create(p)
+	defer w.Close()
+	const n = 2000
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := Open(p)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer r.Close()
+			next := 0
+			for next < n {
+				_, err := r.Read(w.Size(), func(rec Record) error {
+					if want := fmt.Sprint(next); string(rec.Data) != want {
+						return fmt.Errorf("got %q want %q", rec.Data, want)
+					}
+					next++
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		w.Append(KindStdout, []byte(fmt.Sprint(i)))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkReplay(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "j")
+	w, _ := Create(p)
+	chunk := make([]byte, 64<<10)
+	const total = 256 << 20
+	for i := 0; i < total/len(chunk); i++ {
+		w.Append(KindStdout, chunk)
+	}
+	w.Close()
+	b.SetBytes(total)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, _ := Open(p)
+		var got int
+		r.Read(-1, func(rec Record) error { got += len(rec.Data); return nil })
+		r.Close()
+		if got != total {
+			b.Fatalf("read %d", got)
+		}
+	}
+}

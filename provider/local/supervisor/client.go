@@ -1,0 +1,273 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/managoat/managoat/provider/local/journal"
+)
+
+// ErrNoSupervisor means no supervisor serves the sandbox: it is stopped.
+var ErrNoSupervisor = errors.New("supervisor: not running")
+
+// Error is an error the supervisor answered with.
+type Error struct {
+	Code string // one of the wire codes: not_found, command_exited, ...
+	Msg  string
+}
+
+func (e *Error) Error() string { return "supervisor: " + e.Code + ": " + e.Msg }
+
+// Error codes a caller can match on Error.Code.
+const (
+	CodeNotFound    = codeNotFound
+	CodeExited      = codeExited
+	CodeStdinClosed = codeStdinClosed
+	CodeInvalid     = codeInvalid
+	CodeCouldNotRun = codeCouldNotRun
+	CodeUnavailable = codeUnavailable
+	CodeUnsupported = codeUnsupported
+	CodeUnconfirmed = codeUnconfirmed
+	CodeInternal    = codeInternal
+)
+
+// Client talks to the supervisor of the sandbox whose directory is Dir.
+// Each call uses its own connection; a Client is safe for concurrent use.
+type Client struct {
+	Dir string
+}
+
+func (c Client) dial(ctx context.Context) (net.Conn, error) {
+	addr, done, err := sockAddr(filepath.Join(c.Dir, SocketName))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, ErrNoSupervisor
+		}
+		return nil, err
+	}
+	defer done()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", addr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, fs.ErrNotExist) {
+			return nil, ErrNoSupervisor
+		}
+		return nil, fmt.Errorf("supervisor: dial: %w", err)
+	}
+	return conn, nil
+}
+
+// roundTrip sends one request on conn and reads the answer; ctx closes
+// the connection when done.
+func roundTrip(ctx context.Context, conn net.Conn, dec *json.Decoder, req request) (response, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		if ctx.Err() != nil {
+			return response{}, ctx.Err()
+		}
+		return response{}, fmt.Errorf("%w: %v", ErrNoSupervisor, err)
+	}
+	var resp response
+	if err := dec.Decode(&resp); err != nil {
+		if ctx.Err() != nil {
+			return response{}, ctx.Err()
+		}
+		return response{}, fmt.Errorf("%w: connection lost: %v", ErrNoSupervisor, err)
+	}
+	if resp.Err != nil {
+		return resp, &Error{Code: resp.Err.Code, Msg: resp.Err.Msg}
+	}
+	return resp, nil
+}
+
+func (c Client) call(ctx context.Context, req request) (response, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return response{}, err
+	}
+	defer conn.Close()
+	return roundTrip(ctx, conn, json.NewDecoder(conn), req)
+}
+
+// Ping reports the supervisor's pid, or ErrNoSupervisor.
+func (c Client) Ping(ctx context.Context) (int, error) {
+	r, err := c.call(ctx, request{Op: "ping"})
+	return r.Pid, err
+}
+
+// SpawnRequest describes a session to start.
+type SpawnRequest struct {
+	Argv  []string
+	Env   []string
+	Dir   string
+	Stdin bool
+}
+
+// Spawn starts a session and returns its id once the process started.
+func (c Client) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
+	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin})
+	return resp.ID, err
+}
+
+// WriteStdin writes data to session id's stdin.
+func (c Client) WriteStdin(ctx context.Context, id string, data []byte) error {
+	_, err := c.call(ctx, request{Op: "stdin", ID: id, Data: data})
+	return err
+}
+
+// CloseStdin closes session id's stdin.
+func (c Client) CloseStdin(ctx context.Context, id string) error {
+	_, err := c.call(ctx, request{Op: "close_stdin", ID: id})
+	return err
+}
+
+// Terminate stops session id: SIGTERM, then SIGKILL after grace; force
+// sends SIGKILL at once. It returns once the process was reaped.
+func (c Client) Terminate(ctx context.Context, id string, force bool, grace time.Duration) error {
+	_, err := c.call(ctx, request{Op: "terminate", ID: id, Force: force, Timeout: grace})
+	return err
+}
+
+// Suspend stops (SIGSTOP) every live session; Resume continues them.
+func (c Client) Suspend(ctx context.Context) error {
+	_, err := c.call(ctx, request{Op: "suspend"})
+	return err
+}
+
+// Resume continues the sessions Suspend stopped.
+func (c Client) Resume(ctx context.Context) error {
+	_, err := c.call(ctx, request{Op: "resume"})
+	return err
+}
+
+// UpdateEgress replaces the sandbox's egress allowlist.
+func (c Client) UpdateEgress(ctx context.Context, allow []string) error {
+	if allow == nil {
+		allow = []string{}
+	}
+	_, err := c.call(ctx, request{Op: "policy", Allow: allow})
+	return err
+}
+
+// Shutdown kills every session, stops (or destroys) the sandbox and makes
+// the supervisor exit.
+func (c Client) Shutdown(ctx context.Context, destroy bool) error {
+	_, err := c.call(ctx, request{Op: "shutdown", Destroy: destroy})
+	return err
+}
+
+// Outcome is how a followed session ended.
+type Outcome struct {
+	// Exited is true when the journal holds the exit record.
+	Exited bool
+	Code   int
+	Signal int
+	// Lost is true when the session's supervisor went away before the
+	// exit was recorded: its output is complete as far as it was written,
+	// and its exit status is unknown.
+	Lost bool
+}
+
+// Follow replays session id's journal from byte zero through emit, then
+// tails it until the exit record (or the session is lost). emit returning
+// false, or ctx ending, stops the follow with ctx's error or nil.
+// A session that is not recorded is an *Error with CodeNotFound.
+func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record) bool) (Outcome, error) {
+	if !HasSession(c.Dir, id) {
+		return Outcome{}, &Error{Code: codeNotFound, Msg: fmt.Sprintf("no session %q", id)}
+	}
+	r, err := journal.Open(JournalPath(c.Dir, id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Outcome{}, &Error{Code: codeNotFound, Msg: fmt.Sprintf("no session %q", id)}
+		}
+		return Outcome{}, err
+	}
+	defer r.Close()
+	var out Outcome
+	stopped := false
+	deliver := func(rec journal.Record) error {
+		if rec.Kind == journal.KindExit {
+			out = Outcome{Exited: true, Code: rec.Code, Signal: rec.Signal}
+			return errStopRead
+		}
+		if !emit(rec) {
+			stopped = true
+			return errStopRead
+		}
+		return nil
+	}
+	read := func(limit int64) (bool, error) {
+		_, err := r.Read(limit, deliver)
+		if err == errStopRead {
+			return true, nil
+		}
+		return false, err
+	}
+	// finish reads what is left after the supervisor is gone.
+	finish := func() (Outcome, error) {
+		if end, err := read(-1); err != nil || end {
+			return out, err
+		}
+		if k, data, ok := r.Tail(); ok && len(data) > 0 {
+			if !emit(journal.Record{Kind: k, Data: data}) {
+				return out, nil
+			}
+		}
+		return Outcome{Lost: true}, nil
+	}
+	var conn net.Conn
+	var dec *json.Decoder
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		if conn == nil {
+			conn, err = c.dial(ctx)
+			if err != nil {
+				if errors.Is(err, ErrNoSupervisor) {
+					return finish()
+				}
+				return out, err
+			}
+			dec = json.NewDecoder(conn)
+		}
+		resp, err := roundTrip(ctx, conn, dec, request{Op: "wait", ID: id, Offset: r.Offset()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			var se *Error
+			if errors.As(err, &se) && se.Code == codeNotFound {
+				return out, err
+			}
+			// The supervisor went away: what is on disk is all there is.
+			return finish()
+		}
+		if !resp.Live {
+			return finish()
+		}
+		end, err := read(resp.Size)
+		if err != nil || end || stopped {
+			return out, err
+		}
+		if resp.Done {
+			return finish()
+		}
+	}
+}
+
+var errStopRead = errors.New("stop")

@@ -1,0 +1,193 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Environment variables that mark a process as a supervisor. They never
+// reach a session's process.
+const (
+	EnvDir   = "MANAGOAT_LOCAL_SUPERVISOR"
+	EnvStage = "MANAGOAT_LOCAL_SUPERVISOR_STAGE"
+)
+
+// LaunchTimeout bounds how long Launch waits for a supervisor to be ready.
+const LaunchTimeout = 30 * time.Second
+
+// Launch makes sure a supervisor serves the sandbox directory dir: if none
+// answers, it re-executes this binary (os.Executable) as one, detached in
+// its own session, and returns once it accepts connections. The binary's
+// main must call MaybeRun (through provider/local) first thing.
+func Launch(ctx context.Context, dir string) error {
+	c := Client{Dir: dir}
+	if _, err := c.Ping(ctx); err == nil {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	// Stage 1 starts stage 2 and exits at once, so the supervisor is
+	// reparented away from us and never becomes our zombie.
+	cmd := exec.Command(exe)
+	cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=1")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Dir = "/"
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("supervisor: start: %w", err)
+	}
+	w.Close()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("supervisor: launcher: %w", err)
+	}
+	deadline := time.Now().Add(LaunchTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = r.SetReadDeadline(deadline)
+	line, err := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	switch {
+	case line == "ok":
+		return nil
+	case line == "busy":
+		// Another supervisor is starting: wait until it answers.
+		for time.Now().Before(deadline) {
+			if _, err := c.Ping(ctx); err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return errors.New("supervisor: another supervisor holds the sandbox but does not answer")
+	case strings.HasPrefix(line, "err "):
+		return &StartError{Msg: strings.TrimPrefix(line, "err ")}
+	}
+	if err != nil {
+		return fmt.Errorf("supervisor: no answer from the started supervisor (see %s): %w", filepath.Join(dir, LogName), err)
+	}
+	return fmt.Errorf("supervisor: unexpected answer %q", line)
+}
+
+// StartError is the reason a started supervisor gave for not serving.
+type StartError struct{ Msg string }
+
+func (e *StartError) Error() string { return "supervisor: start: " + e.Msg }
+
+func filterEnv(env []string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if strings.HasPrefix(e, EnvDir+"=") || strings.HasPrefix(e, EnvStage+"=") {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// IsSupervisor reports whether this process was started as a supervisor.
+func IsSupervisor() bool { return os.Getenv(EnvStage) != "" }
+
+// MaybeRun runs the supervisor role when this process was started as one
+// (by Launch), and then exits the process; otherwise it returns at once.
+// build makes the Backend of the sandbox whose directory is given.
+func MaybeRun(build func(dir string) (Backend, error)) {
+	stage := os.Getenv(EnvStage)
+	if stage == "" {
+		return
+	}
+	dir := os.Getenv(EnvDir)
+	os.Unsetenv(EnvStage)
+	os.Unsetenv(EnvDir)
+	ready := os.NewFile(3, "ready")
+	answer := func(s string) {
+		if ready != nil {
+			fmt.Fprintln(ready, s)
+			ready.Close()
+			ready = nil
+		}
+	}
+	switch stage {
+	case "1":
+		os.Exit(stage1(dir, answer))
+	case "2":
+		unix.CloseOnExec(3)
+		os.Exit(stage2(dir, build, answer))
+	}
+	answer("err unknown supervisor stage " + stage)
+	os.Exit(2)
+}
+
+func stage1(dir string, answer func(string)) int {
+	exe, err := os.Executable()
+	if err != nil {
+		answer("err " + err.Error())
+		return 1
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		answer("err " + err.Error())
+		return 1
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe)
+	cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
+	cmd.ExtraFiles = []*os.File{os.NewFile(3, "ready")}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		answer("err " + err.Error())
+		return 1
+	}
+	_ = cmd.Process.Release()
+	return 0
+}
+
+func stage2(dir string, build func(string) (Backend, error), answer func(string)) int {
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
+	b, err := build(dir)
+	if err != nil {
+		answer("err " + oneLine(err.Error()))
+		return 1
+	}
+	err = Serve(ctx, Config{Dir: dir, Backend: b, Ready: func(err error) {
+		switch {
+		case err == nil:
+			answer("ok")
+		case errors.Is(err, ErrBusy):
+			answer("busy")
+		default:
+			answer("err " + oneLine(err.Error()))
+		}
+	}})
+	if err != nil && !errors.Is(err, ErrBusy) {
+		fmt.Fprintln(os.Stderr, "supervisor:", err)
+		return 1
+	}
+	return 0
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }

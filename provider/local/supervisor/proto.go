@@ -1,0 +1,83 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// request is one message from a client; Op selects the fields used.
+type request struct {
+	Op string `json:"op"`
+
+	// spawn
+	Argv  []string `json:"argv,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Dir   string   `json:"dir,omitempty"`
+	Stdin bool     `json:"stdin,omitempty"`
+
+	// session-addressed operations
+	ID     string `json:"id,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Data   []byte `json:"data,omitempty"`
+
+	// terminate
+	Force   bool          `json:"force,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+
+	// policy
+	Allow []string `json:"allow,omitempty"`
+
+	// shutdown
+	Destroy bool `json:"destroy,omitempty"`
+}
+
+// response answers one request.
+type response struct {
+	Err *wireError `json:"err,omitempty"`
+
+	ID   string `json:"id,omitempty"`  // spawn
+	Pid  int    `json:"pid,omitempty"` // spawn, ping
+	Size int64  `json:"size,omitempty"`
+	// Done: the session's exit record is in the journal (wait).
+	Done bool `json:"done,omitempty"`
+	// Live: this supervisor owns the session (wait); a session not live and
+	// not done was lost with an earlier supervisor.
+	Live bool `json:"live,omitempty"`
+}
+
+// Error codes on the wire.
+const (
+	codeNotFound    = "not_found"
+	codeExited      = "command_exited"
+	codeStdinClosed = "stdin_closed"
+	codeInvalid     = "invalid"
+	codeCouldNotRun = "could_not_run"
+	codeUnavailable = "unavailable"
+	codeUnsupported = "not_supported"
+	codeUnconfirmed = "termination_unconfirmed"
+	codeInternal    = "internal"
+)
+
+type wireError struct {
+	Code string `json:"code"`
+	Msg  string `json:"msg"`
+}
+
+// SessionMeta is what the supervisor records about a session on disk, in
+// sessions/<id>/meta.json.
+type SessionMeta struct {
+	ID        string    `json:"id"`
+	Command   string    `json:"command"`
+	Argv      []string  `json:"argv"`
+	CreatedAt time.Time `json:"created_at"`
+	Pid       int       `json:"pid,omitempty"`
+	// StartTicks is the process's start time (field 22 of /proc/<pid>/stat),
+	// so a later supervisor can tell the process from a recycled pid.
+	StartTicks uint64 `json:"start_ticks,omitempty"`
+	Stdin      bool   `json:"stdin,omitempty"`
+}
+
+func (m SessionMeta) marshal() []byte {
+	b, _ := json.Marshal(m)
+	return b
+}

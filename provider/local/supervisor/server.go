@@ -1,0 +1,841 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/provider/local/journal"
+)
+
+// Backend runs processes inside one sandbox. provider/local adapts a
+// mechanism.Mechanism to it; tests use plain processes.
+type Backend interface {
+	// Start makes sure the sandbox is running (a no-op when it is).
+	Start(ctx context.Context) error
+	// StartProcess starts a process inside the running sandbox, handing it
+	// the given files directly.
+	StartProcess(ctx context.Context, spec ProcessSpec) (Process, error)
+	// UpdateEgress replaces the egress allowlist; empty denies all.
+	UpdateEgress(ctx context.Context, allow []string) error
+	// Stop ends every process of the sandbox, keeping its files.
+	Stop(ctx context.Context) error
+	// Destroy releases the sandbox.
+	Destroy(ctx context.Context) error
+}
+
+// ProcessSpec describes one session's process.
+type ProcessSpec struct {
+	Argv   []string
+	Env    []string
+	Dir    string
+	Stdin  *os.File // nil: empty stdin
+	Stdout *os.File
+	Stderr *os.File
+}
+
+// Process is a session's process.
+type Process interface {
+	Pid() int
+	// Signal signals the process's whole process group.
+	Signal(sig syscall.Signal) error
+	// Wait returns the exit code (128+signal when a signal ended it) and
+	// the signal.
+	Wait() (code, signal int, err error)
+}
+
+// Errors a Backend may wrap so the client sees the right class.
+var (
+	// ErrCouldNotRun: the command did not run (binary missing, ...).
+	ErrCouldNotRun = errors.New("supervisor: could not run")
+	// ErrNotSupported: the backend cannot do this (egress on trusted).
+	ErrNotSupported = errors.New("supervisor: not supported")
+	// ErrBusy: another supervisor serves this sandbox.
+	ErrBusy = errors.New("supervisor: another supervisor holds the sandbox")
+)
+
+// File names inside a sandbox's directory.
+const (
+	SocketName    = "sup.sock"
+	LockName      = "sup.lock"
+	LogName       = "sup.log"
+	SessionsDir   = "sessions"
+	SuspendedName = "suspended"
+	journalName   = "journal"
+	metaName      = "meta.json"
+	exitName      = "exit"
+)
+
+// Config configures Serve.
+type Config struct {
+	// Dir is the sandbox's state directory.
+	Dir     string
+	Backend Backend
+	Logger  *slog.Logger
+	// Ready is called once: with nil when the socket accepts connections,
+	// or with the error that stops Serve before that.
+	Ready func(error)
+	// WatchInterval is how often the supervisor checks that its directory
+	// still exists (it exits when the sandbox was destroyed); 0 means 2 s.
+	WatchInterval time.Duration
+}
+
+type server struct {
+	cfg  Config
+	dir  string
+	b    Backend
+	log  *slog.Logger
+	ln   net.Listener
+	quit chan struct{}
+
+	mu        sync.Mutex
+	sessions  map[string]*session
+	conns     map[net.Conn]struct{}
+	nextID    int
+	closing   bool
+	quitOnce  sync.Once
+	wg        sync.WaitGroup
+	opMu      sync.Mutex // serializes suspend/resume/shutdown
+	suspended bool
+}
+
+type session struct {
+	id   string
+	dir  string
+	meta SessionMeta
+	w    *journal.Writer
+	proc Process
+
+	stdinMu    sync.Mutex
+	stdin      *os.File
+	stdinWired bool
+
+	mu      sync.Mutex
+	changed chan struct{}
+	done    bool
+	exited  chan struct{}
+}
+
+func (s *session) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Serve runs the supervisor of one sandbox until the sandbox is shut down
+// or destroyed, or ctx is done.
+func Serve(ctx context.Context, cfg Config) (err error) {
+	ready := cfg.Ready
+	readyOnce := sync.Once{}
+	signalReady := func(e error) {
+		readyOnce.Do(func() {
+			if ready != nil {
+				ready(e)
+			}
+		})
+	}
+	defer func() { signalReady(err) }()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WatchInterval == 0 {
+		cfg.WatchInterval = 2 * time.Second
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.Dir, LockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return ErrBusy
+		}
+		return fmt.Errorf("supervisor: lock: %w", err)
+	}
+	dirSt, err := os.Stat(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	s := &server{cfg: cfg, dir: cfg.Dir, b: cfg.Backend, log: cfg.Logger, quit: make(chan struct{}),
+		sessions: map[string]*session{}, conns: map[net.Conn]struct{}{}}
+	if err := os.MkdirAll(filepath.Join(s.dir, SessionsDir), 0o700); err != nil {
+		return err
+	}
+	s.reapOrphans()
+	if _, err := os.Stat(filepath.Join(s.dir, SuspendedName)); err == nil {
+		s.suspended = true
+	}
+	if err := s.b.Start(ctx); err != nil {
+		return err
+	}
+	sock := filepath.Join(s.dir, SocketName)
+	_ = os.Remove(sock)
+	ln, err := listenUnix(sock)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	signalReady(nil)
+
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.watch(ctx, dirSt)
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.acceptLoop()
+	}()
+	select {
+	case <-s.quit:
+	case <-ctx.Done():
+		s.shutdown(context.Background(), false)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+func (s *server) stop() {
+	s.quitOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.ln.Close()
+		close(s.quit)
+	})
+}
+
+// watch exits the supervisor once its directory is gone or replaced: the
+// sandbox was destroyed.
+func (s *server) watch(ctx context.Context, orig os.FileInfo) {
+	t := time.NewTicker(s.cfg.WatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st, err := os.Stat(s.dir)
+			if err != nil || !os.SameFile(st, orig) {
+				s.log.Info("sandbox directory gone; shutting down")
+				go s.shutdown(context.Background(), true)
+				return
+			}
+		}
+	}
+}
+
+func (s *server) acceptLoop() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+func (s *server) serveConn(c net.Conn) {
+	dec := json.NewDecoder(c)
+	enc := json.NewEncoder(c)
+	for {
+		var req request
+		if err := dec.Decode(&req); err != nil {
+			return
+		}
+		resp, after := s.handle(&req)
+		if err := enc.Encode(resp); err != nil {
+			return
+		}
+		if after != nil {
+			after()
+			return
+		}
+	}
+}
+
+func errResp(code string, format string, a ...any) response {
+	return response{Err: &wireError{Code: code, Msg: fmt.Sprintf(format, a...)}}
+}
+
+func (s *server) handle(req *request) (response, func()) {
+	ctx := context.Background()
+	switch req.Op {
+	case "ping":
+		return response{Pid: os.Getpid()}, nil
+	case "spawn":
+		return s.spawn(ctx, req), nil
+	case "wait":
+		return s.wait(req), nil
+	case "stdin":
+		return s.writeStdin(req), nil
+	case "close_stdin":
+		return s.closeStdin(req), nil
+	case "terminate":
+		return s.terminate(req), nil
+	case "suspend":
+		return s.suspend(), nil
+	case "resume":
+		return s.resume(), nil
+	case "policy":
+		if err := s.b.UpdateEgress(ctx, req.Allow); err != nil {
+			if errors.Is(err, ErrNotSupported) {
+				return errResp(codeUnsupported, "%v", err), nil
+			}
+			return errResp(codeInternal, "%v", err), nil
+		}
+		return response{}, nil
+	case "shutdown":
+		err := s.shutdown(ctx, req.Destroy)
+		if err != nil {
+			return errResp(codeInternal, "%v", err), s.stop
+		}
+		return response{}, s.stop
+	}
+	return errResp(codeInvalid, "unknown op %q", req.Op), nil
+}
+
+func (s *server) lookup(id string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[id]
+}
+
+func validID(id string) bool {
+	if id == "" || len(id) > 256 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// newSessionDir claims the next session id with an atomic mkdir.
+func (s *server) newSessionDir() (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nextID == 0 {
+		ents, _ := os.ReadDir(filepath.Join(s.dir, SessionsDir))
+		for _, e := range ents {
+			if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "s")); err == nil && n > s.nextID {
+				s.nextID = n
+			}
+		}
+	}
+	for range 1000 {
+		s.nextID++
+		id := "s" + strconv.Itoa(s.nextID)
+		d := filepath.Join(s.dir, SessionsDir, id)
+		err := os.Mkdir(d, 0o700)
+		if err == nil {
+			return id, d, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", "", err
+		}
+	}
+	return "", "", errors.New("supervisor: no free session id")
+}
+
+func (s *server) spawn(ctx context.Context, req *request) response {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return errResp(codeInvalid, "empty command")
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return errResp(codeUnavailable, "supervisor shutting down")
+	}
+	id, dir, err := s.newSessionDir()
+	if err != nil {
+		return errResp(codeInternal, "%v", err)
+	}
+	fail := func(code string, err error) response {
+		_ = os.RemoveAll(dir)
+		return errResp(code, "%v", err)
+	}
+	w, err := journal.Create(filepath.Join(dir, journalName))
+	if err != nil {
+		return fail(codeInternal, err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return fail(codeInternal, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		outR.Close()
+		outW.Close()
+		return fail(codeInternal, err)
+	}
+	_, _ = unix.FcntlInt(outR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+	var inR, inW *os.File
+	if req.Stdin {
+		if inR, inW, err = os.Pipe(); err != nil {
+			w.Close()
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return fail(codeInternal, err)
+		}
+	}
+	spec := ProcessSpec{Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdout: outW, Stderr: errW}
+	if inR != nil {
+		spec.Stdin = inR
+	}
+	proc, err := s.b.StartProcess(ctx, spec)
+	outW.Close()
+	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
+	if err != nil {
+		w.Close()
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		if errors.Is(err, ErrCouldNotRun) {
+			return fail(codeCouldNotRun, err)
+		}
+		return fail(codeUnavailable, err)
+	}
+	meta := SessionMeta{ID: id, Command: strings.Join(req.Argv, " "), Argv: req.Argv,
+		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin}
+	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinWired: req.Stdin,
+		changed: make(chan struct{}), exited: make(chan struct{})}
+	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
+		s.log.Warn("session meta", "id", id, "err", err)
+	}
+	s.mu.Lock()
+	s.sessions[id] = sess
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.run(sess, outR, errR)
+	}()
+	return response{ID: id, Pid: proc.Pid()}
+}
+
+// pump copies one pipe into the journal. Its buffer starts small and grows
+// while reads fill it, so an idle session costs little memory and a busy
+// one moves large records.
+func pump(sess *session, f *os.File, k journal.Kind, max int) {
+	size := 16 << 10
+	buf := make([]byte, journal.HeaderSize+size)
+	for {
+		n, err := f.Read(buf[journal.HeaderSize:])
+		if n > 0 {
+			if _, werr := sess.w.AppendFramed(k, buf[:journal.HeaderSize+n]); werr == nil {
+				sess.notify()
+			}
+			if n == size && size < max {
+				size *= 4
+				if size > max {
+					size = max
+				}
+				buf = make([]byte, journal.HeaderSize+size)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drainGrace is how long output is still read after the process exited
+// (a background child may hold the pipes open).
+const drainGrace = 250 * time.Millisecond
+
+func (s *server) run(sess *session, outR, errR *os.File) {
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); pump(sess, outR, journal.KindStdout, 1<<20) }()
+	go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
+	code, sig, err := sess.proc.Wait()
+	if err != nil && code == 0 && sig == 0 {
+		s.log.Warn("session wait", "id", sess.id, "err", err)
+		code = -1
+	}
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace):
+		_ = outR.SetReadDeadline(time.Now())
+		_ = errR.SetReadDeadline(time.Now())
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	_, _ = sess.w.AppendExit(code, sig)
+	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
+	sess.w.Close()
+	sess.stdinMu.Lock()
+	if sess.stdin != nil {
+		sess.stdin.Close()
+		sess.stdin = nil
+	}
+	sess.stdinMu.Unlock()
+	sess.mu.Lock()
+	sess.done = true
+	close(sess.exited)
+	close(sess.changed)
+	sess.changed = make(chan struct{})
+	sess.mu.Unlock()
+}
+
+// waitPoll is the longest a wait request is held without news.
+const waitPoll = 20 * time.Second
+
+func (s *server) wait(req *request) response {
+	sess := s.lookup(req.ID)
+	if sess == nil {
+		if validID(req.ID) {
+			if _, err := os.Stat(filepath.Join(s.dir, SessionsDir, req.ID, journalName)); err == nil {
+				return response{Live: false}
+			}
+		}
+		return errResp(codeNotFound, "no session %q", req.ID)
+	}
+	t := time.NewTimer(waitPoll)
+	defer t.Stop()
+	for {
+		sess.mu.Lock()
+		ch, done := sess.changed, sess.done
+		sess.mu.Unlock()
+		size := sess.w.Size()
+		if size > req.Offset || done {
+			return response{Size: size, Done: done, Live: true}
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return response{Size: size, Live: true}
+		case <-s.quit:
+			return errResp(codeUnavailable, "supervisor shutting down")
+		}
+	}
+}
+
+func (s *server) writeStdin(req *request) response {
+	sess := s.lookup(req.ID)
+	if sess == nil {
+		return errResp(codeExited, "session %q is not live", req.ID)
+	}
+	sess.stdinMu.Lock()
+	defer sess.stdinMu.Unlock()
+	select {
+	case <-sess.exited:
+		return errResp(codeExited, "session %q exited", req.ID)
+	default:
+	}
+	if !sess.stdinWired {
+		return errResp(codeStdinClosed, "session %q was started without stdin", req.ID)
+	}
+	if sess.stdin == nil {
+		return errResp(codeStdinClosed, "stdin of session %q is closed", req.ID)
+	}
+	if _, err := sess.stdin.Write(req.Data); err != nil {
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+			return errResp(codeExited, "session %q exited", req.ID)
+		}
+		return errResp(codeInternal, "%v", err)
+	}
+	return response{}
+}
+
+func (s *server) closeStdin(req *request) response {
+	sess := s.lookup(req.ID)
+	if sess == nil {
+		return errResp(codeExited, "session %q is not live", req.ID)
+	}
+	sess.stdinMu.Lock()
+	defer sess.stdinMu.Unlock()
+	if sess.stdin != nil {
+		sess.stdin.Close()
+		sess.stdin = nil
+	}
+	return response{}
+}
+
+// killGrace bounds the wait for a SIGKILLed session to be reaped.
+const killGrace = 5 * time.Second
+
+func (s *server) terminate(req *request) response {
+	sess := s.lookup(req.ID)
+	if sess == nil {
+		if validID(req.ID) {
+			d := filepath.Join(s.dir, SessionsDir, req.ID)
+			if _, err := os.Stat(filepath.Join(d, journalName)); err == nil {
+				// A session of an earlier supervisor: make sure its process is gone.
+				killOrphan(d)
+				return response{}
+			}
+		}
+		return errResp(codeNotFound, "no session %q", req.ID)
+	}
+	if err := s.kill(sess, req.Force, req.Timeout); err != nil {
+		return errResp(codeUnconfirmed, "%v", err)
+	}
+	return response{}
+}
+
+func (s *server) kill(sess *session, force bool, grace time.Duration) error {
+	select {
+	case <-sess.exited:
+		return nil
+	default:
+	}
+	if !force {
+		_ = sess.proc.Signal(syscall.SIGTERM)
+		_ = sess.proc.Signal(syscall.SIGCONT)
+		t := time.NewTimer(grace)
+		select {
+		case <-sess.exited:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	_ = sess.proc.Signal(syscall.SIGKILL)
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case <-sess.exited:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("session %s not confirmed dead %v after SIGKILL", sess.id, killGrace)
+	}
+}
+
+func (s *server) live() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*session
+	for _, se := range s.sessions {
+		select {
+		case <-se.exited:
+		default:
+			out = append(out, se)
+		}
+	}
+	return out
+}
+
+func (s *server) suspend() response {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := writeFileAtomic(filepath.Join(s.dir, SuspendedName), []byte("1")); err != nil {
+		return errResp(codeInternal, "%v", err)
+	}
+	for _, se := range s.live() {
+		_ = se.proc.Signal(syscall.SIGSTOP)
+	}
+	s.suspended = true
+	return response{}
+}
+
+func (s *server) resume() response {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	for _, se := range s.live() {
+		_ = se.proc.Signal(syscall.SIGCONT)
+	}
+	if err := os.Remove(filepath.Join(s.dir, SuspendedName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return errResp(codeInternal, "%v", err)
+	}
+	s.suspended = false
+	return response{}
+}
+
+// shutdown kills every session, then stops (or destroys) the sandbox.
+func (s *server) shutdown(ctx context.Context, destroy bool) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, se := range s.live() {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.kill(se, true, 0) }()
+	}
+	wg.Wait()
+	var err error
+	if destroy {
+		err = s.b.Destroy(ctx)
+	} else {
+		err = s.b.Stop(ctx)
+	}
+	go s.stop()
+	return err
+}
+
+// reapOrphans kills the processes of sessions an earlier supervisor left
+// without an exit record (it was killed): their output pipes are gone, so
+// they can never be journaled again.
+func (s *server) reapOrphans() {
+	ents, _ := os.ReadDir(filepath.Join(s.dir, SessionsDir))
+	for _, e := range ents {
+		d := filepath.Join(s.dir, SessionsDir, e.Name())
+		if _, err := os.Stat(filepath.Join(d, exitName)); err == nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, metaName)); err != nil {
+			// never started: a half-made session directory
+			_ = os.RemoveAll(d)
+			continue
+		}
+		killOrphan(d)
+	}
+}
+
+func killOrphan(d string) {
+	b, err := os.ReadFile(filepath.Join(d, metaName))
+	if err != nil {
+		return
+	}
+	var m SessionMeta
+	if json.Unmarshal(b, &m) != nil || m.Pid <= 1 {
+		return
+	}
+	if m.StartTicks != 0 && startTicks(m.Pid) == m.StartTicks {
+		_ = syscall.Kill(-m.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(m.Pid, syscall.SIGKILL)
+	}
+}
+
+// startTicks reads a process's start time from /proc (0 when unknown).
+func startTicks(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadSessions lists the sessions recorded under a sandbox directory,
+// oldest first. It reads the disk only, so it works without a supervisor.
+func ReadSessions(dir string) ([]SessionMeta, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, SessionsDir))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []SessionMeta
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, SessionsDir, e.Name(), metaName))
+		if err != nil {
+			continue
+		}
+		var m SessionMeta
+		if json.Unmarshal(b, &m) == nil {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := strconv.Atoi(strings.TrimPrefix(out[i].ID, "s"))
+		b, _ := strconv.Atoi(strings.TrimPrefix(out[j].ID, "s"))
+		return a < b
+	})
+	return out, nil
+}
+
+// JournalPath is the journal file of session id under a sandbox directory.
+func JournalPath(dir, id string) string { return filepath.Join(dir, SessionsDir, id, journalName) }
+
+// HasSession reports whether session id is recorded under dir.
+func HasSession(dir, id string) bool {
+	if !validID(id) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, SessionsDir, id, metaName))
+	return err == nil
+}
+
+// listenUnix listens on path; a path longer than a sockaddr allows is
+// reached through /proc/self/fd of its directory.
+func listenUnix(path string) (net.Listener, error) {
+	addr, closeDir, err := sockAddr(path)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDir()
+	return net.Listen("unix", addr)
+}
+
+func sockAddr(path string) (string, func(), error) {
+	if len(path) < 100 {
+		return path, func() {}, nil
+	}
+	d, err := os.OpenFile(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path)), func() { d.Close() }, nil
+}

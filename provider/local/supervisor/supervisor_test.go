@@ -1,0 +1,261 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/provider/local/journal"
+)
+
+// plainBackend runs sessions as plain host processes in the sandbox dir.
+type plainBackend struct{ dir string }
+
+type plainProc struct{ cmd *exec.Cmd }
+
+func (p plainProc) Pid() int { return p.cmd.Process.Pid }
+func (p plainProc) Signal(sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+func (p plainProc) Wait() (int, int, error) {
+	err := p.cmd.Wait()
+	st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ok && st.Signaled() {
+		return 128 + int(st.Signal()), int(st.Signal()), nil
+	}
+	if p.cmd.ProcessState != nil {
+		return p.cmd.ProcessState.ExitCode(), 0, nil
+	}
+	return -1, 0, err
+}
+
+func (b plainBackend) Start(context.Context) error { return nil }
+func (b plainBackend) StartProcess(_ context.Context, s ProcessSpec) (Process, error) {
+	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, s.Env...)
+	cmd.Dir = s.Dir
+	if s.Stdin != nil {
+		cmd.Stdin = s.Stdin
+	}
+	cmd.Stdout, cmd.Stderr = s.Stdout, s.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, errors.Join(ErrCouldNotRun, err)
+	}
+	return plainProc{cmd}, nil
+}
+func (b plainBackend) UpdateEgress(context.Context, []string) error { return ErrNotSupported }
+func (b plainBackend) Stop(context.Context) error                   { return nil }
+func (b plainBackend) Destroy(context.Context) error                { return nil }
+
+func TestMain(m *testing.M) {
+	MaybeRun(func(dir string) (Backend, error) { return plainBackend{dir}, nil })
+	goleak.VerifyTestMain(m)
+}
+
+func newSandbox(t *testing.T) Client {
+	t.Helper()
+	dir := t.TempDir()
+	if err := Launch(context.Background(), dir); err != nil {
+		t.Fatal(err)
+	}
+	c := Client{Dir: dir}
+	t.Cleanup(func() { _ = c.Shutdown(context.Background(), true) })
+	return c
+}
+
+type collected struct {
+	mu  sync.Mutex
+	out bytes.Buffer
+	err bytes.Buffer
+	n   int
+}
+
+func (c *collected) emit(r journal.Record) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if r.Kind == journal.KindStdout {
+		c.out.Write(r.Data)
+	} else {
+		c.err.Write(r.Data)
+	}
+	return true
+}
+
+func TestSpawnFollow(t *testing.T) {
+	c := newSandbox(t)
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col collected
+	o, err := c.Follow(ctx, id, col.emit)
+	if err != nil || !o.Exited || o.Code != 7 {
+		t.Fatalf("outcome %+v, %v", o, err)
+	}
+	if col.out.String() != "out\n" || col.err.String() != "err\n" {
+		t.Fatalf("out %q err %q", col.out.String(), col.err.String())
+	}
+	ss, _ := ReadSessions(c.Dir)
+	if len(ss) != 1 || ss[0].ID != id || ss[0].Command != "sh -c echo out; echo err >&2; exit 7" {
+		t.Fatalf("sessions %+v", ss)
+	}
+	if _, err := c.Follow(ctx, "nope", col.emit); err == nil {
+		t.Fatal("follow of an unknown session succeeded")
+	}
+}
+
+func TestStdinAndAttachers(t *testing.T) {
+	c := newSandbox(t)
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "echo ready; exec cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	cols := make([]*collected, n)
+	var wg sync.WaitGroup
+	for i := range cols {
+		cols[i] = &collected{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := c.Follow(ctx, id, cols[i].emit)
+			if err != nil || !o.Exited || o.Code != 0 {
+				t.Errorf("outcome %+v %v", o, err)
+			}
+		}()
+	}
+	for i := 0; i < 50; i++ {
+		if err := c.WriteStdin(ctx, id, []byte("line\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.CloseStdin(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	want := "ready\n" + strings.Repeat("line\n", 50)
+	for i, col := range cols {
+		if col.out.String() != want {
+			t.Fatalf("attacher %d got %q", i, col.out.String())
+		}
+	}
+	var se *Error
+	if err := c.WriteStdin(ctx, id, []byte("late")); !errors.As(err, &se) || se.Code != CodeExited {
+		t.Fatalf("late write: %v", err)
+	}
+}
+
+func TestTerminate(t *testing.T) {
+	c := newSandbox(t)
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col collected
+	done := make(chan Outcome, 1)
+	go func() { o, _ := c.Follow(ctx, id, col.emit); done <- o }()
+	start := time.Now()
+	if err := c.Terminate(ctx, id, false, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatal("SIGTERM-ignoring session ended before the grace")
+	}
+	o := <-done
+	if !o.Exited || o.Code != 137 {
+		t.Fatalf("outcome %+v", o)
+	}
+	if err := c.Terminate(ctx, id, true, 0); err != nil {
+		t.Fatalf("second terminate: %v", err)
+	}
+}
+
+// kill -9 of the supervisor loses no journal byte already written; the
+// session reads as lost, never as an exit.
+func TestSupervisorKilled(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	if err := Launch(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	c := Client{Dir: dir}
+	pid, err := c.Ping(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 1000 ]; do echo line$i; i=$((i+1)); done; exec sleep 60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col collected
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(col.out.String(), "line999\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("no output")
+		}
+		col = collected{}
+		fctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		c.Follow(fctx, id, col.emit)
+		cancel()
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for time.Now().Before(deadline) {
+		if _, err := c.Ping(ctx); errors.Is(err, ErrNoSupervisor) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var after collected
+	o, err := c.Follow(ctx, id, after.emit)
+	if err != nil || !o.Lost || o.Exited {
+		t.Fatalf("outcome %+v, %v", o, err)
+	}
+	if after.out.String() != col.out.String() {
+		t.Fatalf("journal lost bytes: %d vs %d", after.out.Len(), col.out.Len())
+	}
+	// A new supervisor reaps the orphan and serves the old journal.
+	if err := Launch(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown(ctx, true)
+	var again collected
+	if o, err := c.Follow(ctx, id, again.emit); err != nil || !o.Lost || again.out.String() != col.out.String() {
+		t.Fatalf("after restart %+v %v", o, err)
+	}
+	if err := c.Terminate(ctx, id, false, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDirRemovedSupervisorExits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sbx")
+	os.Mkdir(dir, 0o700)
+	ctx := context.Background()
+	if err := Launch(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := Client{Dir: dir}.Ping(ctx)
+	os.Rename(dir, dir+".gone")
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("supervisor did not exit after its directory was removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
