@@ -1,0 +1,415 @@
+package jail
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+)
+
+// helperEnv selects the helper mode of a re-executed binary.
+const helperEnv = "MANAGOAT_JAIL_HELPER"
+
+// Fds inherited by the helper.
+const (
+	fdListener = 3 // the control socket (unixpacket listener)
+	fdConfig   = 4 // read end: the launch config, sent once placed in cgroups
+	fdReady    = 5 // write end: "ready" or an error line
+)
+
+// launchConfig is what the manager tells the init.
+type launchConfig struct {
+	Root     string   // host directory the tmpfs root is mounted on
+	HomeDir  string   // host directory bound at /home/sprite
+	Hostname string   // uts hostname
+	Rootless bool     // running in a user namespace: the workload stays uid 0 there
+	UID, GID int      // the workload's uid/gid when not rootless
+	Env      []string // default environment of every command
+}
+
+// Init must be the first call in main of every binary that uses this
+// package (and in TestMain of its tests):
+//
+//	func main() {
+//		if jail.Init() {
+//			return // never reached: a helper exits by itself
+//		}
+//		...
+//	}
+//
+// The jail re-executes the running binary (/proc/self/exe) as each
+// sandbox's init; in that process Init does the init's work and never
+// returns. In every other process it returns false at once.
+func Init() bool {
+	mode := os.Getenv(helperEnv)
+	if mode == "" {
+		return false
+	}
+	var err error
+	switch mode {
+	case "init":
+		err = initMain()
+	case "serve":
+		err = serveMain()
+	default:
+		err = fmt.Errorf("unknown helper mode %q", mode)
+	}
+	report(err)
+	os.Exit(1)
+	return true
+}
+
+func report(err error) {
+	if err == nil {
+		return
+	}
+	msg := "error: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+	unix.Write(fdReady, []byte(msg))
+	fmt.Fprint(os.Stderr, "managoat jail init: "+msg)
+}
+
+// initMain runs as pid 1 of the sandbox's new namespaces, as root there.
+// It waits until the manager placed it in its cgroups, builds the root,
+// drops privileges and execs the serve stage.
+func initMain() error {
+	f := os.NewFile(fdConfig, "config")
+	var cfg launchConfig
+	if err := json.NewDecoder(f).Decode(&cfg); err != nil {
+		return fmt.Errorf("read launch config: %w", err)
+	}
+	f.Close()
+	if err := buildRoot(cfg); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := mechanism.LoopbackUp(); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	b, _ := json.Marshal(cfg)
+	// Every privilege change below is per thread; this thread then execs,
+	// and the new image inherits exactly this thread's state.
+	runtime.LockOSThread()
+	if err := dropPrivileges(cfg); err != nil {
+		return err
+	}
+	env := []string{helperEnv + "=serve", "MANAGOAT_JAIL_CONFIG=" + string(b), "GOMAXPROCS=1", "GOGC=50"}
+	err := unix.Exec("/proc/self/exe", []string{"managoat-jail-init"}, env)
+	return fmt.Errorf("exec serve stage: %w", err)
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
+	}
+	return nil
+}
+
+// roBind binds src on dst read-only, nosuid, nodev.
+func roBind(src, dst string) error {
+	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+// bindTarget creates an empty file or directory at dst matching src.
+func bindTarget(src, dst string) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return os.MkdirAll(dst, 0o755)
+	}
+	fh, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return fh.Close()
+}
+
+// etcBinds are the host /etc entries a workload may need; nothing secret
+// (no shadow, no ssh keys, no machine credentials).
+var etcBinds = []string{
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+	"ssl", "ca-certificates", "ca-certificates.conf", "mime.types", "protocols",
+	"services", "bash.bashrc", "profile", "profile.d", "inputrc", "terminfo",
+	"debian_version", "os-release", "gai.conf", "host.conf", "magic", "timezone",
+	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
+}
+
+func buildRoot(cfg launchConfig) error {
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	r := cfg.Root
+	if err := mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
+		return err
+	}
+	// Runtime: /usr and the top-level links or directories into it.
+	for _, p := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
+		st, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		dst := r + p
+		if st.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(t, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		if err := roBind(p, dst); err != nil {
+			return err
+		}
+	}
+	// /etc: generated files plus harmless read-only binds.
+	etc := r + "/etc"
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	gen := map[string]string{
+		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1\tlocalhost " + cfg.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname":      cfg.Hostname + "\n",
+		"resolv.conf":   "# no network: this sandbox denies all egress\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+	for name, content := range gen {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, name := range etcBinds {
+		src := "/etc/" + name
+		st, err := os.Lstat(src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(etc, name)
+		if st.Mode()&os.ModeSymlink != 0 {
+			t, _ := os.Readlink(src)
+			if err := os.Symlink(t, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := bindTarget(src, dst); err != nil {
+			return err
+		}
+		if err := roBind(src, dst); err != nil {
+			return err
+		}
+	}
+	// Home, /tmp, /var/tmp, /run.
+	home := r + mechanism.Home
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return err
+	}
+	if err := mount(cfg.HomeDir, home, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return err
+	}
+	for _, d := range []string{"/tmp", "/run"} {
+		if err := os.Mkdir(r+d, 0o1777); err != nil {
+			return err
+		}
+		if err := mount("tmpfs", r+d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(r+"/var", 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink("/tmp", r+"/var/tmp"); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r+"/root", 0o700); err != nil {
+		return err
+	}
+	// /dev: a tmpfs with the harmless character devices bound from the host.
+	dev := r + "/dev"
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		if err := bindTarget("/dev/"+d, dev+"/"+d); err != nil {
+			return err
+		}
+		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(dev+"/"+d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r+"/proc", 0o555); err != nil {
+		return err
+	}
+	// Pivot.
+	old := r + "/.old"
+	if err := os.Mkdir(old, 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(r, old); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount("/.old", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := os.Remove("/.old"); err != nil {
+		return err
+	}
+	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"} {
+		if _, err := os.Stat(p); err == nil {
+			if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
+		if _, err := os.Stat(p); err == nil {
+			if err := roBind(p, p); err != nil {
+				return err
+			}
+		}
+	}
+	if err := mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	return mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m")
+}
+
+// keepCaps are what the serve stage keeps when the workload runs as
+// another uid: it spawns as that uid and signals its children. The
+// workload loses every capability when its uid is set.
+var keepCaps = []int{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
+
+func dropPrivileges(cfg launchConfig) error {
+	keep := map[int]bool{}
+	if !cfg.Rootless {
+		for _, c := range keepCaps {
+			keep[c] = true
+		}
+	}
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	// Landlock: writes only under home, /tmp, /dev/shm, /run and the
+	// harmless devices. Reads and execution are confined by the mount view.
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return fmt.Errorf("landlock: %w", err)
+	}
+	access := mechanism.LandlockWriteAccess(abi)
+	attr := &ll.RulesetAttr{HandledAccessFS: access}
+	if abi >= 6 {
+		attr.Scoped = ll.ScopeAbstractUnixSocket
+	}
+	rfd, err := ll.LandlockCreateRuleset(attr, 0)
+	if err != nil {
+		return fmt.Errorf("landlock ruleset: %w", err)
+	}
+	rules := map[string]uint64{
+		mechanism.Home: access, "/tmp": access, "/dev/shm": access, "/run": access,
+	}
+	fileAccess := access &^ uint64(ll.AccessFSRemoveDir|ll.AccessFSRemoveFile|ll.AccessFSMakeChar|ll.AccessFSMakeDir|
+		ll.AccessFSMakeReg|ll.AccessFSMakeSock|ll.AccessFSMakeFifo|ll.AccessFSMakeBlock|ll.AccessFSMakeSym|ll.AccessFSRefer)
+	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom"} {
+		rules[d] = fileAccess
+	}
+	rules["/dev/pts"] = fileAccess
+	for p, a := range rules {
+		pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("landlock rule %s: %w", p, err)
+		}
+		err = ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: a, ParentFd: pfd}, 0)
+		unix.Close(pfd)
+		if err != nil {
+			return fmt.Errorf("landlock rule %s: %w", p, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := ll.LandlockRestrictSelf(rfd, 0); err != nil {
+		return fmt.Errorf("landlock restrict: %w", err)
+	}
+	unix.Close(rfd)
+	if err := seccomp.LoadFilter(seccompFilter()); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	return nil
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		var n int
+		if _, err := fmt.Sscanf(string(b), "%d", &n); err == nil {
+			return n
+		}
+	}
+	return 40
+}
+
+var _ = syscall.Exec

@@ -1,0 +1,750 @@
+package jail
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/cgroups"
+)
+
+// Config configures a Jail.
+type Config struct {
+	// StateDir holds one directory per sandbox (state, home, init log).
+	// Required. Two Jails with different StateDirs never see each other's
+	// sandboxes.
+	StateDir string
+	// RunDir holds the control sockets (their paths must stay short).
+	// Default /run/managoat as root, else $XDG_RUNTIME_DIR/managoat, else
+	// a per-uid directory under os.TempDir().
+	RunDir string
+	// Prober answers the gate; default mechanism.HostProber().
+	Prober mechanism.Prober
+	// UID and GID the workload runs as when the manager is root (default
+	// 1000:1000, the "sprite" user of the sandbox's /etc/passwd). Without
+	// root the workload is uid 0 of a user namespace mapped to the caller.
+	UID, GID int
+}
+
+// Jail is the native Linux jail mechanism. Safe for concurrent use, and
+// across processes sharing a StateDir.
+type Jail struct {
+	cfg      Config
+	rootless bool
+	hash     string
+
+	mu    sync.Mutex
+	reaps map[string]chan struct{} // inits started by this process, closed once reaped
+}
+
+var (
+	_ mechanism.Mechanism             = (*Jail)(nil)
+	_ mechanism.CapabilityRequirer    = (*Jail)(nil)
+	_ mechanism.CapabilityConstructor = (*Jail)(nil)
+	_ mechanism.CapabilityGuarantor   = (*Jail)(nil)
+	_ mechanism.EgressUpdater         = (*Jail)(nil)
+)
+
+// New returns a Jail keeping its state under cfg.StateDir.
+func New(cfg Config) (*Jail, error) {
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return nil, mechanism.Invalid("StateDir", "must be an absolute path")
+	}
+	if cfg.UID == 0 && cfg.GID == 0 {
+		cfg.UID, cfg.GID = 1000, 1000
+	}
+	if cfg.Prober == nil {
+		cfg.Prober = mechanism.HostProber()
+	}
+	if cfg.RunDir == "" {
+		switch {
+		case os.Geteuid() == 0:
+			cfg.RunDir = "/run/managoat"
+		case os.Getenv("XDG_RUNTIME_DIR") != "":
+			cfg.RunDir = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "managoat")
+		default:
+			cfg.RunDir = filepath.Join(os.TempDir(), fmt.Sprintf("managoat-%d", os.Getuid()))
+		}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	return &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:4]), reaps: map[string]chan struct{}{}}, nil
+}
+
+// Name implements mechanism.Mechanism.
+func (j *Jail) Name() string { return "jail" }
+
+// RequiredCapabilities: the host must provide every namespace, pivot_root,
+// the privilege drop, seccomp and Landlock. Resource caps are required only
+// when a Spec asks for them (the gate adds them).
+func (j *Jail) RequiredCapabilities() []mechanism.Capability {
+	return []mechanism.Capability{
+		mechanism.ProcessSeparation, mechanism.FilesystemConfinement, mechanism.PrivilegeSeparation,
+		mechanism.NetworkRestriction, mechanism.SyscallFilter, mechanism.Landlock,
+	}
+}
+
+// ConstructedCapabilities: the wall-clock budget is enforced by the jail.
+func (j *Jail) ConstructedCapabilities() []mechanism.Capability {
+	return []mechanism.Capability{mechanism.TimeBudget}
+}
+
+// GuaranteedCapabilities: everything but disk quotas and egress allowlists.
+func (j *Jail) GuaranteedCapabilities() []mechanism.Capability {
+	return []mechanism.Capability{
+		mechanism.ProcessSeparation, mechanism.FilesystemConfinement, mechanism.PrivilegeSeparation,
+		mechanism.NetworkRestriction, mechanism.SyscallFilter, mechanism.Landlock,
+		mechanism.ResourceLimits, mechanism.MemoryCap, mechanism.PidsCap, mechanism.CPUCap, mechanism.TimeBudget,
+	}
+}
+
+// Owner returns the host uid and gid the workload's files are owned by;
+// a caller writing into the home directory through HostPath should chown
+// to them so the sandbox can modify the files.
+func (j *Jail) Owner() (uid, gid int) {
+	if j.rootless {
+		return os.Getuid(), os.Getgid()
+	}
+	return j.cfg.UID, j.cfg.GID
+}
+
+type state struct {
+	Mechanism string           `json:"mechanism"`
+	ID        string           `json:"id"`
+	Spec      mechanism.Spec   `json:"spec"`
+	HomeDir   string           `json:"homeDir"`
+	OwnHome   bool             `json:"ownHome"`
+	Status    mechanism.Status `json:"status"`
+	InitPid   int              `json:"initPid,omitempty"`
+	InitStart uint64           `json:"initStart,omitempty"`
+	Cgroup    string           `json:"cgroup,omitempty"`
+	Socket    string           `json:"socket,omitempty"`
+	Note      string           `json:"note,omitempty"`
+}
+
+func (j *Jail) dir(id string) string { return filepath.Join(j.cfg.StateDir, id) }
+
+func readState(dir string) (*state, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("corrupt state %s: %w", dir, err)
+	}
+	if st.Mechanism != "jail" {
+		return nil, fmt.Errorf("%s is not a jail sandbox", dir)
+	}
+	return &st, nil
+}
+
+func writeState(dir string, st *state) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".state.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "state.json"))
+}
+
+// lock takes an exclusive flock on path, waiting for ctx.
+func lock(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func lockHeld(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return err == unix.EWOULDBLOCK
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
+// Provision implements mechanism.Mechanism. It creates the sandbox's
+// directory and home; nothing runs until Start.
+func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) error {
+	if err := mechanism.ValidateID(id); err != nil {
+		return err
+	}
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := mechanism.Gate(ctx, j, spec, j.cfg.Prober); err != nil {
+		return err
+	}
+	unlock, err := lock(ctx, filepath.Join(j.cfg.StateDir, ".provision.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	dir := j.dir(id)
+	if st, err := readState(dir); err == nil {
+		if reflect.DeepEqual(normSpec(st.Spec), normSpec(spec)) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", mechanism.ErrExists, id)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	tmp, err := os.MkdirTemp(j.cfg.StateDir, ".provision-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	uid, gid := j.Owner()
+	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
+	if spec.HomeDir != "" {
+		if err := os.MkdirAll(spec.HomeDir, 0o755); err != nil {
+			return err
+		}
+		st.HomeDir = spec.HomeDir
+	} else {
+		if err := os.Mkdir(filepath.Join(tmp, "home"), 0o755); err != nil {
+			return err
+		}
+		st.HomeDir, st.OwnHome = filepath.Join(dir, "home"), true
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
+		return err
+	}
+	if err := writeState(tmp, st); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return os.Chown(st.HomeDir, uid, gid)
+}
+
+func normSpec(s mechanism.Spec) mechanism.Spec {
+	if len(s.Egress) == 0 {
+		s.Egress = nil
+	}
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	return s
+}
+
+// procStart returns the start time (clock ticks since boot) of pid, or 0.
+func procStart(pid int) (uint64, byte) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n, f[0][0]
+}
+
+// alive reports whether the recorded init still runs (same pid, same start).
+func alive(st *state) bool {
+	if st.InitPid <= 0 {
+		return false
+	}
+	start, s := procStart(st.InitPid)
+	return start != 0 && start == st.InitStart && s != 'Z' && s != 'X'
+}
+
+func (j *Jail) group(st *state) *cgroups.Group {
+	if st.Cgroup == "" {
+		return nil
+	}
+	l, err := mechanism.CgroupLayout()
+	if err != nil {
+		return nil
+	}
+	return l.Open(st.Cgroup)
+}
+
+// Start implements mechanism.Mechanism: it launches the sandbox's init in
+// new namespaces, inside its cgroups, and waits until it serves.
+func (j *Jail) Start(ctx context.Context, id string) error {
+	if err := mechanism.ValidateID(id); err != nil {
+		return err
+	}
+	dir := j.dir(id)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+	}
+	unlock, err := lock(ctx, filepath.Join(dir, "lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := readState(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+		}
+		return err
+	}
+	if alive(st) {
+		return nil
+	}
+	if err := mechanism.Gate(ctx, j, st.Spec, j.cfg.Prober); err != nil {
+		return err
+	}
+	j.cleanup(ctx, st) // leftovers of an init that died by itself
+	prev := st.Status
+	st.Status = mechanism.StatusStarting
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	if err := j.launch(ctx, dir, st); err != nil {
+		st.Status = prev
+		if prev != mechanism.StatusProvisioned {
+			st.Status = mechanism.StatusStopped
+		}
+		st.InitPid, st.InitStart = 0, 0
+		st.Note = "start failed: " + err.Error()
+		_ = writeState(dir, st)
+		return err
+	}
+	st.Status = mechanism.StatusRunning
+	st.Note = ""
+	return writeState(dir, st)
+}
+
+func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
+	lim := cgroups.Limits{MemoryBytes: st.Spec.MemoryBytes, Pids: st.Spec.Pids, CPUMillis: st.Spec.CPUMillis}
+	limited := lim != cgroups.Limits{}
+	var g *cgroups.Group
+	if l, lerr := mechanism.CgroupLayout(); lerr == nil && l.Mode != cgroups.ModeNone {
+		name := "managoat-jail-" + j.hash + "-" + st.ID
+		stale := l.Open(name)
+		if stale.Exists() {
+			stale.Kill()
+			_ = stale.Remove(ctx)
+		}
+		g, err = l.Create(name, lim)
+		if err != nil {
+			if limited {
+				return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{Name: mechanism.ResourceLimits, Detail: err.Error()}}}
+			}
+			g = nil // accounting only; without limits a rootless jail runs without cgroups
+		}
+	} else if limited {
+		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{Name: mechanism.ResourceLimits, Detail: fmt.Sprintf("no cgroup hierarchy: %v", lerr)}}}
+	}
+	if g != nil {
+		st.Cgroup = g.Name
+		defer func() {
+			if err != nil {
+				g.Kill()
+				_ = g.Remove(context.Background())
+				st.Cgroup = ""
+			}
+		}()
+	}
+	sum := sha256.Sum256([]byte(dir))
+	sock := filepath.Join(j.cfg.RunDir, hex.EncodeToString(sum[:8])+".sock")
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lf, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(sock)
+		}
+	}()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	defer readyW.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"managoat-jail-init"}
+	cmd.Env = []string{helperEnv + "=init", "GOMAXPROCS=1"}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{lf, cfgR, readyW}
+	sys := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
+		Setsid:     true,
+	}
+	if j.rootless {
+		sys.Cloneflags |= unix.CLONE_NEWUSER
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+	}
+	if g != nil && g.V2 != "" {
+		fd, err := g.V2FD()
+		if err != nil {
+			return fmt.Errorf("open v2 cgroup: %w", err)
+		}
+		defer unix.Close(fd)
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+	}
+	cmd.SysProcAttr = sys
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start init: %w", err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() {
+		if err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			<-done
+		} else {
+			j.mu.Lock()
+			j.reaps[dir] = done
+			j.mu.Unlock()
+		}
+	}()
+	cfgR.Close()
+	readyW.Close()
+	// Place the init in its v1 cgroups before it does anything: every
+	// workload is its descendant, so every workload is born inside. Then
+	// read back what is in force.
+	if g != nil {
+		if err := g.AddProc(pid); err != nil {
+			return err
+		}
+		if err := g.Verify(lim, pid); err != nil {
+			return fmt.Errorf("limits not in force, sandbox killed: %w", err)
+		}
+	}
+	lc := launchConfig{
+		Root: filepath.Join(dir, "root"), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
+		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID,
+	}
+	if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
+		return fmt.Errorf("send launch config: %w", err)
+	}
+	cfgW.Close()
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(readyR).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	var msg string
+	select {
+	case msg = <-line:
+	case <-ctx.Done():
+		_ = unix.Kill(pid, unix.SIGKILL)
+		<-line
+		return ctx.Err()
+	}
+	if msg != "ready" {
+		if msg == "" {
+			b, _ := os.ReadFile(filepath.Join(dir, "init.log"))
+			msg = "init exited: " + strings.TrimSpace(string(b))
+		}
+		return fmt.Errorf("jail init: %s", msg)
+	}
+	start, _ := procStart(pid)
+	st.InitPid, st.InitStart, st.Socket = pid, start, sock
+	return nil
+}
+
+func hostname(id string) string {
+	if len(id) > 63 {
+		id = id[:63]
+	}
+	return strings.Trim(strings.ReplaceAll(strings.ReplaceAll(id, "_", "-"), ".", "-"), "-")
+}
+
+// cleanup kills whatever is left of st's init and removes its cgroups and
+// socket. The caller holds the sandbox lock.
+func (j *Jail) cleanup(ctx context.Context, st *state) {
+	if alive(st) {
+		_ = unix.Kill(st.InitPid, unix.SIGKILL)
+	}
+	if g := j.group(st); g != nil {
+		g.Kill()
+	}
+	j.mu.Lock()
+	done := j.reaps[j.dir(st.ID)]
+	delete(j.reaps, j.dir(st.ID))
+	j.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	} else {
+		for i := 0; i < 2000 && alive(st); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if g := j.group(st); g != nil {
+		_ = g.Remove(ctx)
+	}
+	if st.Socket != "" {
+		_ = os.Remove(st.Socket)
+	}
+	st.InitPid, st.InitStart, st.Cgroup, st.Socket = 0, 0, "", ""
+}
+
+// Stop implements mechanism.Mechanism: it kills the init (and with it the
+// whole pid namespace), removes the cgroups and keeps the files.
+func (j *Jail) Stop(ctx context.Context, id string) error {
+	if err := mechanism.ValidateID(id); err != nil {
+		return err
+	}
+	dir := j.dir(id)
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	unlock, err := lock(ctx, filepath.Join(dir, "lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := readState(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	if st.Status == mechanism.StatusProvisioned && st.InitPid == 0 {
+		return nil
+	}
+	st.Status = mechanism.StatusStopping
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	j.cleanup(ctx, st)
+	st.Status = mechanism.StatusStopped
+	return writeState(dir, st)
+}
+
+// Destroy implements mechanism.Mechanism. A home directory given in
+// Spec.HomeDir is left in place; one the jail created is removed.
+func (j *Jail) Destroy(ctx context.Context, id string) error {
+	if err := mechanism.ValidateID(id); err != nil {
+		return err
+	}
+	if err := j.Stop(ctx, id); err != nil {
+		return err
+	}
+	dir := j.dir(id)
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	gone := filepath.Join(j.cfg.StateDir, ".destroy-"+randHex())
+	if err := os.Rename(dir, gone); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+func randHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Status implements mechanism.Mechanism from what it observes: the state
+// directory, whether the recorded init still runs, and whether it answers.
+func (j *Jail) Status(ctx context.Context, id string) (mechanism.Status, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return mechanism.StatusUnknown, err
+	}
+	dir := j.dir(id)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return mechanism.StatusAbsent, nil
+	} else if err != nil {
+		return mechanism.StatusUnknown, err
+	}
+	st, err := readState(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return mechanism.StatusAbsent, nil // destroyed between the two reads
+		}
+		return mechanism.StatusUnknown, err
+	}
+	switch st.Status {
+	case mechanism.StatusProvisioned, mechanism.StatusStopped:
+		return st.Status, nil
+	case mechanism.StatusStarting, mechanism.StatusStopping:
+		if lockHeld(filepath.Join(dir, "lock")) {
+			return st.Status, nil
+		}
+	}
+	// Recorded running (or a transition whose owner died): look.
+	if !alive(st) {
+		return mechanism.StatusStopped, nil
+	}
+	if err := ping(ctx, st.Socket); err != nil {
+		return mechanism.StatusUnknown, nil
+	}
+	return mechanism.StatusRunning, nil
+}
+
+// ListRunning implements mechanism.Mechanism.
+func (j *Jail) ListRunning(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(j.cfg.StateDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return []string{}, nil
+		}
+		return nil, err
+	}
+	out := []string{}
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if mechanism.ValidateID(e.Name()) != nil {
+			continue
+		}
+		if _, err := readState(filepath.Join(j.cfg.StateDir, e.Name())); err != nil {
+			continue
+		}
+		if s, _ := j.Status(ctx, e.Name()); s == mechanism.StatusRunning {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Usage implements mechanism.Mechanism: CPU time and memory from the
+// sandbox's cgroups, disk from the allocated blocks under its home.
+func (j *Jail) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return mechanism.Usage{}, err
+	}
+	st, err := readState(j.dir(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return mechanism.Usage{}, fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+		}
+		return mechanism.Usage{}, err
+	}
+	var u mechanism.Usage
+	if g := j.group(st); g != nil && alive(st) {
+		s := g.Stats()
+		u.CPUTime, u.MemoryBytes = s.CPUTime, s.MemoryBytes
+	}
+	_ = filepath.WalkDir(st.HomeDir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || ctx.Err() != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if s, ok := info.Sys().(*syscall.Stat_t); ok {
+				u.DiskBytes += s.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return u, nil
+}
+
+// HostPath implements mechanism.Mechanism.
+func (j *Jail) HostPath(id, sandboxPath string) (string, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return "", err
+	}
+	st, err := readState(j.dir(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+		}
+		return "", err
+	}
+	return mechanism.ResolveHome(st.HomeDir, sandboxPath)
+}
+
+// UpdateEgress implements mechanism.EgressUpdater. The jail's network is a
+// namespace with only lo: an empty list (deny-all) is what is in force;
+// any allowed destination is refused, naming egress_allowlist.
+func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) error {
+	if s, err := j.Status(ctx, id); err != nil {
+		return err
+	} else if s != mechanism.StatusRunning {
+		return fmt.Errorf("%w: %s is %s", mechanism.ErrNotRunning, id, s)
+	}
+	if len(allow) == 0 {
+		return nil
+	}
+	return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
+		Name: mechanism.EgressAllowlist, Detail: "the jail's network namespace has only lo; it builds no egress proxy, so it can deny all but allow nothing",
+	}}}
+}

@@ -1,0 +1,59 @@
+package jail
+
+import (
+	"runtime"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/sys/unix"
+)
+
+// deniedSyscalls is the deny-list of a container runtime's default profile
+// (Docker/containerd without extra capabilities): mounts, tracing, kexec,
+// bpf, keyrings, kernel modules, clocks, swap, reboot, namespaces, perf,
+// handle-based opens, userfaultfd, and obsolete or dangerous interfaces.
+var deniedSyscalls = []string{
+	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "delete_module",
+	"finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "init_module",
+	"kcmp", "kexec_file_load", "kexec_load", "keyctl", "mount", "mount_setattr",
+	"move_mount", "name_to_handle_at", "open_by_handle_at", "open_tree",
+	"perf_event_open", "pivot_root", "process_vm_readv", "process_vm_writev",
+	"ptrace", "quotactl", "reboot", "request_key", "setns", "settimeofday",
+	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
+	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
+	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
+}
+
+var deniedAMD64 = []string{
+	"create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
+	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
+}
+
+// namespace clone flags a workload may not use.
+const cloneNewMask = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// seccompFilter is loaded on the calling thread only (no TSYNC): the caller
+// execs right after, and the filter is inherited by the new image.
+func seccompFilter() seccomp.Filter {
+	names := append([]string(nil), deniedSyscalls...)
+	if runtime.GOARCH == "amd64" {
+		names = append(names, deniedAMD64...)
+	}
+	return seccomp.Filter{
+		NoNewPrivs: true,
+		Policy: seccomp.Policy{
+			DefaultAction: seccomp.ActionAllow,
+			Syscalls: []seccomp.SyscallGroup{
+				{Action: seccomp.ActionErrno, Names: names},
+				{Action: seccomp.ActionErrno, NamesWithCondtions: []seccomp.NameWithConditions{{
+					Name:       "clone",
+					Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNewMask}},
+				}}},
+				// clone3 passes its flags in memory, which a filter cannot
+				// read: answer ENOSYS (RET_TRACE without a tracer) so libc
+				// falls back to clone, which is filtered above.
+				{Action: seccomp.ActionTrace, Names: []string{"clone3"}},
+			},
+		},
+	}
+}

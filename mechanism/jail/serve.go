@@ -1,0 +1,263 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Wire protocol between the manager and a sandbox's init, one process per
+// connection over a unixpacket socket:
+//
+//	manager -> init   request{argv, env, dir} + SCM_RIGHTS [stdin, stdout, stderr]
+//	init -> manager   reply{started, pid} or reply{error, notFound}
+//	manager -> init   request{signal}           (any number, optional)
+//	init -> manager   reply{exited, code, signal}
+//
+// Closing the connection before the exit kills the process group when
+// killOnClose was set. request{ping} answers reply{pong}.
+type request struct {
+	Argv        []string `json:"argv,omitempty"`
+	Env         []string `json:"env,omitempty"`
+	Dir         string   `json:"dir,omitempty"`
+	KillOnClose bool     `json:"killOnClose,omitempty"`
+	Signal      int      `json:"signal,omitempty"`
+	Ping        bool     `json:"ping,omitempty"`
+}
+
+type reply struct {
+	Pong     bool   `json:"pong,omitempty"`
+	Started  bool   `json:"started,omitempty"`
+	Pid      int    `json:"pid,omitempty"`
+	Error    string `json:"error,omitempty"`
+	NotFound bool   `json:"notFound,omitempty"`
+	Exited   bool   `json:"exited,omitempty"`
+	Code     int    `json:"code"`
+	Sig      int    `json:"signal,omitempty"`
+}
+
+type server struct {
+	cfg     launchConfig
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+	early   map[int]unix.WaitStatus
+}
+
+// serveMain is the init after it dropped privileges: pid 1 of the sandbox,
+// reaping every orphan and starting commands on request.
+func serveMain() error {
+	var cfg launchConfig
+	if err := json.Unmarshal([]byte(os.Getenv("MANAGOAT_JAIL_CONFIG")), &cfg); err != nil {
+		return fmt.Errorf("serve config: %w", err)
+	}
+	// pid 1 of a pid namespace receives from inside only the signals it
+	// handles; ignoring them means a workload cannot stop its init.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
+		syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO)
+	sigch := make(chan os.Signal, 64)
+	signal.Notify(sigch, syscall.SIGCHLD)
+	s := &server{cfg: cfg, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
+	go s.reap(sigch)
+	lf := os.NewFile(fdListener, "control")
+	l, err := net.FileListener(lf)
+	lf.Close()
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		return errors.New("control socket is not a unix listener")
+	}
+	unix.Write(fdReady, []byte("ready\n"))
+	unix.Close(fdReady)
+	for {
+		c, err := ul.AcceptUnix()
+		if err != nil {
+			continue
+		}
+		go s.handle(c)
+	}
+}
+
+func (s *server) reap(sigch chan os.Signal) {
+	for range sigch {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			s.mu.Lock()
+			if ch, ok := s.waiters[pid]; ok {
+				ch <- ws
+				delete(s.waiters, pid)
+			} else {
+				s.early[pid] = ws // an orphan, or a child not yet registered
+			}
+			if len(s.early) > 4096 {
+				clear(s.early) // orphans nobody waits for
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func send(c *net.UnixConn, r reply) {
+	b, _ := json.Marshal(r)
+	c.Write(b)
+}
+
+func (s *server) handle(c *net.UnixConn) {
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	var req request
+	if err := json.Unmarshal(buf[:n], &req); err != nil {
+		send(c, reply{Error: "bad request: " + err.Error()})
+		return
+	}
+	if req.Ping {
+		send(c, reply{Pong: true})
+		return
+	}
+	if len(req.Argv) == 0 || len(fds) != 3 {
+		send(c, reply{Error: "bad request: need argv and three descriptors"})
+		return
+	}
+	dir := req.Dir
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		send(c, reply{Error: fmt.Sprintf("working directory %s: not a directory", dir), NotFound: true})
+		return
+	}
+	path, err := lookPath(req.Argv[0], req.Env, dir)
+	if err != nil {
+		send(c, reply{Error: err.Error(), NotFound: true})
+		return
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if !s.cfg.Rootless {
+		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
+	}
+	attr := &syscall.ProcAttr{Dir: dir, Env: req.Env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}, Sys: sys}
+	ch := make(chan unix.WaitStatus, 1)
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(path, req.Argv, attr)
+	if err == nil {
+		if ws, ok := s.early[pid]; ok {
+			ch <- ws
+			delete(s.early, pid)
+		} else {
+			s.waiters[pid] = ch
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		send(c, reply{Error: fmt.Sprintf("start %s: %v", path, err), NotFound: errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EACCES)})
+		return
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	fds = nil
+	send(c, reply{Started: true, Pid: pid})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		b := make([]byte, 4096)
+		for {
+			n, err := c.Read(b)
+			if err != nil {
+				return
+			}
+			var r request
+			if json.Unmarshal(b[:n], &r) == nil && r.Signal > 0 {
+				unix.Kill(-pid, unix.Signal(r.Signal))
+			}
+		}
+	}()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-ch:
+	case <-closed:
+		if req.KillOnClose {
+			unix.Kill(-pid, unix.SIGKILL)
+		}
+		ws = <-ch
+	}
+	r := reply{Exited: true, Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		r.Sig = int(ws.Signal())
+		r.Code = 128 + r.Sig
+	}
+	send(c, r)
+}
+
+func lookPath(file string, env []string, dir string) (string, error) {
+	if strings.Contains(file, "/") {
+		p := file
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", fmt.Errorf("executable %s: %w", file, err)
+		}
+		return p, nil
+	}
+	pathEnv := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, file)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %s not found in PATH %s", file, pathEnv)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return syscall.EACCES
+	}
+	return nil
+}
