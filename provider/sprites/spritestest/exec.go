@@ -517,15 +517,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, sp *sprite, id str
 	ss.mu.Lock()
 	pid, ended, dropped := ss.pid, ss.ended, ss.dropped
 	ss.mu.Unlock()
-	forget := func() {
-		s.mu.Lock()
-		if sp.sessions[id] == ss {
-			delete(sp.sessions, id)
-		}
-		s.mu.Unlock()
-	}
 	if dropped || pid == 0 {
-		forget()
 		apiError(w, http.StatusNotFound, "not_found", "session not found")
 		return
 	}
@@ -565,7 +557,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, sp *sprite, id str
 	code := ss.code
 	ss.mu.Unlock()
 	_ = enc.Encode(map[string]any{"type": "complete", "exit_code": code})
-	forget()
+	// The session stays: an attach still replays its output and its exit.
 }
 
 var errNoDir = errors.New("no sprite directory")
