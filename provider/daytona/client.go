@@ -1,0 +1,210 @@
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// maxBody caps every response body read into memory (a session journal is
+// the largest; it is fetched whole on every poll).
+const maxBody = 256 << 20
+
+// errBodyTooLarge is returned when a response exceeds maxBody.
+var errBodyTooLarge = errors.New("daytona: response body over 256 MiB")
+
+type client struct {
+	hc      *http.Client
+	key     string
+	timeout time.Duration
+}
+
+// response is one HTTP answer, read whole.
+type response struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+// do sends one request under the per-request timeout. Its error is already
+// in the taxonomy: the caller's own cancellation is returned as ctx.Err();
+// the request timeout is Unavailable{timeout}; any other transport failure
+// (including a body cut short) is Unavailable{transport}.
+func (c *client) do(ctx context.Context, method, url string, body io.Reader, contentType string) (*response, error) {
+	rctx := ctx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(rctx, method, url, body)
+	if err != nil {
+		return nil, sandbox.Invalid("request", err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, transportError(ctx, rctx, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return nil, transportError(ctx, rctx, err)
+	}
+	if len(b) > maxBody {
+		return nil, sandbox.Unavailable(sandbox.ReasonTransport, errBodyTooLarge)
+	}
+	return &response{status: resp.StatusCode, body: b, header: resp.Header}, nil
+}
+
+func transportError(ctx, rctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if rctx.Err() != nil {
+		return &sandbox.UnavailableError{Reason: sandbox.ReasonTimeout, Err: err}
+	}
+	return &sandbox.UnavailableError{Reason: sandbox.ReasonTransport, Err: err}
+}
+
+// call sends a JSON request (in may be nil) and returns the 2xx answer, or
+// the answer normalized per §3.2 / §6.3.8.
+func (c *client) call(ctx context.Context, method, url string, in any) (*response, error) {
+	var body io.Reader
+	ctype := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, sandbox.Invalid("request", err.Error())
+		}
+		body = bytes.NewReader(b)
+		ctype = "application/json"
+	}
+	r, err := c.do(ctx, method, url, body, ctype)
+	if err != nil {
+		return nil, err
+	}
+	if r.status < 200 || r.status > 299 {
+		return r, httpError(r)
+	}
+	return r, nil
+}
+
+// httpError maps a non-2xx answer through the §3.2 table: 404 not found,
+// 401/403 denied, 429 rate limited (retry-after from the body's retryAfter,
+// or else the Retry-After header), ≥500 unavailable, anything else invalid.
+func httpError(r *response) error {
+	var ra time.Duration
+	if r.status == http.StatusTooManyRequests {
+		ra = retryAfter(r.body, r.header)
+	}
+	return sandbox.FromHTTPStatus(r.status, bodyText(r.body), ra)
+}
+
+// retryAfter reads Daytona's retryAfter body field (a non-negative integer
+// of seconds); when the body gives no valid value it falls back to the
+// standard Retry-After header (seconds or an HTTP date), which the original
+// never consulted.
+func retryAfter(body []byte, h http.Header) time.Duration {
+	var m map[string]any
+	if json.Unmarshal(body, &m) == nil {
+		if d := sandbox.RetryAfterFromJSON(m["retryAfter"]); d > 0 {
+			return d
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d.Round(time.Second)
+		}
+	}
+	return 0
+}
+
+// bodyText is the detail kept in an HTTP-derived error: the provider's
+// message when the body is Daytona's JSON error shape, else the body text.
+func bodyText(b []byte) string {
+	var m struct {
+		Message any    `json:"message"`
+		Error   string `json:"error"`
+	}
+	if json.Unmarshal(b, &m) == nil {
+		switch v := m.Message.(type) {
+		case string:
+			if v != "" {
+				return v
+			}
+		case []any:
+			parts := make([]string, 0, len(v))
+			for _, p := range v {
+				parts = append(parts, fmt.Sprint(p))
+			}
+			return strings.Join(parts, "; ")
+		}
+		if m.Error != "" {
+			return m.Error
+		}
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}
+
+// statusOf returns the HTTP status behind an error made by httpError.
+func statusOf(err error) int {
+	var inv *sandbox.InvalidError
+	if errors.As(err, &inv) && inv.HTTP != nil {
+		return inv.HTTP.Status
+	}
+	var un *sandbox.UnavailableError
+	if errors.As(err, &un) && un.HTTP != nil {
+		return un.HTTP.Status
+	}
+	var den *sandbox.DeniedError
+	if errors.As(err, &den) && den.HTTP != nil {
+		return den.HTTP.Status
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusNotFound
+	}
+	var rl *sandbox.RateLimitedError
+	if errors.As(err, &rl) {
+		return http.StatusTooManyRequests
+	}
+	return 0
+}
+
+// conflictAsUnavailable re-tags a 409 (a sandbox mid-transition) as
+// Unavailable: it is weather, worth retrying, not the caller's fault.
+func conflictAsUnavailable(err error) error {
+	var inv *sandbox.InvalidError
+	if errors.As(err, &inv) && inv.HTTP != nil && inv.HTTP.Status == http.StatusConflict {
+		return &sandbox.UnavailableError{Reason: sandbox.ReasonHTTP, HTTP: inv.HTTP}
+	}
+	return err
+}

@@ -1,0 +1,45 @@
+package daytona_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/daytona"
+	"github.com/managoat/managoat/provider/daytona/daytonatest"
+	"github.com/managoat/managoat/sandbox"
+	"github.com/managoat/managoat/sandbox/sandboxtest"
+)
+
+// fakeProvider starts a daytonatest server and a provider pointed at it,
+// with fast polling.
+func fakeProvider(t testing.TB, tweak func(*daytonatest.Server, *daytona.Config)) (*daytonatest.Server, *daytona.Provider) {
+	t.Helper()
+	srv, err := daytonatest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cfg := daytona.Config{APIKey: srv.APIKey, APIURL: srv.URL, HTTPClient: srv.Client(),
+		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, Timeout: 10 * time.Second}
+	if tweak != nil {
+		tweak(srv, &cfg)
+	}
+	p, err := daytona.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, p
+}
+
+func fixtures() sandboxtest.Fixtures {
+	fx := sandboxtest.ShellFixtures()
+	// Kill the whole process group, shim included: the command never
+	// reports an exit, and the shim's sentinel never appears.
+	fx.SpawnDrop = sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo partial; kill -9 0"}}
+	return fx
+}
+
+func TestConformance(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithDir(srv.Root()), sandboxtest.WithTimeout(10*time.Second))
+}

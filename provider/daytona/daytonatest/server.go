@@ -1,0 +1,1074 @@
+// Package daytonatest is an httptest fake of Daytona's control plane and of
+// the toolbox (the in-sandbox REST API), faithful enough to run the daytona
+// provider, and the conformance suite, against it.
+//
+// Every sandbox gets a scratch directory of its own under the server's
+// root: its home (the processes' working directory and HOME) and its tmp
+// (their TMPDIR). Processes are real: /process/execute splits its command
+// the way Daytona's daemon does (no shell: spaces split, quotes toggle, no
+// escapes) and runs it directly; a session command runs under /bin/sh, as
+// the daemon's session shell does (Server.Shell changes that), in its own
+// process group, with stdout and stderr multiplexed into a server-side
+// journal with the 3-byte markers 01 01 01 and 02 02 02, served whole on
+// every GET …/logs. Because processes run with TMPDIR inside the scratch
+// directory, the provider's shims — whose default base directory is
+// "${TMPDIR:-/tmp}/managoat" — land in that sandbox's scratch tmp without
+// any path rewriting: the fake interprets no command shapes, it runs them.
+//
+// The processes are not isolated: they see the host's file system. The file
+// endpoints confine themselves to the server's root: a relative path is
+// taken from the sandbox's home, and an absolute path outside Root() is
+// refused with 403.
+//
+// Measured platform behaviour that the fake reproduces: session command
+// records carry no exit code unless RecordExitCodes is set (daemon
+// v0.204.0); a stopped sandbox loses its sessions (the daemon restarts) but
+// keeps its disk; start answers 409 while the sandbox is stopping; the
+// network settings refuse a domainAllowList that is not a string.
+//
+// Failures are injected with Inject: a status (429 with a retryAfter body
+// field, 5xx, …), a stall, a truncated body, or a short (prefix) journal.
+package daytonatest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultAPIKey is the bearer token a new Server accepts.
+const DefaultAPIKey = "daytonatest-key"
+
+// Server is the fake. Its exported fields may be changed between requests.
+type Server struct {
+	// URL is the control-plane base, ending in /api (Config.APIURL).
+	URL string
+	// APIKey is the accepted bearer token.
+	APIKey string
+	// Shell runs session commands; zero means "sh".
+	Shell string
+	// RecordExitCodes makes session command records carry exitCode once the
+	// command ended (older daemons); by default they carry none, as
+	// measured on daemon v0.204.0, and the exit comes from the shim.
+	RecordExitCodes bool
+	// LegacyLogs serves journals as JSON {"stdout","stderr"} (older daemons).
+	LegacyLogs bool
+	// ProxyURLInRecord puts toolboxProxyUrl in sandbox records (default
+	// true from New); when false the adapter must ask toolbox-proxy-url.
+	ProxyURLInRecord bool
+	// ConflictStatus answers a create of an existing name; zero means 409.
+	ConflictStatus int
+	// PageSize caps list pages below the asked limit; zero means no cap.
+	PageSize int
+	// StartDelay keeps a started sandbox "starting" this long.
+	StartDelay time.Duration
+	// Snapshots lists the registered snapshots; create with another is 400.
+	Snapshots []string
+
+	ts   *httptest.Server
+	root string
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox // by name
+	faults    []*rule
+	requests  []string
+	wg        sync.WaitGroup
+	closed    bool
+}
+
+// Sandbox is the fake's record of one sandbox.
+type Sandbox struct {
+	ID, Name, State string
+	ErrorReason     string
+	Snapshot        string
+	Labels          map[string]string
+	Create          map[string]any // the create request body, verbatim
+	Policy          map[string]any // the last network-settings body, verbatim
+	dir             string
+	startedAt       time.Time
+	sessions        map[string]*session
+	sessionOrder    []string
+	procs           map[*exec.Cmd]bool
+}
+
+type session struct {
+	id   string
+	cmds []*command
+}
+
+type command struct {
+	id, line string
+	mu       sync.Mutex
+	journal  []byte
+	out      [2][]byte // the stdout and stderr bytes, for tests
+	exit     *int
+	done     chan struct{}
+}
+
+// Fault is one injected failure.
+type Fault struct {
+	// Status, when set, is answered instead of the real response, with Body
+	// (JSON; empty means a Daytona-shaped error) and Header.
+	Status int
+	Body   string
+	Header http.Header
+	// Stall delays the answer (the request's context still ends it).
+	Stall time.Duration
+	// Truncate sends the real answer's headers, claiming its full length,
+	// then only half of the body, and drops the connection.
+	Truncate bool
+	// Short serves only the first half of a journal, as a complete 200.
+	Short bool
+}
+
+type rule struct {
+	method, substr string
+	left           int
+	f              Fault
+}
+
+// New starts a Server; Close stops it, kills its processes and removes its
+// scratch root.
+func New() (*Server, error) {
+	root, err := os.MkdirTemp("", "daytonatest-*")
+	if err != nil {
+		return nil, err
+	}
+	root, _ = filepath.EvalSymlinks(root)
+	s := &Server{APIKey: DefaultAPIKey, ProxyURLInRecord: true, root: root, sandboxes: map[string]*Sandbox{}}
+	s.ts = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.ts.URL + "/api"
+	return s, nil
+}
+
+// Root is the scratch root holding every sandbox's directory.
+func (s *Server) Root() string { return s.root }
+
+// Client is an HTTP client for the server.
+func (s *Server) Client() *http.Client { return s.ts.Client() }
+
+// Close stops the server and every process it started, and removes Root.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for _, sb := range s.sandboxes {
+		s.killLocked(sb)
+	}
+	s.mu.Unlock()
+	s.ts.Close()
+	s.wg.Wait()
+	_ = os.RemoveAll(s.root)
+}
+
+// Inject makes the next times requests whose method is method ("" for any)
+// and whose path contains substr fail with f. times < 0 means forever.
+func (s *Server) Inject(method, substr string, times int, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, &rule{method: method, substr: substr, left: times, f: f})
+}
+
+// ClearFaults removes every injected failure.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
+// Requests returns "METHOD path" of every request so far.
+func (s *Server) Requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.requests...)
+}
+
+// Lookup returns a copy of the named sandbox's record.
+func (s *Server) Lookup(name string) (Sandbox, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[name]
+	if !ok {
+		return Sandbox{}, false
+	}
+	return *sb, true
+}
+
+// Home is the named sandbox's home directory on the host ("" if unknown).
+func (s *Server) Home(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.sandboxes[name]; ok {
+		return filepath.Join(sb.dir, "home")
+	}
+	return ""
+}
+
+// SetState forces the named sandbox's state (and error reason), e.g.
+// "error", "archived", "stopping". It reports whether the sandbox exists.
+func (s *Server) SetState(name, state, errorReason string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[name]
+	if ok {
+		sb.State, sb.ErrorReason = state, errorReason
+	}
+	return ok
+}
+
+// Journal returns the raw journal of a session's last command.
+func (s *Server) Journal(name, sessionID string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.sandboxes[name]
+	if sb == nil || sb.sessions[sessionID] == nil || len(sb.sessions[sessionID].cmds) == 0 {
+		return nil
+	}
+	c := sb.sessions[sessionID].cmds[len(sb.sessions[sessionID].cmds)-1]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.journal...)
+}
+
+// Processes counts the processes the server is running.
+func (s *Server) Processes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sb := range s.sandboxes {
+		n += len(sb.procs)
+	}
+	return n
+}
+
+// ---- HTTP plumbing ----
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
+}
+
+// faultWriter applies Truncate and Short to the real answer.
+type faultWriter struct {
+	http.ResponseWriter
+	f      Fault
+	status int
+	buf    bytes.Buffer
+}
+
+func (fw *faultWriter) WriteHeader(code int)        { fw.status = code }
+func (fw *faultWriter) Write(b []byte) (int, error) { return fw.buf.Write(b) }
+
+func (fw *faultWriter) flush() {
+	body := fw.buf.Bytes()
+	h := fw.ResponseWriter.Header()
+	if fw.status == 0 {
+		fw.status = http.StatusOK
+	}
+	switch {
+	case fw.f.Truncate:
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		fw.ResponseWriter.WriteHeader(fw.status)
+		_, _ = fw.ResponseWriter.Write(body[:len(body)/2])
+		if f, ok := fw.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		panic(http.ErrAbortHandler)
+	case fw.f.Short:
+		body = body[:len(body)/2]
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		fw.ResponseWriter.WriteHeader(fw.status)
+		_, _ = fw.ResponseWriter.Write(body)
+	default:
+		fw.ResponseWriter.WriteHeader(fw.status)
+		_, _ = fw.ResponseWriter.Write(body)
+	}
+}
+
+func (s *Server) fault(r *http.Request) (Fault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, r.Method+" "+r.URL.Path)
+	for i, ru := range s.faults {
+		if (ru.method == "" || ru.method == r.Method) && strings.Contains(r.URL.Path, ru.substr) {
+			if ru.left > 0 {
+				ru.left--
+				if ru.left == 0 {
+					s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
+				}
+			}
+			return ru.f, true
+		}
+	}
+	return Fault{}, false
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+s.APIKey {
+		apiError(w, http.StatusUnauthorized, "Unauthorized")
+		return
+	}
+	f, faulty := s.fault(r)
+	if faulty {
+		if f.Stall > 0 {
+			t := time.NewTimer(f.Stall)
+			select {
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if f.Status != 0 {
+			for k, v := range f.Header {
+				w.Header()[k] = v
+			}
+			if f.Body != "" {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(f.Status)
+				_, _ = io.WriteString(w, f.Body)
+				return
+			}
+			apiError(w, f.Status, "injected failure")
+			return
+		}
+		if f.Truncate || f.Short {
+			fw := &faultWriter{ResponseWriter: w, f: f}
+			s.route(fw, r)
+			fw.flush()
+			return
+		}
+	}
+	s.route(w, r)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/api/sandbox"):
+		s.controlPlane(w, r, strings.Trim(strings.TrimPrefix(p, "/api/sandbox"), "/"))
+	case strings.HasPrefix(p, "/toolbox/"):
+		rest := strings.TrimPrefix(p, "/toolbox/")
+		id, sub, _ := strings.Cut(rest, "/")
+		s.toolbox(w, r, id, "/"+sub)
+	default:
+		apiError(w, http.StatusNotFound, "no route "+p)
+	}
+}
+
+// ---- control plane ----
+
+func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest string) {
+	parts := []string{}
+	if rest != "" {
+		parts = strings.Split(rest, "/")
+	}
+	switch {
+	case len(parts) == 0 && r.Method == http.MethodPost:
+		s.create(w, r)
+	case len(parts) == 0 && r.Method == http.MethodGet:
+		s.list(w, r)
+	case len(parts) == 1 && r.Method == http.MethodGet:
+		s.mu.Lock()
+		sb := s.find(parts[0])
+		var rec map[string]any
+		if sb != nil {
+			rec = s.record(sb)
+		}
+		s.mu.Unlock()
+		if sb == nil {
+			apiError(w, http.StatusNotFound, "Sandbox with ID or name "+parts[0]+" not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, rec)
+	case len(parts) == 1 && r.Method == http.MethodDelete:
+		s.mu.Lock()
+		sb := s.find(parts[0])
+		if sb != nil {
+			s.killLocked(sb)
+			delete(s.sandboxes, sb.Name)
+			_ = os.RemoveAll(sb.dir)
+		}
+		s.mu.Unlock()
+		if sb == nil {
+			apiError(w, http.StatusNotFound, "Sandbox with ID or name "+parts[0]+" not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{})
+	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "start":
+		s.start(w, parts[0])
+	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "stop":
+		s.stop(w, parts[0])
+	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "network-settings":
+		s.network(w, r, parts[0])
+	case len(parts) == 2 && r.Method == http.MethodGet && parts[1] == "toolbox-proxy-url":
+		s.mu.Lock()
+		sb := s.find(parts[0])
+		s.mu.Unlock()
+		if sb == nil {
+			apiError(w, http.StatusNotFound, "sandbox not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"url": s.ts.URL + "/toolbox/"})
+	default:
+		apiError(w, http.StatusNotFound, "no route")
+	}
+}
+
+// find looks a sandbox up by name or id; s.mu held.
+func (s *Server) find(key string) *Sandbox {
+	if sb, ok := s.sandboxes[key]; ok {
+		return sb
+	}
+	for _, sb := range s.sandboxes {
+		if sb.ID == key {
+			return sb
+		}
+	}
+	return nil
+}
+
+// state is the reported state, with StartDelay applied; s.mu held.
+func (s *Server) state(sb *Sandbox) string {
+	if sb.State == "started" && time.Since(sb.startedAt) < s.StartDelay {
+		return "starting"
+	}
+	return sb.State
+}
+
+func (s *Server) record(sb *Sandbox) map[string]any {
+	m := map[string]any{"id": sb.ID, "name": sb.Name, "state": s.state(sb), "labels": sb.Labels,
+		"snapshot": sb.Snapshot, "user": "daytona", "organizationId": "org-daytonatest"}
+	if sb.ErrorReason != "" {
+		m["errorReason"] = sb.ErrorReason
+	}
+	if s.ProxyURLInRecord {
+		m["toolboxProxyUrl"] = s.ts.URL + "/toolbox/"
+	}
+	if nb, ok := sb.Policy["networkBlockAll"]; ok {
+		m["networkBlockAll"] = nb
+	}
+	return m
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var body map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid JSON body")
+		return
+	}
+	name, _ := body["name"].(string)
+	id := newID()
+	if name == "" {
+		name = id
+	}
+	snap, _ := body["snapshot"].(string)
+	if snap != "" && !contains(s.Snapshots, snap) {
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("Snapshot %s not found. Did you add it through the Daytona Dashboard?", snap))
+		return
+	}
+	labels := map[string]string{}
+	if lm, ok := body["labels"].(map[string]any); ok {
+		for k, v := range lm {
+			labels[k] = fmt.Sprint(v)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, exists := s.sandboxes[name]; exists {
+		st := s.ConflictStatus
+		if st == 0 {
+			st = http.StatusConflict
+		}
+		apiError(w, st, fmt.Sprintf("Sandbox with name %s already exists", name))
+		return
+	}
+	dir := filepath.Join(s.root, id)
+	for _, d := range []string{"home", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			apiError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+	}
+	sb := &Sandbox{ID: id, Name: name, State: "started", Snapshot: snap, Labels: labels, Create: body,
+		dir: dir, startedAt: time.Now(), sessions: map[string]*session{}, procs: map[*exec.Cmd]bool{}}
+	s.sandboxes[name] = sb
+	writeJSON(w, http.StatusOK, s.record(sb))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	want := map[string]string{}
+	if l := q.Get("labels"); l != "" {
+		if err := json.Unmarshal([]byte(l), &want); err != nil {
+			apiError(w, http.StatusBadRequest, "labels must be a JSON object")
+			return
+		}
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			apiError(w, http.StatusBadRequest, "bad limit")
+			return
+		}
+		limit = n
+	}
+	if s.PageSize > 0 && s.PageSize < limit {
+		limit = s.PageSize
+	}
+	start := 0
+	if c := q.Get("cursor"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 {
+			apiError(w, http.StatusBadRequest, "bad cursor")
+			return
+		}
+		start = n
+	}
+	s.mu.Lock()
+	var all []*Sandbox
+	for _, sb := range s.sandboxes {
+		ok := true
+		for k, v := range want {
+			if sb.Labels[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			all = append(all, sb)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	items := []map[string]any{}
+	for i := start; i < len(all) && i < start+limit; i++ {
+		items = append(items, s.record(all[i]))
+	}
+	s.mu.Unlock()
+	resp := map[string]any{"items": items}
+	if start+limit < len(all) {
+		resp["nextCursor"] = strconv.Itoa(start + limit)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) start(w http.ResponseWriter, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.find(key)
+	switch {
+	case sb == nil:
+		apiError(w, http.StatusNotFound, "sandbox not found")
+		return
+	case sb.State == "stopping" || sb.State == "archiving" || sb.State == "starting":
+		apiError(w, http.StatusConflict, "Sandbox state change in progress")
+		return
+	case sb.State == "error" || sb.State == "build_failed":
+		apiError(w, http.StatusBadRequest, "Sandbox is in an errored state")
+		return
+	case sb.State != "started":
+		sb.State, sb.startedAt = "started", time.Now()
+	}
+	writeJSON(w, http.StatusOK, s.record(sb))
+}
+
+func (s *Server) stop(w http.ResponseWriter, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.find(key)
+	switch {
+	case sb == nil:
+		apiError(w, http.StatusNotFound, "sandbox not found")
+		return
+	case sb.State == "started":
+		// The machine stops: its processes die and the daemon forgets its
+		// sessions; the disk stays.
+		s.killLocked(sb)
+		sb.sessions, sb.sessionOrder = map[string]*session{}, nil
+		sb.State = "stopped"
+	case sb.State != "stopped" && sb.State != "archived":
+		apiError(w, http.StatusConflict, "Sandbox state change in progress")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.record(sb))
+}
+
+func (s *Server) network(w http.ResponseWriter, r *http.Request, key string) {
+	var body map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid JSON body")
+		return
+	}
+	if v, ok := body["domainAllowList"]; ok {
+		if _, isStr := v.(string); !isStr {
+			apiError(w, http.StatusBadRequest, "domainAllowList must be a string")
+			return
+		}
+	}
+	if v, ok := body["networkBlockAll"]; ok {
+		if _, isBool := v.(bool); !isBool {
+			apiError(w, http.StatusBadRequest, "networkBlockAll must be a boolean value")
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.find(key)
+	if sb == nil {
+		apiError(w, http.StatusNotFound, "sandbox not found")
+		return
+	}
+	sb.Policy = body
+	writeJSON(w, http.StatusOK, s.record(sb))
+}
+
+// killLocked kills every process group of sb; s.mu held.
+func (s *Server) killLocked(sb *Sandbox) {
+	for c := range sb.procs {
+		if c.Process != nil {
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// ---- toolbox ----
+
+func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, id, sub string) {
+	s.mu.Lock()
+	sb := s.find(id)
+	st := ""
+	if sb != nil {
+		st = s.state(sb)
+	}
+	s.mu.Unlock()
+	if sb == nil {
+		apiError(w, http.StatusNotFound, "sandbox not found")
+		return
+	}
+	if st != "started" {
+		apiError(w, http.StatusBadRequest, "failed to reach the toolbox. Is the Sandbox started?")
+		return
+	}
+	switch {
+	case sub == "/process/execute" && r.Method == http.MethodPost:
+		s.execute(w, r, sb)
+	case sub == "/process/session" && r.Method == http.MethodPost:
+		s.createSession(w, r, sb)
+	case sub == "/process/session" && r.Method == http.MethodGet:
+		s.listSessions(w, sb)
+	case strings.HasPrefix(sub, "/process/session/"):
+		s.sessionOp(w, r, sb, strings.Split(strings.TrimPrefix(sub, "/process/session/"), "/"))
+	case (sub == "/files/upload-v2" || sub == "/files/upload") && r.Method == http.MethodPost:
+		s.upload(w, r, sb)
+	case sub == "/files/download" && r.Method == http.MethodGet:
+		s.download(w, r, sb)
+	default:
+		apiError(w, http.StatusNotFound, "no toolbox route "+sub)
+	}
+}
+
+// environ is the processes' environment: the host's PATH, and HOME and
+// TMPDIR inside the sandbox's scratch directory.
+func (sb *Sandbox) environ(extra map[string]string) []string {
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(sb.dir, "home"),
+		"TMPDIR=" + filepath.Join(sb.dir, "tmp"), "USER=daytona", "LANG=C.UTF-8"}
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// parseCommand splits a command the way Daytona's daemon does for
+// /process/execute: spaces separate words, ' or " toggles quoting (the
+// other quote is literal inside), there are no escapes, and it works on
+// runes (invalid UTF-8 has already become U+FFFD in JSON).
+func parseCommand(command string) []string {
+	var args []string
+	var cur strings.Builder
+	var quote rune
+	for _, r := range command {
+		switch {
+		case r == '"' || r == '\'':
+			switch quote {
+			case 0:
+				quote = r
+			case r:
+				quote = 0
+			default:
+				cur.WriteRune(r)
+			}
+		case r == ' ' && quote == 0:
+			if cur.Len() > 0 {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		args = append(args, cur.String())
+	}
+	return args
+}
+
+// track registers a started process; it refuses when the server closes.
+func (s *Server) track(sb *Sandbox, c *exec.Cmd) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		return false
+	}
+	sb.procs[c] = true
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(sb *Sandbox, c *exec.Cmd) {
+	s.mu.Lock()
+	delete(sb.procs, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	var req struct {
+		Command string            `json:"command"`
+		Timeout *uint32           `json:"timeout"`
+		Cwd     *string           `json:"cwd"`
+		Env     map[string]string `json:"env"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Command == "" {
+		apiError(w, http.StatusBadRequest, "command is required")
+		return
+	}
+	argv := parseCommand(req.Command)
+	if len(argv) == 0 {
+		apiError(w, http.StatusBadRequest, "empty command")
+		return
+	}
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = filepath.Join(sb.dir, "home")
+	if req.Cwd != nil {
+		c.Dir = *req.Cwd
+	}
+	c.Env = sb.environ(req.Env)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.WaitDelay = 2 * time.Second
+	if err := c.Start(); err != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"exitCode": -1, "result": err.Error()})
+		return
+	}
+	if !s.track(sb, c) {
+		_ = c.Wait()
+		apiError(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	defer s.untrack(sb, c)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	var timeout <-chan time.Time
+	if req.Timeout != nil && *req.Timeout > 0 {
+		t := time.NewTimer(time.Duration(*req.Timeout) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-timeout:
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		<-done
+		apiError(w, http.StatusRequestTimeout, fmt.Sprintf("Command execution timed out after %d seconds", *req.Timeout))
+	case <-done:
+		writeJSON(w, http.StatusOK, map[string]any{"exitCode": c.ProcessState.ExitCode(), "result": out.String()})
+	}
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	var req struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.SessionID == "" {
+		apiError(w, http.StatusBadRequest, "sessionId is required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := sb.sessions[req.SessionID]; ok {
+		apiError(w, http.StatusConflict, "session already exists")
+		return
+	}
+	sb.sessions[req.SessionID] = &session{id: req.SessionID}
+	sb.sessionOrder = append(sb.sessionOrder, req.SessionID)
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (c *command) record(withExit bool) map[string]any {
+	m := map[string]any{"id": c.id, "command": c.line}
+	c.mu.Lock()
+	if withExit && c.exit != nil {
+		m["exitCode"] = *c.exit
+	}
+	c.mu.Unlock()
+	return m
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, sb *Sandbox) {
+	s.mu.Lock()
+	out := []map[string]any{}
+	for _, id := range sb.sessionOrder {
+		se := sb.sessions[id]
+		cmds := []map[string]any{}
+		for _, c := range se.cmds {
+			cmds = append(cmds, c.record(s.RecordExitCodes))
+		}
+		out = append(out, map[string]any{"sessionId": id, "commands": cmds})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, parts []string) {
+	s.mu.Lock()
+	se := sb.sessions[parts[0]]
+	var cmd *command
+	if se != nil && len(parts) >= 3 && parts[1] == "command" {
+		for _, c := range se.cmds {
+			if c.id == parts[2] {
+				cmd = c
+			}
+		}
+	}
+	s.mu.Unlock()
+	if se == nil {
+		apiError(w, http.StatusNotFound, "session not found")
+		return
+	}
+	switch {
+	case len(parts) == 1 && r.Method == http.MethodDelete:
+		s.mu.Lock()
+		delete(sb.sessions, se.id)
+		for i, id := range sb.sessionOrder {
+			if id == se.id {
+				sb.sessionOrder = append(sb.sessionOrder[:i:i], sb.sessionOrder[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	case len(parts) == 2 && parts[1] == "exec" && r.Method == http.MethodPost:
+		s.sessionExec(w, r, sb, se)
+	case len(parts) == 3 && cmd != nil && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, cmd.record(s.RecordExitCodes))
+	case len(parts) == 4 && parts[3] == "logs" && cmd != nil && r.Method == http.MethodGet:
+		cmd.mu.Lock()
+		j := append([]byte(nil), cmd.journal...)
+		out, errs := string(cmd.out[0]), string(cmd.out[1])
+		cmd.mu.Unlock()
+		if s.LegacyLogs {
+			writeJSON(w, http.StatusOK, map[string]string{"stdout": out, "stderr": errs})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(j)))
+		_, _ = w.Write(j)
+	default:
+		apiError(w, http.StatusNotFound, "command not found")
+	}
+}
+
+// journalWriter appends one stream's chunks to the command's journal, each
+// behind its channel marker.
+type journalWriter struct {
+	c  *command
+	ch int
+}
+
+func (jw journalWriter) Write(b []byte) (int, error) {
+	jw.c.mu.Lock()
+	defer jw.c.mu.Unlock()
+	m := byte(1 + jw.ch)
+	jw.c.journal = append(jw.c.journal, m, m, m)
+	jw.c.journal = append(jw.c.journal, b...)
+	jw.c.out[jw.ch] = append(jw.c.out[jw.ch], b...)
+	return len(b), nil
+}
+
+func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox, se *session) {
+	var req struct {
+		Command  string `json:"command"`
+		RunAsync bool   `json:"runAsync"`
+		Async    bool   `json:"async"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || strings.TrimSpace(req.Command) == "" {
+		apiError(w, http.StatusBadRequest, "command cannot be empty")
+		return
+	}
+	shell := s.Shell
+	if shell == "" {
+		shell = "sh"
+	}
+	cmd := &command{id: newID(), line: req.Command, done: make(chan struct{})}
+	c := exec.Command(shell, "-c", req.Command)
+	c.Dir = filepath.Join(sb.dir, "home")
+	c.Env = sb.environ(nil)
+	c.Stdout, c.Stderr = journalWriter{cmd, 0}, journalWriter{cmd, 1}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.WaitDelay = 2 * time.Second
+	if err := c.Start(); err != nil {
+		apiError(w, http.StatusBadRequest, "failed to start command: "+err.Error())
+		return
+	}
+	if !s.track(sb, c) {
+		_ = c.Wait()
+		apiError(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	s.mu.Lock()
+	se.cmds = append(se.cmds, cmd)
+	s.mu.Unlock()
+	go func() {
+		defer s.untrack(sb, c)
+		_ = c.Wait()
+		// A command killed by a signal takes the recording shell with it
+		// (the daemon's wrapper shares its process group): no exit code.
+		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && !ws.Signaled() {
+			code := ws.ExitStatus()
+			cmd.mu.Lock()
+			cmd.exit = &code
+			cmd.mu.Unlock()
+		}
+		close(cmd.done)
+	}()
+	if req.RunAsync || req.Async {
+		writeJSON(w, http.StatusAccepted, map[string]any{"cmdId": cmd.id})
+		return
+	}
+	select {
+	case <-cmd.done:
+	case <-r.Context().Done():
+		return
+	}
+	cmd.mu.Lock()
+	resp := map[string]any{"cmdId": cmd.id, "output": string(cmd.out[0]) + string(cmd.out[1]),
+		"stdout": string(cmd.out[0]), "stderr": string(cmd.out[1])}
+	if cmd.exit != nil {
+		resp["exitCode"] = *cmd.exit
+	}
+	cmd.mu.Unlock()
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// hostPath maps a toolbox path: relative to the sandbox's home; absolute
+// only inside the server's root.
+func (s *Server) hostPath(sb *Sandbox, p string) (string, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return "", errors.New("path is required")
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(sb.dir, "home", p)
+	}
+	p = filepath.Clean(p)
+	if p != s.root && !strings.HasPrefix(p, s.root+"/") {
+		return "", fmt.Errorf("permission denied: %s is outside the daytonatest root %s", p, s.root)
+	}
+	return p, nil
+}
+
+func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	dst, err := s.hostPath(sb, r.URL.Query().Get("path"))
+	if err != nil {
+		apiError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	f, _, err := r.FormFile("file")
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "multipart field file is required")
+		return
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	src, err := s.hostPath(sb, r.URL.Query().Get("path"))
+	if err != nil {
+		apiError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		apiError(w, http.StatusNotFound, "file not found")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(data)
+}
+
+// Wait blocks until every process the server started has ended or ctx ends.
+func (s *Server) Wait(ctx context.Context) error {
+	for {
+		if s.Processes() == 0 {
+			return nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,87 @@
+// Package daytona is the sandbox.Provider for Daytona — the hosted service
+// or a self-hosted installation (Config.APIURL, or DAYTONA_API_URL). It
+// speaks Daytona's REST API directly: the control plane for sandboxes, and
+// each sandbox's toolbox (the in-sandbox API, reached through the account's
+// toolbox proxy) for commands, sessions and files. Daytona's Go SDK is not
+// served by this project's module proxy, so the client is hand-written; it
+// is small (JSON over net/http).
+//
+// Start with New (a Config) or NewFromEnv (DAYTONA_API_KEY, DAYTONA_API_URL,
+// DAYTONA_SNAPSHOT). daytonatest is a fake of both APIs that runs real
+// processes, for tests.
+//
+// # How the contract maps onto Daytona
+//
+//   - Sandboxes are addressed by name. Create posts the name with the label
+//     managoat=1 (ListAllNames lists by that label), no auto-stop and no
+//     auto-delete, and a 7-day auto-archive; a 400 or 409 is probed by name
+//     and an existing sandbox adopted; when the probe finds nothing the
+//     original error is returned (an unregistered snapshot is Invalid).
+//   - Suspend is stop and Resume is start: the disk is kept; an archived
+//     sandbox is still startable (slower). A 409 from start (mid-transition)
+//     is Unavailable.
+//   - Every operation that needs the toolbox first ensures the sandbox is
+//     started (§6.3.3 of the contract spec).
+//   - Exec is one /process/execute. Spawn creates a toolbox session
+//     (managoat-<random hex>) and runs the command in it asynchronously
+//     under a shim; its output is the session's journal, which a LogStream
+//     polls and replays from byte zero — which is also all Attach needs.
+//     Every spawn is therefore detachable.
+//   - Stdin is a FIFO fed by `tail -f` of a file that WriteStdin appends
+//     to; CloseStdin is a real EOF. The exit code comes from the command
+//     record when the daemon keeps one, else from the shim's sentinel file.
+//   - ApplyNetworkPolicy sets networkBlockAll with the allowed domains as
+//     one comma-joined string, "" for Allow: [] (deny all).
+//   - PublicURL is ErrUnsupported; checkpoints are ErrNotSupported.
+//
+// Errors follow the contract's HTTP table: 404 ErrNotFound, 401/403
+// Denied, 429 RateLimited (retry-after from the body's retryAfter), ≥500
+// Unavailable, anything else Invalid.
+//
+// # Where this does better than the original adapter
+//
+//   - Command lines travel base64-encoded inside a fixed envelope, because
+//     /process/execute does not run a shell (it splits on spaces, quotes
+//     toggle, no escapes) and JSON mangles non-UTF-8 bytes: quotes, newlines
+//     and arbitrary bytes reach the process intact. Exec output comes back
+//     base64-encoded too, so every byte survives, and StderrToStdout is
+//     honoured (the original always merged stderr). Env and Dir are applied
+//     once, not twice.
+//   - The shims' paths default to "${TMPDIR:-/tmp}/managoat" (configurable
+//     with Config.ShimDir) and their session tags are random, so two
+//     processes never pick the same tag.
+//   - CloseStdin never loses a write that came before it: where tail has
+//     --pid (GNU), the tail follows a holder process and the close kills the
+//     holder, so tail drains the file before the EOF. A close that races
+//     the shim's start is not lost either. A toolbox failure during close is
+//     returned (the original answered Ok, leaving the command waiting for an
+//     EOF that never came).
+//   - WriteStdin chunks large writes (one argument is capped at 128 KiB)
+//     and refuses a command spawned without stdin instead of writing into a
+//     file nobody reads.
+//   - The LogStream polls adaptively (Config.PollMin after new output,
+//     backing off to Config.PollMax) and works on bytes: a poll that splits
+//     a multi-byte character neither skips nor repeats a byte, and a
+//     truncated or shorter journal read delivers nothing twice. A shim that
+//     died without writing its sentinel ends the stream with
+//     ClosedBeforeExit instead of polling forever.
+//   - A sandbox in the error or build_failed state is reported by Get as
+//     StatusUnknown with its body, and is never adopted or used as healthy:
+//     Create and the toolbox operations return a ProviderError naming the
+//     state and Daytona's errorReason.
+//   - ensure-started waits (up to Config.StartTimeout) for the sandbox to
+//     report "started" after a start, and for a stopping one to stop before
+//     starting it; the original returned at once and the next toolbox call
+//     failed. Destroy waits until the sandbox is gone, so Get answers
+//     ErrNotFound right after it.
+//   - A 429 without a retryAfter field falls back to the Retry-After header.
+//   - Operations on a Command without daytona state are total: WriteStdin
+//     and CloseStdin return Invalid, StopCommand nil (the original crashed).
+//   - ListAllNames does not follow a "cursor" that merely echoes the one
+//     sent (the original paged on it until it truncated).
+//   - WriteFile honours Mode with a chmod after the upload; ReadFile is
+//     provided (sandbox.FileReader).
+//
+// Limits in CreateOptions are refused with Invalid: Daytona applies none of
+// them per sandbox here, and a limit is never silently dropped.
+package daytona

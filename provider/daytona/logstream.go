@@ -1,0 +1,314 @@
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Stream indexes in the per-stream counters.
+const (
+	chOut = 0
+	chErr = 1
+)
+
+// segment is one run of a demultiplexed journal.
+type segment struct {
+	ch   int
+	data []byte
+}
+
+// demux splits a journal into its stdout and stderr runs, in order. The
+// toolbox multiplexes a session command's stdout and stderr into one byte
+// stream, switching with the 3-byte markers 01 01 01 and 02 02 02. Data
+// before any marker is stdout; a 01 or 02 byte that does not start a full
+// marker is data. Unless final, a trailing run that could still grow into
+// a marker (01, 01 01, 02, 02 02) is held back: the next poll decides.
+func demux(j []byte, final bool) []segment {
+	var segs []segment
+	cur, start := chOut, 0
+	flush := func(end int) {
+		if end > start {
+			segs = append(segs, segment{cur, j[start:end]})
+		}
+	}
+	for i := 0; i < len(j); {
+		b := j[i]
+		if b != 1 && b != 2 {
+			i++
+			continue
+		}
+		if i+3 <= len(j) && j[i+1] == b && j[i+2] == b {
+			flush(i)
+			cur = chOut
+			if b == 2 {
+				cur = chErr
+			}
+			i += 3
+			start = i
+			continue
+		}
+		if !final && i+3 > len(j) && bytes.Count(j[i:], []byte{b}) == len(j)-i {
+			flush(i)
+			return segs
+		}
+		i++
+	}
+	flush(len(j))
+	return segs
+}
+
+// cursor is the LogStream's offset arithmetic: how many bytes of each
+// stream were delivered. The counts never reset; each poll re-reads the
+// whole journal and only the suffix past the count is new.
+type cursor struct {
+	delivered [2]int
+}
+
+// advance returns the new runs of segs (the whole journal, demultiplexed)
+// and counts them as delivered. A journal shorter than what was delivered
+// (a truncated read) yields nothing and loses nothing.
+func (c *cursor) advance(segs []segment) []segment {
+	skip := c.delivered
+	var out []segment
+	for _, s := range segs {
+		n := len(s.data)
+		if skip[s.ch] >= n {
+			skip[s.ch] -= n
+			continue
+		}
+		fresh := s.data[skip[s.ch]:]
+		skip[s.ch] = 0
+		c.delivered[s.ch] += len(fresh)
+		out = append(out, segment{s.ch, fresh})
+	}
+	return out
+}
+
+// legacySegments reads an older daemon's JSON journal {"stdout","stderr"}.
+// JSON has already replaced invalid UTF-8 with U+FFFD; a character split by
+// the poll shows up as trailing U+FFFDs that the next poll replaces, so
+// unless final they are held back rather than delivered and later counted
+// wrongly.
+func legacySegments(out, errs string, final bool) []segment {
+	trim := func(s string) []byte {
+		if !final {
+			for strings.HasSuffix(s, "\uFFFD") {
+				s = strings.TrimSuffix(s, "\uFFFD")
+			}
+		}
+		return []byte(s)
+	}
+	return []segment{{chOut, trim(out)}, {chErr, trim(errs)}}
+}
+
+// logStream polls one session command's journal and feeds its Stream:
+// output first (never a byte twice, never one skipped), then exactly one
+// terminal event — the real exit code, or an error; never a made-up code.
+type logStream struct {
+	p            *Provider
+	tb, sid, cid string
+	base         string
+	s            *sandbox.Stream
+	cur          cursor
+	ctx          context.Context
+	cancel       context.CancelFunc
+	done         chan struct{}
+	stopOnce     sync.Once
+	maxFailures  int
+	goneConfirm  int
+}
+
+// maxLogFailures is the number of consecutive failed polls tolerated; one
+// more ends the stream with Unavailable{log_stream_unreachable}.
+const maxLogFailures = 30
+
+func (p *Provider) startLogStream(tb, sid, cid, base string, s *sandbox.Stream) *logStream {
+	ctx, cancel := context.WithCancel(context.Background())
+	ls := &logStream{p: p, tb: tb, sid: sid, cid: cid, base: base, s: s, ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), maxFailures: maxLogFailures}
+	go ls.run()
+	return ls
+}
+
+// stop ends the poller (a local detach) and waits for it, at most 1 s.
+func (ls *logStream) stop() {
+	if ls == nil {
+		return
+	}
+	ls.stopOnce.Do(ls.cancel)
+	select {
+	case <-ls.done:
+	case <-time.After(time.Second):
+	}
+}
+
+func (ls *logStream) run() {
+	defer close(ls.done)
+	defer ls.cancel()
+	interval := ls.p.cfg.PollMin
+	failures := 0
+	for {
+		fresh, err := ls.fetch(false)
+		if err != nil {
+			if ls.ctx.Err() != nil {
+				return
+			}
+			failures++
+			if failures%10 == 0 {
+				ls.p.cfg.Logger.Warn("daytona: session journal unreachable", "session", ls.sid, "failures", failures, "err", err)
+			}
+			if failures > ls.maxFailures {
+				ls.s.Fail(sandbox.Unavailable("log_stream_unreachable", err))
+				return
+			}
+		} else {
+			failures = 0
+		}
+		if ls.finish() {
+			return
+		}
+		if fresh {
+			interval = ls.p.cfg.PollMin
+		} else if interval *= 2; interval > ls.p.cfg.PollMax {
+			interval = ls.p.cfg.PollMax
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ls.ctx.Done():
+			t.Stop()
+			return
+		case <-ls.s.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fetch reads the whole journal and delivers what is new. It reports
+// whether anything was delivered.
+func (ls *logStream) fetch(final bool) (bool, error) {
+	u := ls.tb + "/process/session/" + url.PathEscape(ls.sid) + "/command/" + url.PathEscape(ls.cid) + "/logs"
+	r, err := ls.p.c.call(ls.ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	var segs []segment
+	if isJSON(r.header) {
+		var m struct {
+			Stdout string `json:"stdout"`
+			Stderr string `json:"stderr"`
+		}
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			return false, &sandbox.ProviderError{Provider: Name, Reason: "journal_undecodable", Err: err}
+		}
+		segs = legacySegments(m.Stdout, m.Stderr, final)
+	} else {
+		segs = demux(r.body, final)
+	}
+	fresh := ls.cur.advance(segs)
+	for _, s := range fresh {
+		if s.ch == chErr {
+			ls.s.Stderr(s.data)
+		} else {
+			ls.s.Stdout(s.data)
+		}
+	}
+	return len(fresh) > 0, nil
+}
+
+func isJSON(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// finish checks whether the command ended and, if so, drains the journal
+// once more and produces the terminal event. The command record's integer
+// exitCode wins; otherwise the shim's sentinel. A shim that died without
+// writing one ends the stream with ClosedBeforeExit. Failed checks are
+// transient: the next poll checks again.
+func (ls *logStream) finish() bool {
+	code, ok, gone := ls.recordExit()
+	state := ""
+	if !ok {
+		code, ok, state = ls.probe()
+	}
+	dead := state == "dead"
+	gone = gone && state == "nopid"
+	switch {
+	case ok:
+		_, _ = ls.fetch(true)
+		ls.s.Exit(code)
+		return true
+	case dead:
+		_, _ = ls.fetch(true)
+		ls.s.Fail(sandbox.ClosedBeforeExit())
+		return true
+	case gone:
+		// The session is unknown to the toolbox (the daemon restarted or
+		// the sandbox went away) and the sentinel has no verdict yet: after
+		// a few confirmations there is nothing left to wait for.
+		ls.goneConfirm++
+		if ls.goneConfirm >= 3 {
+			_, _ = ls.fetch(true)
+			ls.s.Fail(sandbox.ClosedBeforeExit())
+			return true
+		}
+	default:
+		ls.goneConfirm = 0
+	}
+	return false
+}
+
+// recordExit reads the command record: ok with an integer exitCode; gone
+// when the toolbox answers 404.
+func (ls *logStream) recordExit() (code int, ok, gone bool) {
+	u := ls.tb + "/process/session/" + url.PathEscape(ls.sid) + "/command/" + url.PathEscape(ls.cid)
+	r, err := ls.p.c.call(ls.ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, false, errors.Is(err, sandbox.ErrNotFound)
+	}
+	var m struct {
+		ExitCode *json.Number `json:"exitCode"`
+	}
+	d := json.NewDecoder(bytes.NewReader(r.body))
+	d.UseNumber()
+	if d.Decode(&m) != nil || m.ExitCode == nil {
+		return 0, false, false
+	}
+	n, err := strconv.Atoi(m.ExitCode.String())
+	if err != nil {
+		return 0, false, false
+	}
+	return n, true, false
+}
+
+// probe reads the shim's liveness (alive, dead, nopid; "" when the probe
+// failed) and its sentinel through one execute. A sentinel that is not an
+// integer is ignored.
+func (ls *logStream) probe() (code int, ok bool, state string) {
+	if ls.base == "" {
+		return 0, false, ""
+	}
+	res, exit, err := ls.p.execute(ls.ctx, ls.tb, probeScript(ls.base), 15)
+	if err != nil || exit != 0 {
+		return 0, false, ""
+	}
+	state, rest, _ := strings.Cut(res, "\n")
+	state = strings.TrimSpace(state)
+	if n, err := strconv.Atoi(strings.TrimSpace(rest)); err == nil {
+		return n, true, state
+	}
+	return 0, false, state
+}

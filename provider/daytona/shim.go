@@ -1,0 +1,259 @@
+package daytona
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// This file renders everything the adapter runs inside a sandbox. Every
+// script is POSIX sh (Daytona's session shell is /bin/sh; no bashisms).
+//
+// Transport: Daytona's /process/execute does not run a shell — it splits
+// the command string on spaces with a naive quote toggle (no escapes), and
+// JSON turns non-UTF-8 bytes into U+FFFD. So every script travels
+// base64-encoded inside one fixed, parser-safe envelope:
+//
+//	sh -c 'eval "$(printf %s <base64> | base64 -d)"'
+//
+// whose only variable part is the base64 alphabet. The command line inside
+// the script is single-quoted word by word ('\'' for an embedded quote), so
+// quotes, newlines and arbitrary bytes (but NUL, which no argv can hold)
+// reach the process intact.
+
+// sessionPrefix marks the sessions this adapter creates; ListSessions keeps
+// only those.
+const sessionPrefix = "managoat-"
+
+// maxScript bounds a rendered script: its base64 form is one argument of
+// sh -c, and Linux caps a single argument at 128 KiB.
+const maxScript = 90 << 10
+
+// stdinChunk is the most stdin bytes sent in one append (base64 inside the
+// script, base64 again in the envelope).
+const stdinChunk = 32 << 10
+
+// Markers printed by the adapter's scripts.
+const (
+	markExited = "MANAGOAT_EXITED"
+	markOK     = "MANAGOAT_OK"
+	markOut    = "MANAGOAT_OUT"
+)
+
+var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// quote single-quotes s for POSIX sh: an embedded ' becomes '\”.
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// commandLine renders c with env and dir as one sh command list:
+// [cd 'dir' && ][K='v' ...]'name' 'arg'... . It refuses what no shell could
+// carry: an empty name, a NUL byte, an env entry without '=' or with a key
+// that is not a shell identifier.
+func commandLine(c sandbox.Cmd, env []string, dir string) (string, error) {
+	if c.Name == "" {
+		return "", sandbox.Invalid("command", "empty command name")
+	}
+	var b strings.Builder
+	if dir != "" {
+		if strings.ContainsRune(dir, 0) {
+			return "", sandbox.Invalid("command", "working directory contains a NUL byte")
+		}
+		b.WriteString("cd " + quote(dir) + " && ")
+	}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !envKeyRe.MatchString(k) {
+			return "", sandbox.Invalid("command", fmt.Sprintf("env entry %q is not KEY=VALUE with a shell identifier as KEY", clip(kv, 40)))
+		}
+		if strings.ContainsRune(v, 0) {
+			return "", sandbox.Invalid("command", fmt.Sprintf("env %s contains a NUL byte", k))
+		}
+		b.WriteString(k + "=" + quote(v) + " ")
+	}
+	for i, w := range c.Argv() {
+		if strings.ContainsRune(w, 0) {
+			return "", sandbox.Invalid("command", fmt.Sprintf("argument %d contains a NUL byte", i))
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(quote(w))
+	}
+	return b.String(), nil
+}
+
+func base64Std(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// envelope wraps a script for transport (see the file comment). Extra
+// words, already safe for both parsers, follow as $0, $1… of sh -c.
+func envelope(script string, extra ...string) (string, error) {
+	if len(script) > maxScript {
+		return "", sandbox.Invalid("command", fmt.Sprintf("rendered script is %d bytes, over %d", len(script), maxScript))
+	}
+	s := `sh -c 'eval "$(printf %s ` + base64.StdEncoding.EncodeToString([]byte(script)) + ` | base64 -d)"'`
+	for _, w := range extra {
+		s += " " + w
+	}
+	return s, nil
+}
+
+var envelopeRe = regexp.MustCompile(`printf %s ([A-Za-z0-9+/=]+) \| base64 -d`)
+var cmdTagRe = regexp.MustCompile(`' managoat ([A-Za-z0-9+/=]+)$`)
+
+// unwrap returns the script inside an envelope, for tests and diagnostics.
+func unwrap(s string) (string, bool) {
+	m := envelopeRe.FindStringSubmatch(s)
+	if m == nil {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(m[1])
+	return string(b), err == nil
+}
+
+// displayCommand recovers the user's command line from a session command
+// record (spawn appends it, base64-encoded, after the envelope); anything
+// else is returned as it is.
+func displayCommand(recorded string) string {
+	if m := cmdTagRe.FindStringSubmatch(recorded); m != nil {
+		if b, err := base64.StdEncoding.DecodeString(m[1]); err == nil {
+			return string(b)
+		}
+	}
+	return recorded
+}
+
+// shimBase is the shell expression of a session's shim path prefix.
+func shimBase(dir, tag string) string {
+	if dir == "" {
+		return `"${TMPDIR:-/tmp}/managoat/` + tag + `"`
+	}
+	return quote(strings.TrimRight(dir, "/") + "/" + tag)
+}
+
+// execScript runs line with stdin from /dev/null, captures its output
+// (stderr merged or dropped) in a temporary file, and prints the marker then
+// the output base64-encoded, so every byte survives JSON; it exits with the
+// command's status.
+func execScript(line string, stderrToStdout bool) string {
+	errRedir := "2>/dev/null"
+	if stderrToStdout {
+		errRedir = "2>&1"
+	}
+	return `o=$(mktemp 2>/dev/null) || o="${TMPDIR:-/tmp}/managoat-exec-$$"
+( ` + line + ` ) </dev/null >"$o" ` + errRedir + `
+c=$?
+echo ` + markOut + `
+base64 <"$o"
+rm -f "$o"
+exit $c
+`
+}
+
+// decodeExecResult parses execScript's printed result.
+func decodeExecResult(result string) ([]byte, error) {
+	i := strings.Index(result, markOut+"\n")
+	if i < 0 {
+		return nil, errors.New("exec output marker missing")
+	}
+	payload := strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' {
+			return -1
+		}
+		return r
+	}, result[i+len(markOut)+1:])
+	return base64.StdEncoding.DecodeString(payload)
+}
+
+// spawnScript is the session shim. It records its pid (so a shim that
+// died without a verdict is detectable), runs line, and writes the status
+// to <base>.code (atomically, via rename) before exiting with it.
+//
+// With stdin, line reads a FIFO <base>.p fed by `tail -c +1 -f <base>.in`
+// (WriteStdin appends to <base>.in). Where tail supports --pid (GNU), the
+// tail follows a holder process and CloseStdin kills the holder: tail then
+// drains what was appended and exits, so the EOF never loses a write that
+// came before it. Elsewhere CloseStdin kills the tail itself. A close that
+// comes before the shim started leaves <base>.eof, which the shim honours.
+// Without stdin, line reads /dev/null (never the session shell's own input).
+func spawnScript(base, line string, stdin bool) string {
+	var b strings.Builder
+	b.WriteString("B=" + base + "\n")
+	b.WriteString(`mkdir -p "${B%/*}" || exit 125` + "\n")
+	b.WriteString(`echo $$ >"$B.pid"` + "\n")
+	if stdin {
+		b.WriteString(`[ -p "$B.p" ] || mkfifo "$B.p" || exit 125
+: >>"$B.in"
+h=
+if tail --pid=$$ -c +1 /dev/null >/dev/null 2>&1; then
+  sleep 2147483647 </dev/null >/dev/null 2>&1 &
+  h=$!
+  echo $h >"$B.hold"
+  tail -s 0.1 --pid=$h -c +1 -f "$B.in" >"$B.p" 2>/dev/null &
+else
+  tail -c +1 -f "$B.in" >"$B.p" 2>/dev/null &
+fi
+t=$!
+echo $t >"$B.tailpid"
+if [ -e "$B.eof" ]; then kill ${h:-$t} 2>/dev/null; fi
+( ` + line + ` ) <"$B.p"
+c=$?
+kill $t $h 2>/dev/null
+`)
+	} else {
+		b.WriteString(`( ` + line + ` ) </dev/null
+c=$?
+`)
+	}
+	b.WriteString(`echo $c >"$B.code.t" && mv -f "$B.code.t" "$B.code"
+exit $c
+`)
+	return b.String()
+}
+
+// stdinScript appends data to <base>.in unless the sentinel says the
+// command exited.
+func stdinScript(base string, data []byte) string {
+	return "B=" + base + `
+if [ -e "$B.code" ]; then echo ` + markExited + `; exit 0; fi
+mkdir -p "${B%/*}" && printf %s '` + base64.StdEncoding.EncodeToString(data) + `' | base64 -d >>"$B.in" && echo ` + markOK + `
+`
+}
+
+// closeScript delivers a real EOF: it leaves <base>.eof (for a shim not yet
+// started) and kills the holder, or the tail where there is none.
+func closeScript(base string) string {
+	return "B=" + base + `
+mkdir -p "${B%/*}" && : >"$B.eof"
+h=$(cat "$B.hold" 2>/dev/null)
+t=$(cat "$B.tailpid" 2>/dev/null)
+if [ -n "$h" ]; then kill "$h" 2>/dev/null; elif [ -n "$t" ]; then kill "$t" 2>/dev/null; fi
+exit 0
+`
+}
+
+// probeScript reports the shim's liveness (alive, dead or nopid) on its
+// first line and the sentinel's content after it. Liveness is read first:
+// a shim writes the sentinel before it dies, so "dead" with no sentinel
+// means it died without a verdict.
+func probeScript(base string) string {
+	return "B=" + base + `
+s=nopid
+if [ -f "$B.pid" ]; then if kill -0 "$(cat "$B.pid")" 2>/dev/null; then s=alive; else s=dead; fi; fi
+echo $s
+cat "$B.code" 2>/dev/null
+exit 0
+`
+}

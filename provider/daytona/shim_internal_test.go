@@ -1,0 +1,153 @@
+package daytona
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+func TestQuote(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "''"},
+		{"plain", "'plain'"},
+		{"it's fine", `'it'\''s fine'`},
+		{"''", `''\'''\'''`},
+		{"a\nb", "'a\nb'"},
+		{`$HOME "x" \n`, `'$HOME "x" \n'`},
+	} {
+		if got := quote(tc.in); got != tc.want {
+			t.Errorf("quote(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		c    sandbox.Cmd
+		env  []string
+		dir  string
+		want string
+		bad  bool
+	}{
+		{c: sandbox.Cmd{Name: "bash", Args: []string{"-lc", "x"}}, want: `'bash' '-lc' 'x'`},
+		{c: sandbox.Cmd{Name: "echo", Args: []string{"it's fine"}}, want: `'echo' 'it'\''s fine'`},
+		{c: sandbox.Cmd{Name: "env"}, env: []string{"A=1", "B=x y"}, dir: "/tmp/a b", want: `cd '/tmp/a b' && A='1' B='x y' 'env'`},
+		{c: sandbox.Cmd{Name: "env"}, env: []string{"A=it's"}, want: `A='it'\''s' 'env'`},
+		{c: sandbox.Cmd{}, bad: true},
+		{c: sandbox.Cmd{Name: "a\x00b"}, bad: true},
+		{c: sandbox.Cmd{Name: "x"}, env: []string{"NOEQUALS"}, bad: true},
+		{c: sandbox.Cmd{Name: "x"}, env: []string{"BAD-KEY=1"}, bad: true},
+		{c: sandbox.Cmd{Name: "x"}, env: []string{"1A=1"}, bad: true},
+		{c: sandbox.Cmd{Name: "x"}, dir: "a\x00", bad: true},
+	} {
+		got, err := commandLine(tc.c, tc.env, tc.dir)
+		if tc.bad {
+			var iv *sandbox.InvalidError
+			if err == nil || !asInvalid(err, &iv) {
+				t.Errorf("commandLine(%v, %q, %q) = %q, %v; want InvalidError", tc.c, tc.env, tc.dir, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("commandLine(%v, %q, %q) = %q, %v; want %q", tc.c, tc.env, tc.dir, got, err, tc.want)
+		}
+	}
+}
+
+func asInvalid(err error, iv **sandbox.InvalidError) bool {
+	v, ok := err.(*sandbox.InvalidError)
+	*iv = v
+	return ok
+}
+
+// TestEnvelopeSurvivesDaemonParser checks that the envelope is one argv for
+// Daytona's naive /process/execute parser and that a real sh, given that
+// argv, runs the script with every byte intact.
+func TestEnvelopeSurvivesDaemonParser(t *testing.T) {
+	args := []string{"it's", "two words", "new\nline", "\xff\xfe raw", `"dq" \ $x`, ""}
+	line, err := commandLine(sandbox.Cmd{Name: "printf", Args: append([]string{`%s|`}, args...)}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := envelope(line, "managoat", base64Std("shown"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := naiveParse(wire)
+	if len(argv) != 5 || argv[0] != "sh" || argv[1] != "-c" || argv[3] != "managoat" {
+		t.Fatalf("daemon parse of the envelope = %q", argv)
+	}
+	if s, ok := unwrap(wire); !ok || s != line {
+		t.Fatalf("unwrap = %q, %v", s, ok)
+	}
+	if got := displayCommand(wire); got != "shown" {
+		t.Fatalf("displayCommand = %q", got)
+	}
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(args, "|") + "|"; string(out) != want {
+		t.Fatalf("process saw %q, want %q", out, want)
+	}
+}
+
+// naiveParse is Daytona's /process/execute splitter, as documented in
+// daytonatest.
+func naiveParse(command string) []string {
+	var args []string
+	var cur strings.Builder
+	var q rune
+	for _, r := range command {
+		switch {
+		case r == '"' || r == '\'':
+			switch q {
+			case 0:
+				q = r
+			case r:
+				q = 0
+			default:
+				cur.WriteRune(r)
+			}
+		case r == ' ' && q == 0:
+			if cur.Len() > 0 {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		args = append(args, cur.String())
+	}
+	return args
+}
+
+func TestShimsAreLintFree(t *testing.T) {
+	base := shimBase("", "managoat-1")
+	for name, s := range map[string]string{
+		"exec":       execScript(`'true'`, false),
+		"spawn":      spawnScript(base, `'cat'`, true),
+		"spawnPlain": spawnScript(base, `'true'`, false),
+		"stdin":      stdinScript(base, []byte("x")),
+		"close":      closeScript(base),
+		"probe":      probeScript(base),
+	} {
+		// dash -n parses without running: a bashism or a quoting slip fails.
+		if out, err := exec.Command("sh", "-n", "-c", s).CombinedOutput(); err != nil {
+			t.Errorf("%s script does not parse under sh: %v\n%s\n%s", name, err, out, s)
+		}
+	}
+	if !strings.Contains(spawnScript(base, `'cat'`, true), `tail -c +1 -f "$B.in"`) {
+		t.Errorf("stdin shim lacks the tail-fed FIFO")
+	}
+	if strings.Contains(spawnScript(base, `'cat'`, false), "tail") {
+		t.Errorf("plain shim uses tail")
+	}
+	if got := shimBase("/var/x/", "t"); got != "'/var/x/t'" {
+		t.Errorf("shimBase = %s", got)
+	}
+}
