@@ -1,0 +1,245 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Metadata keys stamped on every sandbox this provider creates: the name is
+// the identity E2B lacks, the marker scopes list_all_names to our sandboxes.
+const (
+	MetaName   = "fountain_name"
+	MetaMarker = "fountain"
+)
+
+const maxBody = 1 << 20
+
+// listed is one element of GET /v2/sandboxes.
+type listed struct {
+	SandboxID string            `json:"sandboxID"`
+	AltID     string            `json:"sandboxId"`
+	State     string            `json:"state"`
+	StartedAt string            `json:"startedAt"`
+	Metadata  map[string]string `json:"metadata"`
+	raw       json.RawMessage
+}
+
+func (l listed) id() string {
+	if l.SandboxID != "" {
+		return l.SandboxID
+	}
+	return l.AltID
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// do sends one control-plane request and returns the body of a 2xx answer.
+// Everything else is an error of the taxonomy.
+func (p *Provider) do(ctx context.Context, method, path string, body any) (http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, nil, sandbox.Invalid("request", err.Error())
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, p.cfg.APIURL+path, rd)
+	if err != nil {
+		return nil, nil, sandbox.Invalid("request", err.Error())
+	}
+	req.Header.Set("X-API-Key", p.cfg.APIKey)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, nil, transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, nil, transportError(ctx, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.Header, b, httpError(resp.StatusCode, b)
+	}
+	return resp.Header, b, nil
+}
+
+// list pages through GET /v2/sandboxes with the given metadata filter over
+// running and paused sandboxes. It stops after MaxPages pages with
+// ErrTruncated when more remain.
+func (p *Provider) list(ctx context.Context, meta url.Values) ([]listed, error) {
+	var all []listed
+	token := ""
+	for page := 0; ; page++ {
+		if page >= p.cfg.MaxPages {
+			return nil, sandbox.ErrTruncated
+		}
+		q := url.Values{}
+		q.Set("state", "running,paused")
+		q.Set("metadata", meta.Encode())
+		q.Set("limit", "100")
+		if token != "" {
+			q.Set("nextToken", token)
+		}
+		h, b, err := p.do(ctx, http.MethodGet, "/v2/sandboxes?"+q.Encode(), nil)
+		if err != nil {
+			return nil, err
+		}
+		var raws []json.RawMessage
+		if err := json.Unmarshal(b, &raws); err != nil {
+			return nil, &sandbox.InvalidError{Reason: sandbox.ReasonHTTP, Msg: "listing is not a JSON array",
+				HTTP: &sandbox.HTTPDetail{Status: 200, Body: clip(string(b), 200)}}
+		}
+		for _, r := range raws {
+			var l listed
+			if json.Unmarshal(r, &l) != nil {
+				continue
+			}
+			l.raw = r
+			all = append(all, l)
+		}
+		token = h.Get("X-Next-Token")
+		if token == "" {
+			return all, nil
+		}
+	}
+}
+
+// findAll lists every sandbox that carries name, canonical first: the
+// oldest by start time, ties broken by id, so every caller that sees the
+// same set picks the same one.
+func (p *Provider) findAll(ctx context.Context, name string) ([]listed, error) {
+	ls, err := p.list(ctx, url.Values{MetaName: {name}})
+	if err != nil {
+		return nil, err
+	}
+	out := ls[:0]
+	for _, l := range ls {
+		if l.Metadata[MetaName] == name && l.id() != "" {
+			out = append(out, l)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b listed) int {
+		if c := compareStart(a.StartedAt, b.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id(), b.id())
+	})
+	return out, nil
+}
+
+// find returns the canonical sandbox carrying name, or ErrNotFound.
+func (p *Provider) find(ctx context.Context, name string) (listed, error) {
+	ls, err := p.findAll(ctx, name)
+	if err != nil {
+		return listed{}, err
+	}
+	if len(ls) == 0 {
+		return listed{}, sandbox.ErrNotFound
+	}
+	return ls[0], nil
+}
+
+// resolveRunning finds name's sandbox and resumes it when it is paused
+// (auto-paused by its TTL, or suspended): the self-healing step every
+// operation that needs envd takes first.
+func (p *Provider) resolveRunning(ctx context.Context, name string) (string, error) {
+	l, err := p.find(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if l.State == "paused" {
+		if err := p.connect(ctx, name, l.id()); err != nil {
+			return "", err
+		}
+	}
+	return l.id(), nil
+}
+
+// byID runs a control-plane call addressed by sandbox id. A 404 there is
+// ErrNotFound only when the listing agrees that name is gone; otherwise the
+// sandbox exists and the call failed, which is Unavailable.
+func (p *Provider) byID(ctx context.Context, name, method, path string, body any) error {
+	_, b, err := p.do(ctx, method, path, body)
+	return p.confirmGone(ctx, name, err, b)
+}
+
+func (p *Provider) confirmGone(ctx context.Context, name string, err error, body []byte) error {
+	if err == nil || !isNotFound(err) {
+		return err
+	}
+	if _, ferr := p.find(ctx, name); ferr != nil {
+		return ferr
+	}
+	return &sandbox.UnavailableError{Reason: sandbox.ReasonHTTP,
+		HTTP: &sandbox.HTTPDetail{Status: 404, Body: clip(string(body), 200)}}
+}
+
+func (p *Provider) connect(ctx context.Context, name, id string) error {
+	return p.byID(ctx, name, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect",
+		map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
+}
+
+// heartbeat renews id's TTL.
+func (p *Provider) heartbeat(ctx context.Context, id string) error {
+	_, _, err := p.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout",
+		map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
+	return err
+}
+
+func (p *Provider) kill(ctx context.Context, id string) error {
+	_, _, err := p.do(ctx, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil)
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (p *Provider) createRaw(ctx context.Context, name string) (string, error) {
+	body := map[string]any{
+		"templateID": p.cfg.Template,
+		"timeout":    seconds(p.cfg.SandboxTimeout),
+		"autoPause":  true,
+		"metadata":   map[string]string{MetaName: name, MetaMarker: "1"},
+	}
+	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
+	if err != nil {
+		return "", err
+	}
+	var s listed
+	if json.Unmarshal(b, &s) != nil || s.id() == "" {
+		return "", &sandbox.UnavailableError{Reason: "create_unconfirmed",
+			HTTP: &sandbox.HTTPDetail{Status: 201, Body: clip(string(b), 200)}}
+	}
+	return s.id(), nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, sandbox.ErrNotFound) }
+
+// compareStart orders two startedAt stamps by time (RFC 3339), falling back
+// to the strings when either does not parse.
+func compareStart(a, b string) int {
+	ta, ea := time.Parse(time.RFC3339Nano, a)
+	tb, eb := time.Parse(time.RFC3339Nano, b)
+	if ea != nil || eb != nil {
+		return strings.Compare(a, b)
+	}
+	return ta.Compare(tb)
+}

@@ -1,0 +1,28 @@
+package e2b_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/e2b/e2btest"
+	"github.com/managoat/managoat/sandbox"
+	"github.com/managoat/managoat/sandbox/sandboxtest"
+)
+
+// dropCmd prints, then kills its whole process group, journaling shim
+// included, so the session never records an exit; the fake is told to end
+// the command's stream without envd's end event, as a cut connection
+// would. Together: a transport that closes without an exit, and a session
+// whose verdict is that error.
+var dropCmd = sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo partial; sleep 0.3; kill -KILL 0"}}
+
+func TestConformance(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Match: "kill -KILL 0", NoEnd: true, Times: -1})
+	fx := sandboxtest.ShellFixtures()
+	fx.SpawnDrop = dropCmd
+	sandboxtest.Run(t, e.p, fx,
+		sandboxtest.WithTimeout(5*time.Second),
+		// E2B journals only detachable spawns, and attach needs a journal.
+		sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}))
+}

@@ -1,0 +1,649 @@
+// Package e2btest is an in-process fake of E2B's two planes, for tests of
+// code that drives E2B (provider/e2b and anything built on it).
+//
+// The control plane (X-API-Key) serves create, the v2 listing with
+// metadata and state filters and X-Next-Token paging, kill, pause,
+// connect, timeout and network. The envd plane (Basic-auth user, routed by
+// the E2b-Sandbox-Id header or a 49983-<id>. host) serves the Connect
+// process service (Start streams envelopes; List, SendInput, CloseStdin,
+// SendSignal are unary JSON) and the /files API. Commands run as real
+// processes on this machine, each in its own process group, with the
+// sandbox's scratch directory as HOME and default working directory.
+//
+// The sandbox's filesystem is the host's, with two mapped prefixes:
+// /home/<user> is the scratch home, and the journal directory /tmp/fountain
+// is the scratch journal directory — for processes through the
+// MANAGOAT_JOURNAL_DIR variable the journaling shim honours, and for /files
+// by rewriting the path — so concurrent sandboxes never share journals.
+//
+// It keeps E2B's behaviours that matter to a client: a sandbox's TTL
+// auto-pauses it (or kills it without autoPause) when no heartbeat renews
+// it; a pause stops its processes (SIGSTOP) and cuts their streams, a
+// connect resumes them (SIGCONT); after a resume, processes started
+// before the pause answer 404 to tag selectors while List still shows
+// them (the quirk the pid fallback exists for); envd does not replay
+// output to a reconnecting client. Faults can be injected: any status
+// (429 with a body, 5xx), a stall before the answer, a stream that stalls
+// after its start event, and a stream that ends without its end event.
+package e2btest
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a Server. The zero value is ready.
+type Options struct {
+	// APIKey is the key the control plane accepts; default "e2b-test-key".
+	APIKey string
+	// User is the envd user; default "user". Requests naming another user
+	// are refused with 401.
+	User string
+	// Second is how long one E2B second (of timeouts and keepalive
+	// intervals) lasts in the fake; default one second. Tests shorten it to
+	// see TTLs expire quickly.
+	Second time.Duration
+	// TTLCheck is how often expired sandboxes are paused or killed;
+	// default Second/10, at least 5 ms.
+	TTLCheck time.Duration
+	// MaxPage caps the listing's page size; default 100.
+	MaxPage int
+	// Dir holds the sandboxes' scratch directories; default a temporary
+	// directory removed by Close.
+	Dir string
+}
+
+// Plane names one of the two planes, for Fault and Request.
+type Plane string
+
+// The planes.
+const (
+	API  Plane = "api"
+	Envd Plane = "envd"
+)
+
+// Fault is an injected failure. It matches requests by plane, method and
+// path prefix (empty matches any) and applies to the next Times of them
+// (0 means 1, negative means every one).
+type Fault struct {
+	Plane  Plane
+	Method string
+	Path   string
+	Times  int
+
+	// Status answers the request with this status and Body.
+	Status int
+	Body   string
+	// Stall holds the request without an answer until the client gives up.
+	Stall bool
+	// StallStream (Start only) sends the start event, then nothing at all,
+	// not even keepalives.
+	StallStream bool
+	// NoEnd (Start only) runs the process but ends the stream without its
+	// end event (a clean end-of-stream envelope follows the output).
+	NoEnd bool
+	// Match, when set, limits the fault to requests whose body contains it
+	// (e.g. a word of the command a Start runs).
+	Match string
+}
+
+// Request is one request the server saw.
+type Request struct {
+	Plane     Plane
+	Method    string
+	Path      string
+	Query     string
+	SandboxID string // envd requests
+	Body      string // control-plane requests
+}
+
+// Server is the fake. Close it when done.
+type Server struct {
+	// APIServer and EnvdServer are the two planes.
+	APIServer, EnvdServer *httptest.Server
+
+	opts    Options
+	rootDir string
+	ownDir  bool
+
+	mu        sync.Mutex
+	sandboxes map[string]*sbx
+	faults    []*Fault
+	requests  []Request
+	closing   chan struct{}
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// NewServer starts a fake with both planes on loopback.
+func NewServer(opts Options) *Server {
+	if opts.APIKey == "" {
+		opts.APIKey = "e2b-test-key"
+	}
+	if opts.User == "" {
+		opts.User = "user"
+	}
+	if opts.Second <= 0 {
+		opts.Second = time.Second
+	}
+	if opts.TTLCheck <= 0 {
+		opts.TTLCheck = max(opts.Second/10, 5*time.Millisecond)
+	}
+	if opts.MaxPage <= 0 {
+		opts.MaxPage = 100
+	}
+	s := &Server{opts: opts, sandboxes: map[string]*sbx{}, closing: make(chan struct{})}
+	if opts.Dir == "" {
+		d, err := os.MkdirTemp("", "e2btest-")
+		if err != nil {
+			panic("e2btest: " + err.Error())
+		}
+		s.rootDir, s.ownDir = d, true
+	} else {
+		s.rootDir = opts.Dir
+	}
+	s.APIServer = httptest.NewServer(http.HandlerFunc(s.serveAPI))
+	s.EnvdServer = httptest.NewServer(http.HandlerFunc(s.serveEnvd))
+	s.wg.Add(1)
+	go s.ttlLoop()
+	return s
+}
+
+// APIKey is the accepted X-API-Key.
+func (s *Server) APIKey() string { return s.opts.APIKey }
+
+// APIURL is the control plane's base URL (E2B_API_URL).
+func (s *Server) APIURL() string { return s.APIServer.URL }
+
+// SandboxURL is envd's single endpoint, routed by the E2b-Sandbox-Id header
+// (E2B_SANDBOX_URL).
+func (s *Server) SandboxURL() string { return s.EnvdServer.URL }
+
+// User is the envd user.
+func (s *Server) User() string { return s.opts.User }
+
+// Close kills every process, stops both planes and removes the scratch
+// directories it made.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.closing)
+	for _, sb := range s.sandboxes {
+		sb.killAll()
+	}
+	s.mu.Unlock()
+	s.APIServer.Close()
+	s.EnvdServer.Close()
+	s.wg.Wait()
+	if s.ownDir {
+		_ = os.RemoveAll(s.rootDir)
+	}
+}
+
+// Inject adds a fault.
+func (s *Server) Inject(f Fault) {
+	if f.Times == 0 {
+		f.Times = 1
+	}
+	s.mu.Lock()
+	s.faults = append(s.faults, &f)
+	s.mu.Unlock()
+}
+
+// ClearFaults removes every pending fault.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	s.faults = nil
+	s.mu.Unlock()
+}
+
+func (s *Server) takeFault(plane Plane, r *http.Request, body []byte) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.faults {
+		if (f.Plane == "" || f.Plane == plane) && (f.Method == "" || f.Method == r.Method) &&
+			strings.HasPrefix(r.URL.Path, f.Path) && strings.Contains(string(body), f.Match) {
+			if f.Times > 0 {
+				f.Times--
+				if f.Times == 0 {
+					s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
+				}
+			}
+			return f
+		}
+	}
+	return nil
+}
+
+// applyFault answers r per f; it reports whether the request is handled.
+func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault) bool {
+	switch {
+	case f == nil:
+		return false
+	case f.Stall:
+		select {
+		case <-r.Context().Done():
+		case <-s.closing:
+		}
+		return true
+	case f.Status != 0:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.Status)
+		_, _ = w.Write([]byte(f.Body))
+		return true
+	}
+	return false
+}
+
+// Requests returns the requests seen so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// ResetRequests forgets the requests seen so far.
+func (s *Server) ResetRequests() {
+	s.mu.Lock()
+	s.requests = nil
+	s.mu.Unlock()
+}
+
+func (s *Server) record(r Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, r)
+	s.mu.Unlock()
+}
+
+// Sandbox is the state of one fake sandbox.
+type Sandbox struct {
+	ID        string
+	State     string // "running" or "paused"
+	Metadata  map[string]string
+	AutoPause bool
+	EndAt     time.Time
+	// Network is the last applied egress configuration (nil if none).
+	Network *Network
+	// Processes is the number of live processes.
+	Processes int
+	// Dir is the sandbox's scratch directory.
+	Dir string
+}
+
+// Network is a sandbox's egress configuration.
+type Network struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+// Sandboxes lists every sandbox, oldest first.
+func (s *Server) Sandboxes() []Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Sandbox
+	for _, sb := range s.sortedLocked() {
+		out = append(out, sb.snapshot())
+	}
+	return out
+}
+
+// Lookup returns the sandbox with id.
+func (s *Server) Lookup(id string) (Sandbox, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		return Sandbox{}, false
+	}
+	return sb.snapshot(), true
+}
+
+// CreateSandbox makes a running sandbox directly (as another client
+// would), with the given metadata and TTL in E2B seconds, and returns its
+// id. It lets a test stage duplicates and foreign sandboxes.
+func (s *Server) CreateSandbox(metadata map[string]string, timeout int, autoPause bool) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.createLocked("base", metadata, timeout, autoPause).id
+}
+
+// Pause pauses a sandbox as its TTL would.
+func (s *Server) Pause(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok || sb.state != "running" {
+		return false
+	}
+	sb.pause()
+	return true
+}
+
+// Kill removes a sandbox as if it had been killed elsewhere.
+func (s *Server) Kill(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killLocked(id)
+}
+
+func (s *Server) killLocked(id string) bool {
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		return false
+	}
+	sb.killAll()
+	delete(s.sandboxes, id)
+	return true
+}
+
+func (s *Server) sortedLocked() []*sbx {
+	all := make([]*sbx, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].startedAt.Equal(all[j].startedAt) {
+			return all[i].startedAt.Before(all[j].startedAt)
+		}
+		return all[i].id < all[j].id
+	})
+	return all
+}
+
+func (s *Server) ttlLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.TTLCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			for id, sb := range s.sandboxes {
+				if sb.state != "running" || now.Before(sb.endAt) {
+					continue
+				}
+				if sb.autoPause {
+					sb.pause()
+				} else {
+					s.killLocked(id)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *Server) secs(n int) time.Duration { return time.Duration(n) * s.opts.Second }
+
+func newID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "i" + hex.EncodeToString(b[:])
+}
+
+// createLocked makes a sandbox; s.mu is held.
+func (s *Server) createLocked(template string, metadata map[string]string, timeout int, autoPause bool) *sbx {
+	id := newID()
+	dir := filepath.Join(s.rootDir, id)
+	home := filepath.Join(dir, "home")
+	journal := filepath.Join(dir, "journal")
+	_ = os.MkdirAll(home, 0o755)
+	_ = os.MkdirAll(journal, 0o755)
+	md := map[string]string{}
+	for k, v := range metadata {
+		md[k] = v
+	}
+	now := time.Now()
+	sb := &sbx{srv: s, id: id, template: template, state: "running", startedAt: now,
+		endAt: now.Add(s.secs(timeout)), autoPause: autoPause, metadata: md,
+		dir: dir, home: home, journal: journal, procs: map[uint32]*proc{}}
+	s.sandboxes[id] = sb
+	return sb
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+const stampLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+func (sb *sbx) listedJSON() map[string]any {
+	return map[string]any{
+		"templateID":  sb.template,
+		"sandboxID":   sb.id,
+		"clientID":    "fake",
+		"startedAt":   sb.startedAt.UTC().Format(stampLayout),
+		"endAt":       sb.endAt.UTC().Format(stampLayout),
+		"cpuCount":    2,
+		"memoryMB":    512,
+		"diskSizeMB":  1024,
+		"metadata":    sb.metadata,
+		"state":       sb.state,
+		"envdVersion": "0.2.0",
+	}
+}
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	body := readBody(r)
+	s.record(Request{Plane: API, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body)})
+	if s.applyFault(w, r, s.takeFault(API, r, body)) {
+		return
+	}
+	if r.Header.Get("X-API-Key") != s.opts.APIKey {
+		apiError(w, http.StatusUnauthorized, "Invalid API key")
+		return
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/sandboxes":
+		s.apiCreate(w, body)
+	case r.Method == http.MethodGet && r.URL.Path == "/v2/sandboxes":
+		s.apiList(w, r)
+	case len(parts) == 2 && parts[0] == "sandboxes":
+		s.apiSandbox(w, r, parts[1], "", body)
+	case len(parts) == 3 && parts[0] == "sandboxes":
+		s.apiSandbox(w, r, parts[1], parts[2], body)
+	default:
+		apiError(w, http.StatusNotFound, "no such route")
+	}
+}
+
+func readBody(r *http.Request) []byte {
+	if r.Body == nil {
+		return nil
+	}
+	var b []byte
+	buf := make([]byte, 32<<10)
+	for len(b) < 64<<20 {
+		n, err := r.Body.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	return b
+}
+
+func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
+	var req struct {
+		TemplateID string            `json:"templateID"`
+		Timeout    *int              `json:"timeout"`
+		AutoPause  bool              `json:"autoPause"`
+		Metadata   map[string]string `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.TemplateID == "" {
+		apiError(w, http.StatusBadRequest, "templateID is required")
+		return
+	}
+	timeout := 15
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	s.mu.Lock()
+	sb := s.createLocked(req.TemplateID, req.Metadata, timeout, req.AutoPause)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": "0.2.0",
+	})
+}
+
+func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	states := map[string]bool{"running": true, "paused": true}
+	if st := q.Get("state"); st != "" {
+		states = map[string]bool{}
+		for _, x := range strings.Split(st, ",") {
+			states[x] = true
+		}
+	}
+	var want map[string][]string
+	if m := q.Get("metadata"); m != "" {
+		parsed, err := url.ParseQuery(m)
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "bad metadata query")
+			return
+		}
+		want = parsed
+	}
+	limit := s.opts.MaxPage
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			apiError(w, http.StatusBadRequest, "limit must be 1..100")
+			return
+		}
+		limit = min(n, limit)
+	}
+	offset := 0
+	if t := q.Get("nextToken"); t != "" {
+		b, err := base64.RawURLEncoding.DecodeString(t)
+		n, err2 := strconv.Atoi(string(b))
+		if err != nil || err2 != nil || n < 0 {
+			apiError(w, http.StatusBadRequest, "bad nextToken")
+			return
+		}
+		offset = n
+	}
+	s.mu.Lock()
+	all := s.sortedLocked()
+	var match []map[string]any
+	// Newest first, as E2B lists by default.
+	for i := len(all) - 1; i >= 0; i-- {
+		sb := all[i]
+		if !states[sb.state] || !sb.matches(want) {
+			continue
+		}
+		match = append(match, sb.listedJSON())
+	}
+	s.mu.Unlock()
+	if offset > len(match) {
+		offset = len(match)
+	}
+	page := match[offset:]
+	if len(page) > limit {
+		page = page[:limit]
+		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(offset+limit))))
+	}
+	if page == nil {
+		page = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (sb *sbx) matches(want map[string][]string) bool {
+	for k, vs := range want {
+		for _, v := range vs {
+			if sb.metadata[k] != v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action string, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		apiError(w, http.StatusNotFound, "sandbox \""+id+"\" not found")
+		return
+	}
+	var t struct {
+		Timeout *int `json:"timeout"`
+	}
+	switch {
+	case action == "" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, sb.listedJSON())
+	case action == "" && r.Method == http.MethodDelete:
+		s.killLocked(id)
+		w.WriteHeader(http.StatusNoContent)
+	case action == "pause" && r.Method == http.MethodPost:
+		if sb.state == "paused" {
+			apiError(w, http.StatusConflict, "sandbox is already paused")
+			return
+		}
+		sb.pause()
+		w.WriteHeader(http.StatusNoContent)
+	case action == "connect" && r.Method == http.MethodPost:
+		if json.Unmarshal(body, &t) != nil || t.Timeout == nil {
+			apiError(w, http.StatusBadRequest, "timeout is required")
+			return
+		}
+		end := time.Now().Add(s.secs(*t.Timeout))
+		status := http.StatusOK
+		if sb.state == "paused" {
+			sb.resume()
+			sb.endAt = end
+			status = http.StatusCreated
+		} else if end.After(sb.endAt) {
+			sb.endAt = end
+		}
+		writeJSON(w, status, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": "0.2.0"})
+	case action == "timeout" && r.Method == http.MethodPost:
+		if json.Unmarshal(body, &t) != nil || t.Timeout == nil {
+			apiError(w, http.StatusBadRequest, "timeout is required")
+			return
+		}
+		sb.endAt = time.Now().Add(s.secs(*t.Timeout))
+		w.WriteHeader(http.StatusNoContent)
+	case action == "network" && r.Method == http.MethodPut:
+		if sb.state != "running" {
+			apiError(w, http.StatusConflict, "sandbox is not running")
+			return
+		}
+		var n Network
+		if json.Unmarshal(body, &n) != nil {
+			apiError(w, http.StatusBadRequest, "bad network config")
+			return
+		}
+		sb.network = &n
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		apiError(w, http.StatusNotFound, "no such route")
+	}
+}
