@@ -69,6 +69,8 @@ const (
 const (
 	OpNetworkPolicy    = "network_policy"
 	OpTerminateSession = "terminate_session"
+	// OpRunners is served only by the platform's proxy: the caller's online runners.
+	OpRunners = "runners"
 )
 
 // Ops lists the 14 operations of the protocol, in the spec's order.
@@ -150,6 +152,10 @@ type Request struct {
 	// Extension fields.
 	Allow *[]string `json:"allow,omitempty"` // network_policy: nil means unset; [] denies all
 	Force bool      `json:"force,omitempty"` // terminate_session
+
+	// Proxy extension (provider/runner's ProxyPath, never sent to a daemon):
+	// the runner a name-less op (list) goes to.
+	RunnerID string `json:"runner_id,omitempty"`
 }
 
 // Encode is the request's JSON text.

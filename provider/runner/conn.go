@@ -1,0 +1,378 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Transport reasons of UnavailableError synthesised by the platform end
+// (never on the wire). All are transient.
+const (
+	ReasonOffline      = "runner_offline"      // no connection registered for the runner
+	ReasonDisconnected = "runner_disconnected" // the socket closed before the reply
+	ReasonTimeout      = "runner_timeout"      // no reply within the caller's deadline
+)
+
+func errDisconnected() error { return sandbox.Unavailable(ReasonDisconnected, nil) }
+
+// Subscription routes one spawn's or attach's stream frames into a
+// Command's Stream. Make one with NewSubscription and pass it to Call.
+type Subscription struct {
+	stream *sandbox.Stream
+
+	// Set when the reply installs it.
+	conn      *Conn
+	sessionID string
+	reqID     int64
+}
+
+// NewSubscription returns a subscription that feeds s.
+func NewSubscription(s *sandbox.Stream) *Subscription { return &Subscription{stream: s} }
+
+// SessionID is the session the subscription was installed on, "" before.
+func (s *Subscription) SessionID() string { return s.sessionID }
+
+type pending struct {
+	ch        chan callResult
+	sub       *Subscription
+	abandoned bool // the caller gave up; a late reply installs nothing
+}
+
+type callResult struct {
+	reply *wire.Reply
+	err   error
+}
+
+// Conn is the platform end of one runner's socket. Calls are multiplexed by
+// request id (numbered from 1 per connection); stream frames fan out to the
+// subscriptions of their session: a frame with replay_for N only to the
+// subscription request N installed, a live frame to every subscription.
+type Conn struct {
+	srv          *Server // nil on a Client's connection
+	info         Info
+	ws           *websocket.Conn
+	writeTimeout time.Duration
+	log          *slog.Logger
+	onEnd        func() // runs first when the connection ends
+
+	ready     chan struct{} // closed once the socket is upgraded
+	done      chan struct{} // closed when the connection ended
+	closeOnce sync.Once
+
+	nextID  atomic.Int64
+	mu      sync.Mutex
+	ended   bool
+	pending map[int64]*pending
+	subs    map[string][]*Subscription
+	hb      *time.Timer
+
+	lastSeen atomic.Int64 // unix nanos of the last frame or pong
+}
+
+// Info describes the connected runner.
+func (c *Conn) Info() Info { return c.info }
+
+// ID is the runner id.
+func (c *Conn) ID() string { return c.info.ID }
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+func newConn(srv *Server, info Info) *Conn {
+	c := &Conn{srv: srv, info: info, ready: make(chan struct{}), done: make(chan struct{}),
+		pending: map[int64]*pending{}, subs: map[string][]*Subscription{}}
+	if srv != nil {
+		c.writeTimeout, c.log = srv.cfg.WriteTimeout, srv.log
+		c.onEnd = func() {
+			srv.cfg.Host.Unregister(info.ID, c)
+			srv.cfg.Host.Presence(info, false)
+		}
+	}
+	return c
+}
+
+// Close closes the socket with code and reason; the connection then ends as
+// for any socket loss.
+func (c *Conn) Close(code int, reason string) {
+	select {
+	case <-c.ready:
+	case <-c.done:
+		return
+	}
+	go func() { _ = c.ws.Close(websocket.StatusCode(code), reason) }()
+}
+
+// Call sends req (its ID is overwritten) and waits for the reply. With a
+// subscription, a successful reply carrying a session_id installs it before
+// the reply is handed back, so no frame of that session can be missed.
+// Socket loss is Unavailable{runner_disconnected}; ctx's deadline is
+// Unavailable{runner_timeout}. A failure reply is returned as the reply;
+// Reply.Err maps it onto the taxonomy.
+func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (*wire.Reply, error) {
+	select {
+	case <-c.ready:
+	case <-c.done:
+		return nil, errDisconnected()
+	case <-ctx.Done():
+		return nil, ctxErr(ctx)
+	}
+	p := &pending{ch: make(chan callResult, 1), sub: sub}
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return nil, errDisconnected()
+	}
+	id := c.nextID.Add(1)
+	req.ID = id
+	c.pending[id] = p
+	c.mu.Unlock()
+
+	b, err := req.Encode()
+	if err == nil {
+		err = c.write(ctx, b)
+	}
+	if err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil, ctxErr(ctx)
+		}
+		return nil, errDisconnected()
+	}
+	select {
+	case r := <-p.ch:
+		return r.reply, r.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		if _, ok := c.pending[id]; ok {
+			p.abandoned = true
+			c.mu.Unlock()
+			return nil, ctxErr(ctx)
+		}
+		c.mu.Unlock()
+		r := <-p.ch // the reply won the race; honour it
+		return r.reply, r.err
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return sandbox.Unavailable(ReasonTimeout, nil)
+	}
+	return ctx.Err()
+}
+
+func (c *Conn) write(ctx context.Context, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, c.writeTimeout)
+	defer cancel()
+	return c.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// Unsubscribe removes sub; when it was the session's last subscription on
+// this connection, the daemon is told to detach (id 0, no reply expected).
+// It is total.
+func (c *Conn) Unsubscribe(sub *Subscription) {
+	if sub == nil {
+		return
+	}
+	c.mu.Lock()
+	sid := sub.sessionID
+	removed := c.removeLocked(sub)
+	last := removed && len(c.subs[sid]) == 0
+	if last {
+		delete(c.subs, sid)
+	}
+	c.mu.Unlock()
+	if last {
+		c.detach(sid)
+	}
+}
+
+func (c *Conn) detach(sid string) {
+	b, _ := (&wire.Request{ID: 0, Op: wire.OpDetach, SessionID: sid}).Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.write(ctx, b)
+}
+
+func (c *Conn) removeLocked(sub *Subscription) bool {
+	list := c.subs[sub.sessionID]
+	for i, s := range list {
+		if s == sub {
+			c.subs[sub.sessionID] = append(list[:i:i], list[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// readLoop handles inbound frames strictly in order until the socket ends.
+func (c *Conn) readLoop(ctx context.Context) error {
+	for {
+		typ, b, err := c.ws.Read(ctx)
+		if err != nil {
+			return err
+		}
+		c.lastSeen.Store(time.Now().UnixNano())
+		if typ != websocket.MessageText {
+			_ = c.ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
+			return errors.New("binary frame")
+		}
+		f, err := wire.Decode(b)
+		if err != nil {
+			_ = c.ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
+			return err
+		}
+		switch f.Kind {
+		case wire.KindReply:
+			c.onReply(f.Reply)
+		case wire.KindStream:
+			c.onStream(f.Stream)
+		default:
+			c.log.Debug("runner: unexpected frame ignored", "runner", c.info.ID)
+		}
+	}
+}
+
+func (c *Conn) onReply(r *wire.Reply) {
+	c.mu.Lock()
+	p := c.pending[r.ID]
+	if p == nil || r.ID == 0 {
+		c.mu.Unlock()
+		return // a reply to no request (late, id 0, unknown): dropped
+	}
+	delete(c.pending, r.ID)
+	detachSid := ""
+	if r.OK && p.sub != nil {
+		var res struct {
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal(r.Result, &res) == nil && res.SessionID != "" {
+			if p.abandoned {
+				if len(c.subs[res.SessionID]) == 0 {
+					detachSid = res.SessionID
+				}
+			} else {
+				p.sub.conn, p.sub.sessionID, p.sub.reqID = c, res.SessionID, r.ID
+				c.subs[res.SessionID] = append(c.subs[res.SessionID], p.sub)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if detachSid != "" {
+		go c.detach(detachSid)
+	}
+	if !p.abandoned {
+		p.ch <- callResult{reply: r}
+	}
+}
+
+func (c *Conn) onStream(s *wire.Stream) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := c.subs[s.SessionID]
+	if len(list) == 0 {
+		return
+	}
+	terminal := s.Kind == wire.StreamExit || s.Kind == wire.StreamError
+	var keep []*Subscription
+	for _, sub := range list {
+		if s.ReplayFor != 0 && sub.reqID != s.ReplayFor {
+			keep = append(keep, sub)
+			continue
+		}
+		switch s.Kind {
+		case wire.StreamStdout:
+			sub.stream.Stdout(s.Data)
+		case wire.StreamStderr:
+			sub.stream.Stderr(s.Data)
+		case wire.StreamExit:
+			if s.Malformed {
+				sub.stream.Fail(&sandbox.ProviderError{Provider: wire.ProviderName, Reason: "malformed_exit", Err: errors.New(s.Detail)})
+			} else {
+				sub.stream.Exit(s.Code)
+			}
+		case wire.StreamError:
+			sub.stream.Fail(wire.ErrorFrom(s.Error, s.Detail))
+		default:
+			// Unknown stream kinds deliver nothing.
+		}
+		if !terminal {
+			keep = append(keep, sub)
+		}
+	}
+	// A terminal frame ends the subscriptions it reached: a live one all of
+	// them, a replayed one only its requester's (the original dropped every
+	// subscription on a replayed exit, stranding a concurrent attacher
+	// whose own replay had not arrived yet).
+	if len(keep) == 0 {
+		delete(c.subs, s.SessionID)
+	} else {
+		c.subs[s.SessionID] = keep
+	}
+}
+
+// end runs once when the socket is gone: unregister, then presence offline,
+// then every waiting call fails with runner_disconnected and every
+// subscription gets a terminal runner_disconnected error, never an exit.
+func (c *Conn) end() {
+	c.closeOnce.Do(func() {
+		if c.onEnd != nil {
+			c.onEnd()
+		}
+		c.mu.Lock()
+		c.ended = true
+		if c.hb != nil {
+			c.hb.Stop()
+		}
+		pend, subs := c.pending, c.subs
+		c.pending, c.subs = map[int64]*pending{}, map[string][]*Subscription{}
+		c.mu.Unlock()
+		for _, p := range pend {
+			if !p.abandoned {
+				p.ch <- callResult{err: errDisconnected()}
+			}
+		}
+		for _, list := range subs {
+			for _, sub := range list {
+				sub.stream.Fail(errDisconnected())
+			}
+		}
+		close(c.done)
+	})
+}
+
+// heartbeat runs every HeartbeatInterval: the host's heartbeat, a ping, and
+// the idle check (no frame or pong for IdleTimeout closes the socket).
+func (c *Conn) heartbeat() {
+	cfg := &c.srv.cfg
+	c.srv.cfg.Host.Heartbeat(c.info.ID)
+	idle := time.Since(time.Unix(0, c.lastSeen.Load()))
+	if idle >= cfg.IdleTimeout {
+		c.srv.log.Info("runner: idle timeout", "runner", c.info.ID, "idle", idle)
+		_ = c.ws.CloseNow()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(cfg.HeartbeatInterval, cfg.IdleTimeout-idle))
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err == nil {
+		c.lastSeen.Store(time.Now().UnixNano())
+	}
+	c.mu.Lock()
+	if !c.ended {
+		c.hb.Reset(cfg.HeartbeatInterval)
+	}
+	c.mu.Unlock()
+}

@@ -1,0 +1,155 @@
+package runner
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/managoat/managoat/provider/runner/wire"
+)
+
+// ErrAlreadyRegistered is Host.Register's refusal of a second connection
+// for one runner id.
+var ErrAlreadyRegistered = errors.New("runner: already registered")
+
+// Info describes a connected runner: identity from the handshake's query
+// string, the account the authenticator named, and the extra capabilities
+// its provider offers.
+type Info struct {
+	ID          string    `json:"id"`
+	Account     string    `json:"account,omitempty"`
+	Name        string    `json:"name"`
+	Hostname    string    `json:"hostname,omitempty"`
+	OS          string    `json:"os,omitempty"`
+	Arch        string    `json:"arch,omitempty"`
+	Version     string    `json:"version,omitempty"`
+	Root        string    `json:"root,omitempty"`
+	Caps        []string  `json:"caps,omitempty"`
+	ConnectedAt time.Time `json:"connected_at"`
+	LastSeen    time.Time `json:"last_seen_at"`
+}
+
+// HasCap reports whether the runner advertised capability c.
+func (i Info) HasCap(c string) bool { return slices.Contains(i.Caps, c) }
+
+// Host is what the platform end needs from its application that is not
+// protocol: where a runner's connection lives, who is online, and where
+// heartbeats and presence go. A cluster-wide host makes a connection
+// reachable from every node; LocalHost is the single-process one.
+type Host interface {
+	// Register claims id for c; a second claim is ErrAlreadyRegistered.
+	Register(id string, c *Conn) error
+	// Unregister releases id if c holds it.
+	Unregister(id string, c *Conn)
+	// Whereis returns the connection registered for id, or nil.
+	Whereis(id string) *Conn
+	// Online lists every registered runner.
+	Online() []Info
+	// Heartbeat is called every heartbeat interval (e.g. stamp last_seen).
+	Heartbeat(id string)
+	// Presence is called after a registration (online) and after an
+	// unregistration (offline), so a listener checking online status on the
+	// notice sees the truth.
+	Presence(info Info, online bool)
+}
+
+// LocalHost is a single-process Host: a map under a lock.
+type LocalHost struct {
+	// OnPresence, if set, is called on every presence change.
+	OnPresence func(info Info, online bool)
+
+	mu    sync.Mutex
+	conns map[string]*Conn
+	seen  map[string]time.Time
+}
+
+// NewLocalHost returns an empty LocalHost.
+func NewLocalHost() *LocalHost {
+	return &LocalHost{conns: map[string]*Conn{}, seen: map[string]time.Time{}}
+}
+
+// Register implements Host.
+func (h *LocalHost) Register(id string, c *Conn) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns == nil {
+		h.conns, h.seen = map[string]*Conn{}, map[string]time.Time{}
+	}
+	if _, ok := h.conns[id]; ok {
+		return ErrAlreadyRegistered
+	}
+	h.conns[id] = c
+	h.seen[id] = time.Now()
+	return nil
+}
+
+// Unregister implements Host.
+func (h *LocalHost) Unregister(id string, c *Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns[id] == c {
+		delete(h.conns, id)
+		delete(h.seen, id)
+	}
+}
+
+// Whereis implements Host.
+func (h *LocalHost) Whereis(id string) *Conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns[id]
+}
+
+// Online implements Host: every registered runner, most recently connected
+// first.
+func (h *LocalHost) Online() []Info {
+	h.mu.Lock()
+	out := make([]Info, 0, len(h.conns))
+	for id, c := range h.conns {
+		i := c.Info()
+		i.LastSeen = h.seen[id]
+		out = append(out, i)
+	}
+	h.mu.Unlock()
+	SortByConnected(out)
+	return out
+}
+
+// SortByConnected orders runners most recently connected first, then by name.
+func SortByConnected(rs []Info) {
+	slices.SortFunc(rs, func(a, b Info) int {
+		if c := b.ConnectedAt.Compare(a.ConnectedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// Heartbeat implements Host: it stamps the runner's last-seen time.
+func (h *LocalHost) Heartbeat(id string) {
+	h.mu.Lock()
+	if _, ok := h.conns[id]; ok {
+		h.seen[id] = time.Now()
+	}
+	h.mu.Unlock()
+}
+
+// Presence implements Host.
+func (h *LocalHost) Presence(info Info, online bool) {
+	if h.OnPresence != nil {
+		h.OnPresence(info, online)
+	}
+}
+
+// Delete forgets a runner: its live socket, if any, is closed with 4404
+// "runner deleted". It reports whether a connection was closed.
+func (h *LocalHost) Delete(id string) bool {
+	c := h.Whereis(id)
+	if c == nil {
+		return false
+	}
+	c.Close(wire.CloseDeleted, "runner deleted")
+	return true
+}

@@ -1,0 +1,515 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Name is the provider's registry name.
+const Name = "runner"
+
+// Caller reaches runners. *Server implements it in the platform process
+// (over its Host's connections) and *Client in another process (over a
+// platform's proxy endpoint).
+type Caller interface {
+	Call(ctx context.Context, runnerID string, req *wire.Request, sub *Subscription) (*wire.Reply, error)
+	Unsubscribe(sub *Subscription)
+	Runners(ctx context.Context) ([]Info, error)
+}
+
+// ProviderOptions configure a Provider.
+type ProviderOptions struct {
+	// CallTimeout bounds a call whose ctx has no deadline; default 30 s.
+	CallTimeout time.Duration
+}
+
+// Provider is the sandbox provider "runner": every operation is a request
+// to the runner whose id the sandbox's name carries (see For and Parse).
+// Offline, disconnected and timed out are all Unavailable, so transient: a
+// switched-off machine's sandbox is never taken for gone.
+//
+// It advertises suspend and attach, plus network_policy and
+// terminate_session when every online runner reports them (a runner whose
+// provider isolates its sandboxes). With no runner online it advertises
+// only suspend and attach.
+type Provider struct {
+	c       Caller
+	timeout time.Duration
+}
+
+// NewProvider returns the provider over c.
+func NewProvider(c Caller, opts ProviderOptions) *Provider {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 30 * time.Second
+	}
+	return &Provider{c: c, timeout: opts.CallTimeout}
+}
+
+var _ interface {
+	sandbox.Provider
+	sandbox.SessionTerminator
+	sandbox.HostPather
+} = (*Provider)(nil)
+
+// Name returns "runner".
+func (p *Provider) Name() string { return Name }
+
+// Capabilities: suspend and attach, plus the extras every online runner offers.
+func (p *Provider) Capabilities() sandbox.Capabilities {
+	caps := sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rs, err := p.c.Runners(ctx)
+	if err != nil || len(rs) == 0 {
+		return caps
+	}
+	for _, c := range []sandbox.Capability{sandbox.CapNetworkPolicy, sandbox.CapTerminateSession, sandbox.CapForceTerminateSession} {
+		all := true
+		for _, r := range rs {
+			all = all && r.HasCap(string(c))
+		}
+		if all {
+			caps = caps.With(c)
+		}
+	}
+	return caps
+}
+
+// Mint returns a fresh sandbox name on the most recently connected online
+// runner (the original's placement), or Unavailable{no_runner_online}.
+func (p *Provider) Mint(ctx context.Context) (string, error) {
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(rs) == 0 {
+		return "", sandbox.Unavailable("no_runner_online", nil)
+	}
+	return For(rs[0].ID)
+}
+
+type cmdPrivate struct {
+	runnerID, name string
+	sub            *Subscription
+}
+
+func (p *Provider) call(ctx context.Context, runnerID string, req *wire.Request, sub *Subscription) (json.RawMessage, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+	}
+	r, err := p.c.Call(ctx, runnerID, req, sub)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	return r.Result, nil
+}
+
+// op checks h, parses its runner id and calls op with the name set.
+func (p *Provider) op(ctx context.Context, h *sandbox.Handle, req *wire.Request) (json.RawMessage, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return nil, err
+	}
+	id, err := Parse(h.Name)
+	if err != nil {
+		return nil, err
+	}
+	req.Name = h.Name
+	return p.call(ctx, id, req, nil)
+}
+
+func malformed(what string, res []byte) error {
+	return &sandbox.ProviderError{Provider: Name, Reason: "malformed_" + what + "_reply", Err: errors.New(clip(string(res), 200))}
+}
+
+// Create makes or adopts the named sandbox on its runner.
+func (p *Provider) Create(ctx context.Context, name string, _ sandbox.CreateOptions) (*sandbox.Handle, error) {
+	h := sandbox.BuildHandle(Name, name)
+	if _, err := p.op(ctx, h, &wire.Request{Op: wire.OpCreate}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Get asks the runner; an unrecognised status is StatusUnknown.
+func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
+	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpGet})
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	var r struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(res, &r)
+	st := sandbox.StatusUnknown
+	switch r.Status {
+	case "running":
+		st = sandbox.StatusRunning
+	case "suspended":
+		st = sandbox.StatusSuspended
+	}
+	return sandbox.Info{Status: st, Raw: res}, nil
+}
+
+// Destroy removes the sandbox; not_found is success.
+func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
+	_, err := p.op(ctx, h, &wire.Request{Op: wire.OpDestroy})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ListAllNames is the union of every online runner's list; the first
+// failure refuses the whole view.
+func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	out := []string{}
+	for _, r := range rs {
+		res, err := p.call(ctx, r.ID, &wire.Request{Op: wire.OpList}, nil)
+		if err != nil {
+			return nil, err
+		}
+		var l struct {
+			Names []string `json:"names"`
+		}
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(res, &probe) != nil || json.Unmarshal(probe["names"], &l.Names) != nil || l.Names == nil {
+			return nil, malformed("list", res)
+		}
+		for _, n := range l.Names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Suspend stops the sandbox's sessions and marks it suspended.
+func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
+	_, err := p.op(ctx, h, &wire.Request{Op: wire.OpSuspend})
+	return err
+}
+
+// Resume unmarks it and returns the same handle.
+func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
+	if _, err := p.op(ctx, h, &wire.Request{Op: wire.OpResume}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// WriteFile writes data at path; Mode zero means the runner's default.
+func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, path string, data []byte, opts sandbox.WriteFileOptions) error {
+	req := &wire.Request{Op: wire.OpWriteFile, Path: path, Data: wire.StrPtr(wire.EncodeData(data))}
+	if opts.Mode != 0 {
+		m := int64(opts.Mode.Perm())
+		req.Mode = &m
+	}
+	_, err := p.op(ctx, h, req)
+	return err
+}
+
+func envPairs(env []string) [][]string {
+	var out [][]string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		out = append(out, []string{k, v})
+	}
+	return out
+}
+
+func dirPtr(d string) *string {
+	if d == "" {
+		return nil
+	}
+	return &d
+}
+
+// Exec runs c to completion on the runner under one deadline.
+func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	budget := opts.Timeout
+	if dl, ok := ctx.Deadline(); ok && budget == 0 {
+		budget = time.Until(dl)
+	}
+	return sandbox.ExecWithDeadline(ctx, opts, func(ctx context.Context) (sandbox.ExecResult, error) {
+		req := &wire.Request{Op: wire.OpExec, Cmd: c.Name, Args: c.Args, Env: envPairs(opts.Env),
+			Dir: dirPtr(opts.Dir), StderrToStdout: opts.StderrToStdout}
+		if dl, ok := ctx.Deadline(); ok {
+			ms := max(time.Until(dl).Milliseconds(), 1)
+			req.TimeoutMS = &ms
+			// The call waits for the command's own deadline plus 10 s.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(10*time.Second))
+			defer cancel()
+		}
+		res, err := p.op(ctx, h, req)
+		if sandbox.IsExecTimeout(err) {
+			return sandbox.ExecResult{}, sandbox.ExecTimeout(budget) // the original budget
+		}
+		if err != nil {
+			return sandbox.ExecResult{}, err
+		}
+		var r struct {
+			Output *string `json:"output"`
+			Code   *int    `json:"code"`
+		}
+		if json.Unmarshal(res, &r) != nil || r.Output == nil || r.Code == nil {
+			return sandbox.ExecResult{}, malformed("exec", res)
+		}
+		out, err := wire.DecodeData(*r.Output)
+		if err != nil {
+			out = []byte(*r.Output)
+		}
+		return sandbox.ExecResult{Output: out, ExitCode: *r.Code}, nil
+	})
+}
+
+// subscribe runs a spawn or attach request with a fresh subscription.
+func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.Request, want string) (*sandbox.Command, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return nil, err
+	}
+	rid, err := Parse(h.Name)
+	if err != nil {
+		return nil, err
+	}
+	req.Name = h.Name
+	priv := &cmdPrivate{runnerID: rid, name: h.Name}
+	cmd, stream := sandbox.NewCommand(p, "", priv)
+	priv.sub = NewSubscription(stream)
+	res, err := p.call(ctx, rid, req, priv.sub)
+	if err != nil {
+		stream.Detach()
+		return nil, err
+	}
+	var r struct {
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal(res, &r)
+	if r.SessionID == "" || (want != "" && r.SessionID != want) {
+		p.c.Unsubscribe(priv.sub)
+		stream.Detach()
+		return nil, malformed(req.Op, res)
+	}
+	cmd.SessionID = r.SessionID
+	return cmd, nil
+}
+
+// Spawn starts c as a detachable session on the runner.
+func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.SpawnOptions) (*sandbox.Command, error) {
+	return p.subscribe(ctx, h, &wire.Request{Op: wire.OpSpawn, Cmd: c.Name, Args: c.Args, Env: envPairs(opts.Env),
+		Dir: dirPtr(opts.Dir), Stdin: opts.Stdin, TTY: opts.TTY, Detachable: opts.Detachable}, "")
+}
+
+// Attach re-joins a session: replay from byte zero, then live output.
+func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID string, opts sandbox.AttachOptions) (*sandbox.Command, error) {
+	if err := sandbox.ValidateSessionID(sessionID); err != nil {
+		return nil, err
+	}
+	return p.subscribe(ctx, h, &wire.Request{Op: wire.OpAttach, SessionID: sessionID, Stdin: opts.Stdin}, sessionID)
+}
+
+func (p *Provider) private(c *sandbox.Command) (*cmdPrivate, error) {
+	if err := sandbox.CheckCommand(c, Name); err != nil {
+		return nil, err
+	}
+	priv, ok := c.Private.(*cmdPrivate)
+	if !ok {
+		return nil, sandbox.Invalid(sandbox.ReasonHandle, "command without runner state")
+	}
+	return priv, nil
+}
+
+// WriteStdin sends data to the session's stdin. not_found is
+// command_exited; a transport failure is WriteFailed.
+func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
+	priv, err := p.private(c)
+	if err != nil {
+		return err
+	}
+	_, err = p.call(ctx, priv.runnerID, &wire.Request{Op: wire.OpStdin, Name: priv.name, SessionID: c.SessionID,
+		Data: wire.StrPtr(wire.EncodeData(data))}, nil)
+	var una *sandbox.UnavailableError
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return sandbox.ErrCommandExited
+	case errors.As(err, &una):
+		return &sandbox.WriteFailedError{Err: err}
+	}
+	return err
+}
+
+// CloseStdin sends EOF; a gone or finished session is success.
+func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
+	priv, err := p.private(c)
+	if err != nil {
+		return err
+	}
+	_, err = p.call(ctx, priv.runnerID, &wire.Request{Op: wire.OpStdinClose, Name: priv.name, SessionID: c.SessionID}, nil)
+	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrCommandExited) {
+		return nil
+	}
+	return err
+}
+
+// StopCommand unsubscribes locally; the daemon is told to detach when this
+// was the session's last listener. The remote process keeps running.
+func (p *Provider) StopCommand(c *sandbox.Command) error {
+	if priv, err := p.private(c); err == nil {
+		p.c.Unsubscribe(priv.sub)
+	}
+	return nil
+}
+
+// ListSessions lists the sandbox's sessions, newest first.
+func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox.Session, error) {
+	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpListSessions})
+	if err != nil {
+		return nil, err
+	}
+	var probe map[string]json.RawMessage
+	var rows []struct {
+		ID             string `json:"id"`
+		Command        string `json:"command"`
+		CreatedAt      string `json:"created_at"`
+		LastActivityAt string `json:"last_activity_at"`
+		TTY            bool   `json:"tty"`
+	}
+	if json.Unmarshal(res, &probe) != nil || json.Unmarshal(probe["sessions"], &rows) != nil || rows == nil {
+		return nil, malformed("sessions", res)
+	}
+	ts := func(s string) time.Time {
+		t, _ := time.Parse(time.RFC3339, s)
+		return t
+	}
+	out := make([]sandbox.Session, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, sandbox.Session{ID: r.ID, Command: r.Command, CreatedAt: ts(r.CreatedAt),
+			LastActivityAt: ts(r.LastActivityAt), TTY: r.TTY})
+	}
+	return out, nil
+}
+
+func (p *Provider) runnerHas(ctx context.Context, h *sandbox.Handle, c sandbox.Capability) error {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	id, err := Parse(h.Name)
+	if err != nil {
+		return err
+	}
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.ID == id {
+			if r.HasCap(string(c)) {
+				return nil
+			}
+			return sandbox.ErrNotSupported
+		}
+	}
+	return sandbox.Unavailable(ReasonOffline, nil)
+}
+
+// ApplyNetworkPolicy is served by runners that advertise network_policy;
+// others answer ErrNotSupported.
+func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
+	if err := p.runnerHas(ctx, h, sandbox.CapNetworkPolicy); err != nil {
+		return err
+	}
+	allow := pol.Allow
+	if allow == nil {
+		allow = []string{}
+	}
+	_, err := p.op(ctx, h, &wire.Request{Op: wire.OpNetworkPolicy, Allow: &allow})
+	return err
+}
+
+// TerminateSession is served by runners that advertise terminate_session.
+func (p *Provider) TerminateSession(ctx context.Context, h *sandbox.Handle, sessionID string, opts sandbox.TerminateOptions) error {
+	opts, err := sandbox.ValidateTermination(sessionID, opts)
+	if err != nil {
+		return err
+	}
+	need := sandbox.CapTerminateSession
+	if opts.Mode == sandbox.Force {
+		need = sandbox.CapForceTerminateSession
+	}
+	if err := p.runnerHas(ctx, h, need); err != nil {
+		return err
+	}
+	ms := opts.Timeout.Milliseconds()
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout+5*time.Second)
+	defer cancel()
+	_, err = p.op(ctx, h, &wire.Request{Op: wire.OpTerminateSession, SessionID: sessionID, TimeoutMS: &ms, Force: opts.Mode == sandbox.Force})
+	return err
+}
+
+// PublicURL is ErrUnsupported: a runner gives sandboxes no public endpoint.
+func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return "", err
+	}
+	return "", sandbox.ErrUnsupported
+}
+
+// CreateCheckpoint is ErrNotSupported.
+func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, _ sandbox.CheckpointOptions) (string, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return "", err
+	}
+	return "", sandbox.ErrNotSupported
+}
+
+// RestoreCheckpoint is ErrNotSupported.
+func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, _ string) error {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	return sandbox.ErrNotSupported
+}
+
+// HostPath maps /home/sprite (and below) to the runner's real sandbox
+// directory, from get's path; any other path, or a runner that cannot be
+// reached, gives path unchanged.
+func (p *Provider) HostPath(h *sandbox.Handle, path string) string {
+	const home = "/home/sprite"
+	if path != home && !strings.HasPrefix(path, home+"/") {
+		return path
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpGet})
+	if err != nil {
+		return path
+	}
+	var r struct {
+		Path string `json:"path"`
+	}
+	if json.Unmarshal(res, &r) != nil || r.Path == "" {
+		return path
+	}
+	return r.Path + strings.TrimPrefix(path, home)
+}

@@ -1,0 +1,314 @@
+// Package runner is the self-hosted runner daemon: it dials out to a
+// managoat platform over one WebSocket (no inbound port, works behind NAT)
+// and serves any sandbox.Provider over the runner protocol of
+// provider/runner/wire. The CLI wires provider/local into it:
+//
+//	err := runner.Run(ctx, runner.Config{URL: url, Token: tok, Name: name, Root: root, Provider: p})
+//
+// Run reconnects with backoff 1, 2, 4, 8, 16, then 30 s (the counter is reset
+// only by a clean close, which waits 1 s), and stops for good, with a message
+// saying why, when the platform answers 400, 401, 403 or 404.
+//
+// Sessions. A spawn asks the provider for a detachable session and the
+// daemon keeps one upstream Command per session, journals every event, and
+// sends frames only while a platform listener is attached. spawn and attach
+// answer, replay the journal tagged replay_for, and switch live output on,
+// all under the session's lock, so no frame is missed or duplicated (the
+// original could duplicate a frame for an attach to an attached session,
+// spec §2.9 D2). Output is bound to the connection of the most recent spawn
+// or attach, so after a reconnect an attach rebinds it to the new socket (the
+// original kept the dead socket's writer, D1).
+//
+// Sessions outlive the socket and the daemon: stopping the daemon detaches
+// its upstream Commands locally and never terminates a session, so with
+// provider/local (whose supervisors own the processes and journals on disk)
+// an attach after a restart recovers the session through the provider's own
+// Attach, which replays from byte zero. Finished sessions beyond 100 per
+// sandbox are dropped from the daemon's memory (not from the provider); a
+// later attach recovers them the same way.
+//
+// Session ids are the provider's own (sandbox.Command.SessionID), so
+// list_sessions and attach agree across restarts; a command whose provider
+// names no session gets a daemon id s-<unix>-<n>, which attaches only while
+// the daemon lives.
+//
+// Two extension ops, network_policy and terminate_session, are served when
+// the provider advertises the capability; the daemon reports them in the
+// handshake's caps parameter so the platform can advertise them.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Version is reported in the handshake when Config.Version is empty.
+var Version = "dev"
+
+// Config configures the daemon. URL, Token, Name and Provider are required.
+type Config struct {
+	URL      string // the platform's base URL, http(s)://host[:port][/path]
+	Token    string // the API key, sent as a Bearer token
+	Name     string // the runner's name, ^[a-z0-9][a-z0-9._-]{0,62}$
+	Root     string // the sandbox root on this host, reported to the platform
+	Provider sandbox.Provider
+
+	Version  string // reported in the handshake; default Version
+	Hostname string // default os.Hostname()
+	Logger   *slog.Logger
+
+	BackoffBase  time.Duration // first reconnect delay; default 1 s
+	BackoffMax   time.Duration // delay cap; default 30 s
+	DialTimeout  time.Duration // default 30 s
+	WriteTimeout time.Duration // per frame; default 30 s
+	// PingInterval is the daemon's keep-alive: it pings the platform this
+	// often and drops a socket whose ping is not answered within
+	// PingTimeout, so a half-open socket (a laptop that slept) reconnects.
+	// Default 10 s and 5 s; negative disables.
+	PingInterval, PingTimeout time.Duration
+	HTTPClient                *http.Client
+}
+
+// PermanentError is a refusal that retrying cannot fix: Run stops with it.
+type PermanentError struct {
+	Status int // the HTTP status, 0 for a configuration error
+	Msg    string
+}
+
+func (e *PermanentError) Error() string { return e.Msg }
+
+// Run runs a daemon until ctx is done (then it returns nil) or the platform
+// refuses it for good (a *PermanentError).
+func Run(ctx context.Context, cfg Config) error {
+	d, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Run(ctx)
+}
+
+// Daemon serves a provider to a platform. Its sessions outlive connections.
+type Daemon struct {
+	cfg Config
+	p   sandbox.Provider
+	log *slog.Logger
+	u   string // the dial URL
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	seq      atomic.Int64
+	recoMu   sync.Mutex // serialises session recovery
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New validates cfg and returns a daemon.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Provider == nil {
+		return nil, &PermanentError{Msg: "runner: no provider"}
+	}
+	if cfg.Name == "" {
+		return nil, &PermanentError{Msg: "runner: no name"}
+	}
+	if cfg.Version == "" {
+		cfg.Version = Version
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname, _ = os.Hostname()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.BackoffBase, time.Second)
+	def(&cfg.BackoffMax, 30*time.Second)
+	def(&cfg.DialTimeout, 30*time.Second)
+	def(&cfg.WriteTimeout, 30*time.Second)
+	def(&cfg.PingInterval, 10*time.Second)
+	def(&cfg.PingTimeout, 5*time.Second)
+	u, err := DialURL(cfg.URL, url.Values{
+		wire.ParamName:     {cfg.Name},
+		wire.ParamHostname: {cfg.Hostname},
+		wire.ParamOS:       {runtime.GOOS},
+		wire.ParamArch:     {runtime.GOARCH},
+		wire.ParamVersion:  {cfg.Version},
+		wire.ParamRoot:     {cfg.Root},
+		wire.ParamCaps:     {strings.Join(extraCaps(cfg.Provider), ",")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Daemon{cfg: cfg, p: cfg.Provider, log: cfg.Logger, u: u, sessions: map[string]*session{}}, nil
+}
+
+// extraCaps are the capabilities beyond suspend and attach the daemon serves.
+func extraCaps(p sandbox.Provider) []string {
+	var out []string
+	caps := p.Capabilities()
+	if caps.Has(sandbox.CapNetworkPolicy) {
+		out = append(out, string(sandbox.CapNetworkPolicy))
+	}
+	if _, ok := p.(sandbox.SessionTerminator); ok && caps.Has(sandbox.CapTerminateSession) {
+		out = append(out, string(sandbox.CapTerminateSession))
+		if caps.Has(sandbox.CapForceTerminateSession) {
+			out = append(out, string(sandbox.CapForceTerminateSession))
+		}
+	}
+	return out
+}
+
+// DialURL maps a base URL to the daemon's WebSocket URL: trailing slashes
+// stripped, https→wss and http→ws (any other scheme is a PermanentError),
+// wire.Path appended, and the query set.
+func DialURL(base string, q url.Values) (string, error) {
+	u, err := url.Parse(strings.TrimRight(base, "/"))
+	if err != nil {
+		return "", &PermanentError{Msg: fmt.Sprintf("runner: bad platform URL %q: %v", base, err)}
+	}
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	case "http":
+		u.Scheme = "ws"
+	default:
+		return "", &PermanentError{Msg: fmt.Sprintf("runner: platform URL %q must be http or https", base)}
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + wire.Path
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Backoff is the delay before reconnect attempt n (n ≤ 0 counts as 1):
+// base·2^(n-1), capped at max.
+func Backoff(n int, base, max time.Duration) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// Run connects and reconnects until ctx is done (nil) or a permanent refusal.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.log.Info("runner starting", "name", d.cfg.Name, "root", d.cfg.Root, "url", d.cfg.URL)
+	attempt := 0
+	for {
+		err := d.Once(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var perm *PermanentError
+		if errors.As(err, &perm) {
+			d.log.Error("runner stopped", "err", err)
+			return err
+		}
+		why := "closed"
+		if err == nil {
+			attempt = 0
+		} else {
+			attempt++
+			why = err.Error()
+		}
+		delay := Backoff(attempt, d.cfg.BackoffBase, d.cfg.BackoffMax)
+		d.log.Warn("runner disconnected; reconnecting", "in", delay, "err", why)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Once dials the platform and serves one connection until it ends: nil for
+// a clean close (1000 or 1001 from the platform, or ctx done), a
+// *PermanentError for a refusal retrying cannot fix, another error otherwise.
+func (d *Daemon) Once(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, d.cfg.DialTimeout)
+	ws, resp, err := websocket.Dial(dctx, d.u, &websocket.DialOptions{
+		HTTPClient:      d.cfg.HTTPClient,
+		HTTPHeader:      http.Header{"Authorization": {"Bearer " + d.cfg.Token}},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return d.refusal(resp)
+		}
+		return fmt.Errorf("runner: connect: %w", err)
+	}
+	ws.SetReadLimit(wire.ReadLimit)
+	d.log.Info("runner connected", "name", d.cfg.Name)
+	return d.serve(ctx, ws)
+}
+
+func (d *Daemon) refusal(resp *http.Response) error {
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}
+	b := strings.TrimSpace(string(body))
+	switch s := resp.StatusCode; s {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return &PermanentError{Status: s, Msg: fmt.Sprintf("runner: the platform refused the API key (%d): %s", s, b)}
+	case http.StatusNotFound:
+		return &PermanentError{Status: s, Msg: "runner: self-hosted runners are disabled on this platform (404): " + b}
+	case http.StatusBadRequest:
+		return &PermanentError{Status: s, Msg: fmt.Sprintf("runner: the platform rejected the runner (400): %s", b)}
+	case http.StatusConflict:
+		return fmt.Errorf("runner: a runner named %q is already connected for this account", d.cfg.Name)
+	default:
+		return fmt.Errorf("runner: connect: HTTP %d: %s", s, b)
+	}
+}
+
+// Close detaches the daemon from its upstream Commands. It never terminates
+// a session: with a provider whose sessions outlive this process they go
+// on and can be attached again after a restart.
+func (d *Daemon) Close() {
+	d.mu.Lock()
+	d.closed = true
+	ss := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		ss = append(ss, s)
+	}
+	d.sessions = map[string]*session{}
+	d.mu.Unlock()
+	for _, s := range ss {
+		_ = s.up.Stop()
+	}
+	d.wg.Wait()
+}

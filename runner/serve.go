@@ -1,0 +1,589 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// conn is one platform connection.
+type conn struct {
+	d      *Daemon
+	ws     *websocket.Conn
+	ctx    context.Context // cancelled when the connection ends
+	closed atomic.Bool
+}
+
+// write sends one text frame; a failed write is logged and dropped (the
+// frame stays in the journal).
+func (c *conn) write(b []byte) error {
+	if c == nil || c.closed.Load() {
+		return errClosed
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.d.cfg.WriteTimeout)
+	defer cancel()
+	err := c.ws.Write(ctx, websocket.MessageText, b)
+	if err != nil {
+		c.d.log.Debug("runner: write failed", "err", err)
+	}
+	return err
+}
+
+var errClosed = errors.New("runner: connection closed")
+
+func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
+	cctx, cancel := context.WithCancel(ctx)
+	c := &conn{d: d, ws: ws, ctx: cctx}
+	var wg sync.WaitGroup
+	defer func() {
+		c.closed.Store(true)
+		cancel()
+		_ = ws.CloseNow()
+		wg.Wait()
+	}()
+	pingErr := make(chan error, 1)
+	if d.cfg.PingInterval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(d.cfg.PingInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-cctx.Done():
+					return
+				case <-t.C:
+				}
+				pctx, pcancel := context.WithTimeout(cctx, d.cfg.PingTimeout)
+				err := ws.Ping(pctx)
+				pcancel()
+				if err != nil && cctx.Err() == nil {
+					pingErr <- fmt.Errorf("runner: keep-alive ping unanswered: %w", err)
+					_ = ws.CloseNow()
+					return
+				}
+			}
+		}()
+	}
+	for {
+		typ, b, err := ws.Read(cctx)
+		if err != nil {
+			select {
+			case perr := <-pingErr:
+				return perr
+			default:
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			switch websocket.CloseStatus(err) {
+			case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+				return nil
+			case wire.CloseDeleted:
+				return fmt.Errorf("runner: this runner was deleted on the platform; it will re-register on reconnect: %w", err)
+			case wire.CloseDuplicate:
+				return fmt.Errorf("runner: a runner named %q is already connected: %w", d.cfg.Name, err)
+			}
+			return fmt.Errorf("runner: connection lost: %w", err)
+		}
+		if typ != websocket.MessageText {
+			d.log.Warn("runner: bad frame (binary); skipped")
+			continue
+		}
+		req, err := wire.DecodeRequest(b)
+		if err != nil {
+			d.log.Warn("runner: bad frame; skipped", "err", err)
+			if req != nil && req.ID > 0 {
+				_ = c.write(wire.AppendError(nil, req.ID, wire.CodeInvalid, "bad frame: "+err.Error()))
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.handle(req)
+		}()
+	}
+}
+
+// handle runs one request and writes its reply (and, for spawn and attach,
+// the replay).
+func (c *conn) handle(req *wire.Request) {
+	d := c.d
+	result, err := d.do(c, req)
+	if errors.Is(err, errReplied) {
+		return
+	}
+	if err != nil {
+		code, detail := wire.ErrorCode(err)
+		var oe *opError
+		if errors.As(err, &oe) {
+			detail = oe.op
+		}
+		if code == wire.CodeUnavailable || code == wire.CodeProvider {
+			d.log.Warn("runner: op failed", "op", req.Op, "err", err)
+		}
+		_ = c.write(wire.AppendError(nil, req.ID, code, detail))
+		return
+	}
+	_ = c.write(wire.AppendOK(nil, req.ID, result))
+}
+
+var errReplied = errors.New("replied")
+
+func marshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func (d *Daemon) handle(name string) (*sandbox.Handle, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, err
+	}
+	return sandbox.BuildHandle(d.p.Name(), name), nil
+}
+
+func envPairs(pairs [][]string) []string {
+	var env []string
+	for _, kv := range pairs {
+		if len(kv) == 2 {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+	}
+	return env
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
+	ctx := c.ctx
+	p := d.p
+	switch req.Op {
+	case wire.OpList:
+		names, err := p.ListAllNames(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if names == nil {
+			names = []string{}
+		}
+		sort.Strings(names)
+		return marshal(map[string]any{"names": names})
+	case wire.OpStdin:
+		s, err := d.lookup(ctx, req.Name, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		data, err := wire.DecodeData(deref(req.Data))
+		if err != nil {
+			return nil, sandbox.Invalid("data", "data is not base64")
+		}
+		return nil, s.writeStdin(ctx, data)
+	case wire.OpStdinClose:
+		s, err := d.lookup(ctx, req.Name, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.up.CloseStdin(ctx); err != nil && !errors.Is(err, sandbox.ErrCommandExited) {
+			return nil, err
+		}
+		return nil, nil
+	case wire.OpDetach:
+		d.mu.Lock()
+		s := d.sessions[req.SessionID]
+		d.mu.Unlock()
+		if s != nil {
+			s.detach(c)
+		}
+		return nil, nil
+	case wire.OpAttach:
+		s, err := d.lookup(ctx, req.Name, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		res, _ := marshal(map[string]string{"session_id": s.id})
+		s.attach(c, req.ID, res)
+		return nil, errReplied
+	}
+	switch req.Op {
+	case wire.OpCreate, wire.OpGet, wire.OpDestroy, wire.OpSuspend, wire.OpResume, wire.OpWriteFile,
+		wire.OpExec, wire.OpSpawn, wire.OpListSessions, wire.OpNetworkPolicy, wire.OpTerminateSession:
+	default:
+		return nil, &opError{req.Op}
+	}
+	h, err := d.handle(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	switch req.Op {
+	case wire.OpCreate:
+		_, err := p.Create(ctx, req.Name, sandbox.CreateOptions{})
+		return nil, err
+	case wire.OpGet:
+		info, err := p.Get(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		res := map[string]any{"status": string(info.Status)}
+		if hp, ok := p.(sandbox.HostPather); ok {
+			res["path"] = hp.HostPath(h, "/home/sprite")
+		}
+		if len(info.Raw) > 0 && json.Valid(info.Raw) {
+			res["raw"] = json.RawMessage(info.Raw)
+		}
+		return marshal(res)
+	case wire.OpDestroy:
+		if err := p.Destroy(ctx, h); err != nil {
+			return nil, err
+		}
+		d.forget(req.Name)
+		return nil, nil
+	case wire.OpSuspend:
+		return nil, p.Suspend(ctx, h)
+	case wire.OpResume:
+		_, err := p.Resume(ctx, h)
+		return nil, err
+	case wire.OpWriteFile:
+		data, err := wire.DecodeData(deref(req.Data))
+		if err != nil {
+			return nil, sandbox.Invalid("data", "data is not base64")
+		}
+		var mode fs.FileMode
+		if req.Mode != nil {
+			mode = fs.FileMode(*req.Mode) & fs.ModePerm
+		}
+		return nil, p.WriteFile(ctx, h, req.Path, data, sandbox.WriteFileOptions{Mode: mode})
+	case wire.OpExec:
+		opts := sandbox.ExecOptions{Env: envPairs(req.Env), Dir: deref(req.Dir), StderrToStdout: req.StderrToStdout}
+		if req.TimeoutMS != nil && *req.TimeoutMS > 0 {
+			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+		}
+		res, err := p.Exec(ctx, h, sandbox.Cmd{Name: req.Cmd, Args: req.Args}, opts)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(map[string]any{"output": wire.EncodeData(res.Output), "code": res.ExitCode})
+	case wire.OpSpawn:
+		return nil, d.spawn(c, h, req)
+	case wire.OpListSessions:
+		return d.listSessions(ctx, h)
+	case wire.OpNetworkPolicy:
+		var allow []string
+		if req.Allow != nil {
+			allow = *req.Allow
+		}
+		return nil, p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: allow})
+	case wire.OpTerminateSession:
+		st, ok := p.(sandbox.SessionTerminator)
+		if !ok || !p.Capabilities().Has(sandbox.CapTerminateSession) {
+			return nil, sandbox.ErrNotSupported
+		}
+		opts := sandbox.TerminateOptions{}
+		if req.Force {
+			if !p.Capabilities().Has(sandbox.CapForceTerminateSession) {
+				return nil, sandbox.ErrNotSupported
+			}
+			opts.Mode = sandbox.Force
+		}
+		if req.TimeoutMS != nil {
+			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+		}
+		return nil, st.TerminateSession(ctx, h, req.SessionID, opts)
+	}
+	return nil, &opError{req.Op}
+}
+
+// opError is an unknown op: not_supported with the op as detail.
+type opError struct{ op string }
+
+func (e *opError) Error() string { return e.op }
+func (e *opError) Is(target error) bool {
+	return target == sandbox.ErrNotSupported
+}
+
+func (d *Daemon) listSessions(ctx context.Context, h *sandbox.Handle) ([]byte, error) {
+	ss, err := d.p.ListSessions(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(ss, func(i, j int) bool { return ss[i].CreatedAt.After(ss[j].CreatedAt) })
+	type entry struct {
+		ID             string `json:"id"`
+		Command        string `json:"command"`
+		CreatedAt      string `json:"created_at,omitempty"`
+		LastActivityAt string `json:"last_activity_at,omitempty"`
+		TTY            bool   `json:"tty"`
+		ExitCode       *int   `json:"exit_code,omitempty"`
+	}
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	out := make([]entry, 0, len(ss))
+	for _, s := range ss {
+		e := entry{ID: s.ID, Command: s.Command, CreatedAt: ts(s.CreatedAt), LastActivityAt: ts(s.LastActivityAt), TTY: s.TTY}
+		d.mu.Lock()
+		if ds := d.sessions[s.ID]; ds != nil {
+			ds.mu.Lock()
+			if ds.exited {
+				code := ds.code
+				e.ExitCode = &code
+			}
+			ds.mu.Unlock()
+		}
+		d.mu.Unlock()
+		out = append(out, e)
+	}
+	return marshal(map[string]any{"sessions": out})
+}
+
+func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
+	opts := sandbox.SpawnOptions{Env: envPairs(req.Env), Dir: deref(req.Dir), Stdin: req.Stdin, Detachable: true}
+	cmd := sandbox.Cmd{Name: req.Cmd, Args: req.Args}
+	up, err := d.p.Spawn(c.ctx, h, cmd, opts)
+	if err != nil {
+		return err
+	}
+	sid := up.SessionID
+	if sid == "" {
+		sid = fmt.Sprintf("s-%d-%d", time.Now().Unix(), d.seq.Add(1))
+	}
+	s := d.adopt(sid, h.Name, cmd.String(), up)
+	if s == nil {
+		_ = up.Stop()
+		return sandbox.Unavailable("shutting_down", nil)
+	}
+	res, _ := marshal(map[string]string{"session_id": sid})
+	s.attach(c, req.ID, res)
+	d.prune(h.Name)
+	return errReplied
+}
+
+// adopt registers an upstream command as a session and starts its pump.
+func (d *Daemon) adopt(id, name, command string, up *sandbox.Command) *session {
+	s := &session{d: d, id: id, name: name, command: command, created: time.Now(), up: up}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	if old := d.sessions[id]; old != nil {
+		d.mu.Unlock()
+		_ = up.Stop()
+		return old
+	}
+	d.sessions[id] = s
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go s.pump()
+	return s
+}
+
+// lookup finds a session, recovering one the daemon does not hold (after a
+// restart, or pruned) through the provider's Attach when name is known.
+func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) {
+	d.mu.Lock()
+	s := d.sessions[id]
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	if name == "" || id == "" || !d.p.Capabilities().Has(sandbox.CapAttach) {
+		return nil, sandbox.ErrNotFound
+	}
+	if err := sandbox.ValidateSessionID(id); err != nil {
+		return nil, sandbox.ErrNotFound
+	}
+	h, err := d.handle(name)
+	if err != nil {
+		return nil, err
+	}
+	d.recoMu.Lock()
+	defer d.recoMu.Unlock()
+	d.mu.Lock()
+	s = d.sessions[id]
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	up, err := d.p.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
+	if err != nil {
+		return nil, err
+	}
+	s = d.adopt(id, name, "", up)
+	if s == nil {
+		_ = up.Stop()
+		return nil, sandbox.Unavailable("shutting_down", nil)
+	}
+	return s, nil
+}
+
+// forget drops the sessions of a destroyed sandbox.
+func (d *Daemon) forget(name string) {
+	d.mu.Lock()
+	var gone []*session
+	for id, s := range d.sessions {
+		if s.name == name {
+			gone = append(gone, s)
+			delete(d.sessions, id)
+		}
+	}
+	d.mu.Unlock()
+	for _, s := range gone {
+		_ = s.up.Stop()
+	}
+}
+
+// maxFinished is how many finished sessions per sandbox the daemon keeps in
+// memory; the provider keeps them all.
+const maxFinished = 100
+
+func (d *Daemon) prune(name string) {
+	d.mu.Lock()
+	var done []*session
+	for _, s := range d.sessions {
+		if s.name == name && s.finished() {
+			done = append(done, s)
+		}
+	}
+	if len(done) <= maxFinished {
+		d.mu.Unlock()
+		return
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].created.Before(done[j].created) })
+	for _, s := range done[:len(done)-maxFinished] {
+		delete(d.sessions, s.id)
+	}
+	d.mu.Unlock()
+}
+
+// session is one journaled upstream command.
+type session struct {
+	d                   *Daemon
+	id, name, command   string
+	created             time.Time
+	up                  *sandbox.Command
+	stdinMu             sync.Mutex
+	mu                  sync.Mutex
+	journal             []sandbox.Event
+	out                 *conn // the attached connection, nil when detached
+	exited, ended       bool
+	code                int
+	lastActivityUnixSec atomic.Int64
+}
+
+func (s *session) finished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+// pump journals the upstream's events and sends them live while attached.
+func (s *session) pump() {
+	defer s.d.wg.Done()
+	var buf []byte
+	for ev := range s.up.Events() {
+		s.lastActivityUnixSec.Store(time.Now().Unix())
+		s.mu.Lock()
+		s.journal = append(s.journal, ev)
+		if ev.Kind == sandbox.Exit {
+			s.exited, s.code = true, ev.Code
+		}
+		if ev.Terminal() {
+			s.ended = true
+		}
+		if s.out != nil {
+			buf = s.emit(buf[:0], s.out, ev, 0)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// emit writes one event as frames (output split into MaxChunk pieces).
+func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) []byte {
+	f := wire.Stream{SessionID: s.id, ReplayFor: replayFor}
+	switch ev.Kind {
+	case sandbox.Stdout, sandbox.Stderr:
+		f.Kind = wire.StreamStdout
+		if ev.Kind == sandbox.Stderr {
+			f.Kind = wire.StreamStderr
+		}
+		data := ev.Data
+		for len(data) > 0 {
+			n := min(len(data), wire.MaxChunk)
+			f.Data = data[:n]
+			data = data[n:]
+			buf = wire.AppendStream(buf[:0], &f)
+			if c.write(buf) != nil {
+				return buf
+			}
+		}
+		return buf
+	case sandbox.Exit:
+		f.Kind, f.Code = wire.StreamExit, ev.Code
+	case sandbox.Error:
+		f.Kind = wire.StreamError
+		f.Error, f.Detail = wire.ErrorCode(ev.Err)
+	default:
+		return buf
+	}
+	buf = wire.AppendStream(buf[:0], &f)
+	_ = c.write(buf)
+	return buf
+}
+
+// attach writes the reply for request id, replays the journal tagged with
+// id, and binds live output to c, all under the session lock: nothing is
+// recorded in between, so nothing is missed or sent twice.
+func (s *session) attach(c *conn, id int64, reply []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.write(wire.AppendOK(nil, id, reply)) != nil {
+		return
+	}
+	var buf []byte
+	for _, ev := range s.journal {
+		buf = s.emit(buf, c, ev, id)
+	}
+	s.out = c
+}
+
+// detach stops live output to c (the platform's last listener left).
+func (s *session) detach(c *conn) {
+	s.mu.Lock()
+	if s.out == c {
+		s.out = nil
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) writeStdin(ctx context.Context, data []byte) error {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if s.finished() {
+		return sandbox.ErrCommandExited
+	}
+	err := s.up.WriteStdin(ctx, data)
+	if err != nil && s.finished() {
+		return sandbox.ErrCommandExited
+	}
+	if err == nil {
+		s.lastActivityUnixSec.Store(time.Now().Unix())
+	}
+	return err
+}
