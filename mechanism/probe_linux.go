@@ -184,6 +184,15 @@ func onDiscardedThread(f func() (string, error)) (string, error) {
 	ch := make(chan res, 1)
 	go func() {
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread is never discarded (the runtime wedges it),
+			// and /proc/self follows it: hold it locked so f runs on
+			// another thread, then release it untouched.
+			ev, err := onDiscardedThread(f)
+			runtime.UnlockOSThread()
+			ch <- res{ev, err}
+			return
+		}
 		ev, err := f()
 		ch <- res{ev, err}
 	}()

@@ -237,7 +237,7 @@ func buildRoot(cfg launchConfig) error {
 	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return err
 	}
-	for _, d := range []string{"/tmp", "/run"} {
+	for _, d := range []string{"/tmp"} {
 		if err := os.Mkdir(r+d, 0o1777); err != nil {
 			return err
 		}
@@ -249,6 +249,9 @@ func buildRoot(cfg launchConfig) error {
 		return err
 	}
 	if err := os.Symlink("/tmp", r+"/var/tmp"); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r+"/run", 0o755); err != nil {
 		return err
 	}
 	if err := os.Mkdir(r+"/root", 0o700); err != nil {
@@ -369,7 +372,7 @@ func dropPrivileges(cfg launchConfig) error {
 		return fmt.Errorf("landlock ruleset: %w", err)
 	}
 	rules := map[string]uint64{
-		mechanism.Home: access, "/tmp": access, "/dev/shm": access, "/run": access,
+		mechanism.Home: access, "/tmp": access, "/dev/shm": access,
 	}
 	fileAccess := access &^ uint64(ll.AccessFSRemoveDir|ll.AccessFSRemoveFile|ll.AccessFSMakeChar|ll.AccessFSMakeDir|
 		ll.AccessFSMakeReg|ll.AccessFSMakeSock|ll.AccessFSMakeFifo|ll.AccessFSMakeBlock|ll.AccessFSMakeSym|ll.AccessFSRefer)

@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,6 +66,7 @@ func serveMain() error {
 	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
 		syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
 		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO)
+	prewarmThreads(8)
 	sigch := make(chan os.Signal, 64)
 	signal.Notify(sigch, syscall.SIGCHLD)
 	s := &server{cfg: cfg, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
@@ -87,6 +90,25 @@ func serveMain() error {
 		}
 		go s.handle(c)
 	}
+}
+
+// prewarmThreads makes the runtime create n OS threads now and keep them
+// idle. Under a pids cap a workload can exhaust the cgroup's tasks; the Go
+// runtime aborts when it cannot create a thread it needs, so the init must
+// never need a new one later.
+func prewarmThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+			_ = unix.Nanosleep(&ts, nil)
+			runtime.UnlockOSThread()
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *server) reap(sigch chan os.Signal) {

@@ -1,0 +1,595 @@
+// Package mechanismtest is the breach conformance of mechanism.Mechanism:
+// a limit or an isolation guarantee counts only when a breach was attempted
+// and seen stopped. Use it like testing/fstest.TestFS:
+//
+//	func TestConformance(t *testing.T) {
+//		mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
+//			j, err := jail.New(jail.Config{StateDir: t.TempDir()})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return j
+//		}, mechanismtest.Strict(testenv.InCI()))
+//	}
+//
+// Every check is a named subtest with one of three outcomes: pass, fail,
+// or NOT DEMONSTRATED. A check is not demonstrated when the mechanism
+// refuses the limit at Provision (it does not enforce it), or does not
+// claim the guarantee in GuaranteedCapabilities (the breach is then not
+// attempted: a mechanism that claims nothing cannot break a claim), or when
+// the host lacks what the check needs. Not demonstrated is reported with
+// t.Skip and the reason, and counted in a summary logged at the end; it is
+// never a pass. With Strict(true) it is a failure instead.
+//
+// The checks need root for planting a setuid binary; commands inside the
+// sandbox need /bin/sh, coreutils, bash and python3 (for the memory check).
+// Every sandbox a check makes is destroyed; the factory is called once per
+// check, so each gets a fresh mechanism (give it a fresh state directory).
+package mechanismtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/mechanism"
+)
+
+// Option tunes Run.
+type Option func(*config)
+
+type config struct{ strict bool }
+
+// Strict makes "not demonstrated" a failure (use it under CI for a
+// mechanism that must demonstrate everything).
+func Strict(on bool) Option { return func(c *config) { c.strict = on } }
+
+// Outcome of one check.
+type Outcome string
+
+// The three outcomes.
+const (
+	Pass            Outcome = "pass"
+	Fail            Outcome = "fail"
+	NotDemonstrated Outcome = "not demonstrated"
+)
+
+type kit struct {
+	cfg     config
+	factory func(t *testing.T) mechanism.Mechanism
+	mu      sync.Mutex
+	results map[string]Outcome
+	seq     int
+}
+
+// notDemonstrated ends a check with the third outcome.
+func (k *kit) notDemonstrated(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := "NOT DEMONSTRATED: " + fmt.Sprintf(format, args...)
+	k.mu.Lock()
+	k.results[t.Name()] = NotDemonstrated
+	k.mu.Unlock()
+	if k.cfg.strict {
+		t.Fatal(msg + " (strict mode: this is a failure)")
+	}
+	t.Skip(msg)
+}
+
+// Run runs every check against mechanisms made by factory.
+func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...Option) {
+	k := &kit{factory: factory, results: map[string]Outcome{}}
+	for _, o := range opts {
+		o(&k.cfg)
+	}
+	checks := []struct {
+		name string
+		f    func(*testing.T, *kit, mechanism.Mechanism)
+	}{
+		{"lifecycle", checkLifecycle},
+		{"exit_status_and_streams", checkStreams},
+		{"could_not_run", checkCouldNotRun},
+		{"truncation", checkTruncation},
+		{"on_output_64KiB_line", checkLongLine},
+		{"memory", checkMemory},
+		{"pids", checkPids},
+		{"cpu", checkCPU},
+		{"wall_clock", checkWallClock},
+		{"network_deny_all", checkNetwork},
+		{"filesystem", checkFilesystem},
+		{"processes", checkProcesses},
+		{"privileges", checkPrivileges},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				k.mu.Lock()
+				defer k.mu.Unlock()
+				if _, ok := k.results[t.Name()]; !ok {
+					if t.Failed() || t.Skipped() {
+						k.results[t.Name()] = Fail
+					} else {
+						k.results[t.Name()] = Pass
+					}
+				}
+			}()
+			m := factory(t)
+			c.f(t, k, m)
+		})
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	count := map[Outcome]int{}
+	var lines []string
+	for name, o := range k.results {
+		count[o]++
+		lines = append(lines, fmt.Sprintf("  %-16s %s", o, name))
+	}
+	slices.Sort(lines)
+	t.Logf("mechanismtest summary: passed=%d failed=%d not_demonstrated=%d\n%s",
+		count[Pass], count[Fail], count[NotDemonstrated], strings.Join(lines, "\n"))
+}
+
+func (k *kit) id(prefix string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seq++
+	return fmt.Sprintf("mt-%s-%d-%d", prefix, os.Getpid(), k.seq)
+}
+
+// sandbox provisions and starts a sandbox, destroyed at cleanup. A
+// capability refusal is the third outcome.
+func (k *kit) sandbox(t *testing.T, m mechanism.Mechanism, prefix string, spec mechanism.Spec) string {
+	t.Helper()
+	id := k.id(prefix)
+	ctx := context.Background()
+	err := m.Provision(ctx, id, spec)
+	if errors.Is(err, mechanism.ErrCapabilityUnavailable) {
+		k.notDemonstrated(t, "%s refused the spec: %v", m.Name(), err)
+	}
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Destroy(context.Background(), id); err != nil {
+			t.Errorf("destroy %s: %v", id, err)
+		}
+	})
+	if err := m.Start(ctx, id); err != nil {
+		if errors.Is(err, mechanism.ErrCapabilityUnavailable) {
+			k.notDemonstrated(t, "%s refused to start: %v", m.Name(), err)
+		}
+		t.Fatalf("start: %v", err)
+	}
+	return id
+}
+
+// claims reports the third outcome unless m guarantees c.
+func (k *kit) claims(t *testing.T, m mechanism.Mechanism, c mechanism.Capability) {
+	t.Helper()
+	if !slices.Contains(mechanism.Guaranteed(m), c) {
+		k.notDemonstrated(t, "%s does not claim %s, so the breach is not attempted", m.Name(), c)
+	}
+}
+
+func sh(ctx context.Context, m mechanism.Mechanism, id, script string, o mechanism.ExecOptions) (mechanism.Completion, error) {
+	return m.Execute(ctx, id, []string{"/bin/sh", "-c", script}, o)
+}
+
+func mustSh(t *testing.T, m mechanism.Mechanism, id, script string) mechanism.Completion {
+	t.Helper()
+	c, err := sh(context.Background(), m, id, script, mechanism.ExecOptions{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("%q: %v", script, err)
+	}
+	return c
+}
+
+func checkLifecycle(t *testing.T, k *kit, m mechanism.Mechanism) {
+	ctx := context.Background()
+	never := k.id("never")
+	if s, err := m.Status(ctx, never); err != nil || s != mechanism.StatusAbsent {
+		t.Fatalf("status of a never-provisioned sandbox = %s, %v; want absent", s, err)
+	}
+	id := k.id("life")
+	if err := m.Provision(ctx, id, mechanism.Spec{}); err != nil {
+		if errors.Is(err, mechanism.ErrCapabilityUnavailable) {
+			k.notDemonstrated(t, "refused: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx, id)
+	if err := m.Provision(ctx, id, mechanism.Spec{}); err != nil {
+		t.Errorf("second provision of the same spec = %v, want adoption", err)
+	}
+	seen := map[mechanism.Status]bool{}
+	s, _ := m.Status(ctx, id)
+	seen[s] = true
+	if s != mechanism.StatusProvisioned && s != mechanism.StatusRunning {
+		t.Errorf("after provision: %s", s)
+	}
+	if err := m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ = m.Status(ctx, id); s != mechanism.StatusRunning {
+		t.Errorf("after start: %s", s)
+	}
+	seen[s] = true
+	if l, err := m.ListRunning(ctx); err != nil || !slices.Contains(l, id) {
+		t.Errorf("ListRunning = %v, %v; want it to contain %s", l, err, id)
+	}
+	if _, err := m.Usage(ctx, id); err != nil {
+		t.Errorf("usage: %v", err)
+	}
+	if err := m.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ = m.Status(ctx, id); s != mechanism.StatusStopped {
+		t.Errorf("after stop: %s", s)
+	}
+	seen[s] = true
+	if l, _ := m.ListRunning(ctx); slices.Contains(l, id) {
+		t.Errorf("ListRunning after stop still has %s", id)
+	}
+	if err := m.Start(ctx, id); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if err := m.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(ctx, id); err != nil {
+		t.Errorf("second destroy: %v", err)
+	}
+	if s, _ = m.Status(ctx, id); s != mechanism.StatusAbsent {
+		t.Errorf("after destroy: %s, want absent", s)
+	}
+	seen[s] = true
+	if l, _ := m.ListRunning(ctx); slices.Contains(l, id) {
+		t.Errorf("ListRunning after destroy still has %s", id)
+	}
+	if len(seen) < 3 {
+		t.Errorf("fewer than 3 distinct states over the lifecycle: %v", seen)
+	}
+	if err := m.Provision(ctx, "../escape", mechanism.Spec{}); !errors.Is(err, mechanism.ErrInvalid) {
+		t.Errorf("provision of ../escape = %v, want ErrInvalid", err)
+	}
+}
+
+func checkStreams(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "streams", mechanism.Spec{})
+	c := mustSh(t, m, id, "printf OUT-MARKER; printf ERR-MARKER >&2; exit 42")
+	if c.ExitStatus != 42 || string(c.Stdout) != "OUT-MARKER" || string(c.Stderr) != "ERR-MARKER" || c.Truncated {
+		t.Fatalf("completion = %+v", c)
+	}
+	if _, err := m.HostPath(id, "/etc/passwd"); !errors.Is(err, mechanism.ErrInvalid) {
+		t.Errorf("HostPath(/etc/passwd) = %v, want ErrInvalid", err)
+	}
+	if _, err := m.HostPath(id, "../../x"); !errors.Is(err, mechanism.ErrInvalid) {
+		t.Errorf("HostPath(../../x) = %v, want ErrInvalid", err)
+	}
+}
+
+func checkCouldNotRun(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "cnr", mechanism.Spec{})
+	ctx := context.Background()
+	c, err := m.Execute(ctx, id, []string{"definitely-not-a-binary-xyz"}, mechanism.ExecOptions{})
+	if !errors.Is(err, mechanism.ErrCouldNotRun) {
+		t.Errorf("missing binary: completion %+v, err %v; want CouldNotRun", c, err)
+	}
+	if _, err := m.Execute(ctx, id, []string{"/bin/sh", "-c", "exit 0"}, mechanism.ExecOptions{}); err != nil {
+		t.Fatalf("exit 0 while alive: %v", err)
+	}
+	if err := m.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c, err = m.Execute(ctx, id, []string{"/bin/sh", "-c", "exit 0"}, mechanism.ExecOptions{})
+	if !errors.Is(err, mechanism.ErrCouldNotRun) {
+		t.Errorf("destroyed sandbox: completion %+v, err %v; want CouldNotRun", c, err)
+	}
+	if errors.Is(err, mechanism.ErrLimitExceeded) {
+		t.Errorf("destroyed sandbox reported a limit: %v", err)
+	}
+}
+
+func checkTruncation(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "trunc", mechanism.Spec{})
+	c, err := sh(context.Background(), m, id, "head -c 10240 /dev/zero; head -c 10 /dev/zero >&2", mechanism.ExecOptions{LimitBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Truncated || len(c.Stdout) != 1024 || len(c.Stderr) != 10 || c.ExitStatus != 0 {
+		t.Errorf("limit 1024: truncated=%v stdout=%d stderr=%d exit=%d", c.Truncated, len(c.Stdout), len(c.Stderr), c.ExitStatus)
+	}
+	c, err = sh(context.Background(), m, id, "head -c 3000000 /dev/zero", mechanism.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Truncated || len(c.Stdout) != mechanism.DefaultLimitBytes || c.ExitStatus != 0 {
+		t.Errorf("default limit: truncated=%v stdout=%d exit=%d", c.Truncated, len(c.Stdout), c.ExitStatus)
+	}
+	c = mustSh(t, m, id, "printf %s 1234")
+	if c.Truncated {
+		t.Errorf("4 bytes reported truncated")
+	}
+}
+
+func checkLongLine(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "line", mechanism.Spec{})
+	var got bytes.Buffer
+	var chunks int
+	c, err := sh(context.Background(), m, id, "head -c 65536 /dev/zero | tr '\\0' x; echo", mechanism.ExecOptions{
+		OnOutput: func(s mechanism.Stream, b []byte) {
+			if s == mechanism.Stdout {
+				got.Write(b)
+				chunks++
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("x", 65536) + "\n"
+	if got.String() != want {
+		t.Fatalf("OnOutput reassembled %d bytes (%d chunks), want the 65537-byte line unbroken", got.Len(), chunks)
+	}
+	if string(c.Stdout) != want {
+		t.Fatalf("captured stdout differs from the line")
+	}
+	t.Logf("64 KiB line arrived in %d chunk(s), byte-identical", chunks)
+}
+
+// classifyStop requires err to be the LimitExceeded of limit and the output
+// to lack the breach marker.
+func classifyStop(t *testing.T, c mechanism.Completion, err error, limit mechanism.Limit, marker string) {
+	t.Helper()
+	if bytes.Contains(c.Stdout, []byte(marker)) || bytes.Contains(c.Stderr, []byte(marker)) {
+		t.Fatalf("BREACHED: %s printed (completion %+v, err %v)", marker, c.ExitStatus, err)
+	}
+	var le *mechanism.LimitExceededError
+	if !errors.As(err, &le) {
+		t.Fatalf("err = %v (exit %d, stderr %q), want LimitExceeded %s", err, c.ExitStatus, c.Stderr, limit)
+	}
+	if le.Limit != limit {
+		t.Fatalf("LimitExceeded %s, want %s", le.Limit, limit)
+	}
+	t.Logf("stopped: %v", le)
+}
+
+func checkMemory(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "mem", mechanism.Spec{Limits: mechanism.Limits{MemoryBytes: 64 << 20}})
+	if _, err := m.Execute(context.Background(), id, []string{"python3", "-c", "pass"}, mechanism.ExecOptions{}); err != nil {
+		k.notDemonstrated(t, "python3 cannot run in the sandbox: %v", err)
+	}
+	script := "b = bytearray(192 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ALLOCATED-PAST-CAP')\n"
+	c, err := m.Execute(context.Background(), id, []string{"python3", "-c", script}, mechanism.ExecOptions{Timeout: 60 * time.Second})
+	classifyStop(t, c, err, mechanism.LimitMemory, "ALLOCATED-PAST-CAP")
+	if c.Signal != syscall.SIGKILL && c.ExitStatus != 137 {
+		t.Errorf("the allocating process was not seen killed: exit %d signal %v", c.ExitStatus, c.Signal)
+	}
+	// The sandbox survives its workload's OOM kill.
+	mustSh(t, m, id, "true")
+}
+
+func checkPids(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "pids", mechanism.Spec{Limits: mechanism.Limits{Pids: 64}})
+	script := `i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo FORKED-PAST-CAP`
+	c, err := sh(context.Background(), m, id, script, mechanism.ExecOptions{Timeout: 60 * time.Second})
+	classifyStop(t, c, err, mechanism.LimitPids, "FORKED-PAST-CAP")
+	// The bomb's sleeps still hold every task; destroying the sandbox
+	// (at cleanup) must end them all.
+}
+
+// work is fixed work (not fixed duration) for the cpu check.
+const work = `i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; echo SPUN`
+
+func checkCPU(t *testing.T, k *kit, m mechanism.Mechanism) {
+	capped := k.sandbox(t, m, "cpu", mechanism.Spec{Limits: mechanism.Limits{CPUMillis: 100}})
+	free := k.sandbox(t, m, "cpufree", mechanism.Spec{})
+	base := mustSh(t, m, free, work)
+	c, err := sh(context.Background(), m, capped, work, mechanism.ExecOptions{Timeout: 60 * time.Second})
+	if err != nil {
+		var le *mechanism.LimitExceededError
+		if errors.As(err, &le) {
+			t.Logf("stopped outright: %v", err)
+			return
+		}
+		t.Fatal(err)
+	}
+	ratio := float64(c.Duration) / float64(base.Duration)
+	t.Logf("fixed work: uncapped %v, under 100 millicores %v (%.1fx)", base.Duration, c.Duration, ratio)
+	if ratio < 5 {
+		t.Fatalf("BREACHED: fixed work under a 100-millicore cap took only %.1fx its uncapped time (want >= 5x)", ratio)
+	}
+}
+
+func checkWallClock(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "wall", mechanism.Spec{Limits: mechanism.Limits{WallClock: 2 * time.Second}})
+	began := time.Now()
+	c, err := sh(context.Background(), m, id, "sleep 60; echo SLEPT-PAST-BUDGET", mechanism.ExecOptions{})
+	took := time.Since(began)
+	classifyStop(t, c, err, mechanism.LimitWallClock, "SLEPT-PAST-BUDGET")
+	if took > 4*time.Second {
+		t.Fatalf("wall clock stop took %v, want within 4s", took)
+	}
+}
+
+// outsideAddr returns a non-loopback address of this host, or "".
+func outsideAddr() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+func checkNetwork(t *testing.T, k *kit, m mechanism.Mechanism) {
+	k.claims(t, m, mechanism.NetworkRestriction)
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		k.notDemonstrated(t, "cannot listen on the host: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	targets := []string{"127.0.0.1"}
+	if a := outsideAddr(); a != "" {
+		targets = append(targets, a)
+	} else {
+		t.Log("no non-loopback address on this host; only the loopback leg runs")
+	}
+	// Controls: the host itself reaches each target.
+	for _, h := range targets {
+		c, err := net.DialTimeout("tcp4", net.JoinHostPort(h, fmt.Sprint(port)), 2*time.Second)
+		if err != nil {
+			k.notDemonstrated(t, "host control: cannot reach %s:%d itself: %v", h, port, err)
+		}
+		c.Close()
+	}
+	id := k.sandbox(t, m, "net", mechanism.Spec{})
+	for _, h := range targets {
+		script := fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' && echo CONNECTED || echo REFUSED`, h, port)
+		c := mustSh(t, m, id, script)
+		if bytes.Contains(c.Stdout, []byte("CONNECTED")) {
+			t.Errorf("BREACHED: connected to %s:%d from inside a deny-all sandbox", h, port)
+		} else if !bytes.Contains(c.Stdout, []byte("REFUSED")) {
+			t.Errorf("probe of %s inconclusive: %q %q", h, c.Stdout, c.Stderr)
+		} else {
+			t.Logf("%s:%d refused: %s", h, port, bytes.TrimSpace(c.Stderr))
+		}
+	}
+}
+
+func checkFilesystem(t *testing.T, k *kit, m mechanism.Mechanism) {
+	k.claims(t, m, mechanism.FilesystemConfinement)
+	secretDir := t.TempDir()
+	os.Chmod(secretDir, 0o755)
+	secret := secretDir + "/secret"
+	token := fmt.Sprintf("HOST-SECRET-%d", time.Now().UnixNano())
+	if err := os.WriteFile(secret, []byte(token), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := k.sandbox(t, m, "fsa", mechanism.Spec{})
+	b := k.sandbox(t, m, "fsb", mechanism.Spec{})
+	c := mustSh(t, m, a, "cat "+secret+" /etc/shadow 2>&1; ls / 2>&1")
+	if bytes.Contains(c.Stdout, []byte(token)) {
+		t.Errorf("BREACHED: the host secret %s was read", secret)
+	}
+	if bytes.Contains(c.Stdout, []byte("root:")) {
+		t.Errorf("BREACHED: /etc/shadow was read")
+	}
+	// Nothing outside home and /tmp is writable.
+	dirs := []string{"/", "/etc", "/usr", "/usr/bin", "/usr/local", "/var", "/root", "/opt", "/dev", "/run", "/home", "/proc/sys/kernel", secretDir}
+	script := "for d in " + strings.Join(dirs, " ") + "; do (echo x > $d/.mg-write-probe) 2>/dev/null && echo WROTE:$d; done; " +
+		"(echo evil > /proc/sys/kernel/hostname) 2>/dev/null && echo WROTE:hostname; " +
+		"echo ok > $HOME/.mg-ok && echo ok > /tmp/.mg-ok && echo HOME-TMP-OK"
+	c = mustSh(t, m, a, script)
+	if bytes.Contains(c.Stdout, []byte("WROTE:")) {
+		t.Errorf("BREACHED: wrote outside home and /tmp: %s", c.Stdout)
+	}
+	if !bytes.Contains(c.Stdout, []byte("HOME-TMP-OK")) {
+		t.Errorf("home or /tmp not writable: %q %q", c.Stdout, c.Stderr)
+	}
+	// One sandbox cannot read another's files.
+	bHome, err := m.HostPath(b, mechanism.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "CROSS-SANDBOX-" + b
+	mustSh(t, m, b, "echo "+marker+" > $HOME/marker; echo "+marker+" > /tmp/marker")
+	c = mustSh(t, m, a, "cat $HOME/marker /tmp/marker "+bHome+"/marker 2>&1")
+	if bytes.Contains(c.Stdout, []byte(marker)) {
+		t.Errorf("BREACHED: sandbox %s read sandbox %s's files", a, b)
+	}
+}
+
+func checkProcesses(t *testing.T, k *kit, m mechanism.Mechanism) {
+	k.claims(t, m, mechanism.ProcessSeparation)
+	tag := fmt.Sprintf("3599.%d", time.Now().UnixNano()%100000)
+	sentinel := exec.Command("sleep", tag)
+	if err := sentinel.Start(); err != nil {
+		k.notDemonstrated(t, "cannot start a host sentinel: %v", err)
+	}
+	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
+	id := k.sandbox(t, m, "proc", mechanism.Spec{})
+	c := mustSh(t, m, id, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; echo; ls -d /proc/[0-9]* | wc -l")
+	if bytes.Contains(c.Stdout, []byte(tag)) {
+		t.Errorf("BREACHED: host process 'sleep %s' visible inside", tag)
+	}
+	t.Logf("processes visible inside: %s", bytes.TrimSpace(c.Stdout[bytes.LastIndexByte(bytes.TrimSpace(c.Stdout), '\n')+1:]))
+	c, err := sh(context.Background(), m, id, "kill -9 1; kill -9 -1; echo SENT", mechanism.ExecOptions{Timeout: 10 * time.Second})
+	t.Logf("kill -9 1; kill -9 -1: exit %d, err %v, stderr %q", c.ExitStatus, err, c.Stderr)
+	if err := sentinel.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("BREACHED: the host sentinel died: %v", err)
+	}
+	if _, err := os.Stat("/proc/1"); err != nil {
+		t.Errorf("host init gone?")
+	}
+}
+
+func checkPrivileges(t *testing.T, k *kit, m mechanism.Mechanism) {
+	k.claims(t, m, mechanism.PrivilegeSeparation)
+	if os.Geteuid() != 0 {
+		k.notDemonstrated(t, "planting a setuid-root binary needs root")
+	}
+	id := k.sandbox(t, m, "priv", mechanism.Spec{})
+	c := mustSh(t, m, id, "id -u")
+	if strings.TrimSpace(string(c.Stdout)) == "0" {
+		t.Logf("workload runs as uid 0 of its namespace")
+	}
+	dst, err := m.HostPath(id, "suid-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open("/usr/bin/id")
+	if err != nil {
+		k.notDemonstrated(t, "no /usr/bin/id on the host: %v", err)
+	}
+	defer src.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	if err := os.Chown(dst, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dst, 0o4755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	before := strings.TrimSpace(string(c.Stdout))
+	c = mustSh(t, m, id, "$HOME/suid-id -u")
+	after := strings.TrimSpace(string(c.Stdout))
+	if after != before {
+		t.Errorf("BREACHED: a setuid-root binary changed euid from %s to %s", before, after)
+	}
+	if before == "0" {
+		k.notDemonstrated(t, "the workload already runs as euid 0, so elevation cannot be observed")
+	}
+	c = mustSh(t, m, id, "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status")
+	if !bytes.Contains(c.Stdout, []byte("CapEff:\t0000000000000000")) || !bytes.Contains(c.Stdout, []byte("CapPrm:\t0000000000000000")) {
+		t.Errorf("the workload holds capabilities: %s", c.Stdout)
+	}
+}
