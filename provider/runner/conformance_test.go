@@ -34,3 +34,19 @@ func TestConformanceOverWireWithFake(t *testing.T) {
 	id := pl.online(t)
 	sandboxtest.Run(t, pl.srv.Provider(), fakeFixtures, sandboxtest.WithNames(namer(id)), sandboxtest.WithTimeout(5*time.Second))
 }
+
+// TestConformanceThroughProxy runs the suite from "another process": a
+// Client talking to the platform's proxy endpoint, which relays to the
+// daemon. This is the path of `managoat --provider runner` against a
+// `managoat serve`.
+func TestConformanceThroughProxy(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	cl := prov.NewClient(pl.ts.URL, token)
+	t.Cleanup(func() { _ = cl.Close() })
+	sandboxtest.Run(t, prov.NewProvider(cl, prov.ProviderOptions{}), fakeFixtures,
+		sandboxtest.WithNames(namer(id)), sandboxtest.WithTimeout(5*time.Second))
+}
