@@ -95,9 +95,9 @@ func TestIDsStartAtOneAndRepliesMayBeReordered(t *testing.T) {
 	if r1.ID != 1 || r2.ID != 2 || r1.Op != wire.OpGet || r1.Name != h.Name {
 		t.Fatalf("ids %d, %d (op %q name %q); want 1, 2", r1.ID, r2.ID, r1.Op, r1.Name)
 	}
-	rd.send(`{"hello":1}`)                              // valid JSON, neither: ignored
-	rd.send(`{"id":77,"ok":true,"result":{}}`)          // a reply to no request: dropped
-	rd.send(`{"id":0,"ok":true,"result":{}}`)           // id 0: dropped
+	rd.send(`{"hello":1}`)                                             // valid JSON, neither: ignored
+	rd.send(`{"id":77,"ok":true,"result":{}}`)                         // a reply to no request: dropped
+	rd.send(`{"id":0,"ok":true,"result":{}}`)                          // id 0: dropped
 	rd.send(`{"stream":"stdout","session_id":"nobody","data":"eA=="}`) // no subscriber
 	rd.send(`{"id":2,"ok":true,"result":{"status":"suspended","path":"/x"}}`)
 	if got := <-b; got.err != nil || got.info.Status != sandbox.StatusSuspended {
