@@ -17,7 +17,10 @@
 // original could duplicate a frame for an attach to an attached session,
 // spec §2.9 D2). Output is bound to the connection of the most recent spawn
 // or attach, so after a reconnect an attach rebinds it to the new socket (the
-// original kept the dead socket's writer, D1).
+// original kept the dead socket's writer, D1). stdin and stdin_close of one
+// session run in arrival order (the original ran every request in its own
+// goroutine, so two writes could swap, D4); other ops run concurrently and
+// their replies may be reordered.
 //
 // Sessions outlive the socket and the daemon: stopping the daemon detaches
 // its upstream Commands locally and never terminates a session, so with
@@ -83,6 +86,10 @@ type Config struct {
 	// Default 10 s and 5 s; negative disables.
 	PingInterval, PingTimeout time.Duration
 	HTTPClient                *http.Client
+	// OnDisconnect, if set, is called after each connection attempt ends
+	// and before the wait: the attempt counter (0 after a clean close), the
+	// delay, and the error (nil for a clean close).
+	OnDisconnect func(attempt int, delay time.Duration, err error)
 }
 
 // PermanentError is a refusal that retrying cannot fix: Run stops with it.
@@ -239,6 +246,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		delay := Backoff(attempt, d.cfg.BackoffBase, d.cfg.BackoffMax)
 		d.log.Warn("runner disconnected; reconnecting", "in", delay, "err", why)
+		if d.cfg.OnDisconnect != nil {
+			d.cfg.OnDisconnect(attempt, delay, err)
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():

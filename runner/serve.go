@@ -23,6 +23,45 @@ type conn struct {
 	ws     *websocket.Conn
 	ctx    context.Context // cancelled when the connection ends
 	closed atomic.Bool
+
+	qmu    sync.Mutex
+	queues map[string]*opQueue // per-session stdin/stdin_close, in arrival order
+}
+
+// opQueue runs one session's stdin requests in arrival order (the original
+// ran each request in its own goroutine, so two writes could swap, D4).
+type opQueue struct {
+	items []*wire.Request
+}
+
+// enqueue runs req after the earlier stdin requests of its session.
+func (c *conn) enqueue(req *wire.Request, wg *sync.WaitGroup) {
+	c.qmu.Lock()
+	q := c.queues[req.SessionID]
+	if q != nil {
+		q.items = append(q.items, req)
+		c.qmu.Unlock()
+		return
+	}
+	q = &opQueue{items: []*wire.Request{req}}
+	c.queues[req.SessionID] = q
+	c.qmu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c.qmu.Lock()
+			if len(q.items) == 0 {
+				delete(c.queues, req.SessionID)
+				c.qmu.Unlock()
+				return
+			}
+			next := q.items[0]
+			q.items = q.items[1:]
+			c.qmu.Unlock()
+			c.handle(next)
+		}
+	}()
 }
 
 // write sends one text frame; a failed write is logged and dropped (the
@@ -44,7 +83,7 @@ var errClosed = errors.New("runner: connection closed")
 
 func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
 	cctx, cancel := context.WithCancel(ctx)
-	c := &conn{d: d, ws: ws, ctx: cctx}
+	c := &conn{d: d, ws: ws, ctx: cctx, queues: map[string]*opQueue{}}
 	var wg sync.WaitGroup
 	defer func() {
 		c.closed.Store(true)
@@ -107,6 +146,10 @@ func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
 			if req != nil && req.ID > 0 {
 				_ = c.write(wire.AppendError(nil, req.ID, wire.CodeInvalid, "bad frame: "+err.Error()))
 			}
+			continue
+		}
+		if req.Op == wire.OpStdin || req.Op == wire.OpStdinClose {
+			c.enqueue(req, &wg)
 			continue
 		}
 		wg.Add(1)
