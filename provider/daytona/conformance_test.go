@@ -1,6 +1,7 @@
 package daytona_test
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ func fakeProvider(t testing.TB, tweak func(*daytonatest.Server, *daytona.Config)
 	}
 	t.Cleanup(srv.Close)
 	cfg := daytona.Config{APIKey: srv.APIKey, APIURL: srv.URL, HTTPClient: srv.Client(),
-		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, Timeout: 10 * time.Second}
+		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, Timeout: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)}
 	if tweak != nil {
 		tweak(srv, &cfg)
 	}

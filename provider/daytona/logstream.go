@@ -199,11 +199,20 @@ func (ls *logStream) run() {
 // fetch reads the whole journal and delivers what is new. It reports
 // whether anything was delivered.
 func (ls *logStream) fetch(final bool) (bool, error) {
-	u := ls.tb + "/process/session/" + url.PathEscape(ls.sid) + "/command/" + url.PathEscape(ls.cid) + "/logs"
-	r, err := ls.p.c.call(ls.ctx, http.MethodGet, u, nil)
+	r, err := ls.get()
 	if err != nil {
 		return false, err
 	}
+	return ls.deliver(r, final)
+}
+
+func (ls *logStream) get() (*response, error) {
+	u := ls.tb + "/process/session/" + url.PathEscape(ls.sid) + "/command/" + url.PathEscape(ls.cid) + "/logs"
+	return ls.p.c.call(ls.ctx, http.MethodGet, u, nil)
+}
+
+// deliver demultiplexes a journal and sends what the cursor has not seen.
+func (ls *logStream) deliver(r *response, final bool) (bool, error) {
 	var segs []segment
 	if isJSON(r.header) {
 		var m struct {
@@ -228,6 +237,43 @@ func (ls *logStream) fetch(final bool) (bool, error) {
 	return len(fresh) > 0, nil
 }
 
+// drain reads the journal of an ended command until two reads in a row
+// agree — a finished journal no longer changes, so a read that raced the
+// writer or came back cut cannot pass for the end (a server that serves the
+// same truncated journal twice in a row would defeat it; none is known) —
+// and delivers the rest. It
+// gives up on a 404 (the journal is gone) or after as many consecutive
+// failures as the poller tolerates.
+func (ls *logStream) drain() {
+	var prev []byte
+	failures := 0
+	for {
+		r, err := ls.get()
+		switch {
+		case err != nil:
+			if ls.ctx.Err() != nil || errors.Is(err, sandbox.ErrNotFound) {
+				return
+			}
+			if failures++; failures > ls.maxFailures {
+				return
+			}
+		case prev != nil && bytes.Equal(prev, r.body):
+			_, _ = ls.deliver(r, true)
+			return
+		default:
+			_, _ = ls.deliver(r, false)
+			prev = r.body
+		}
+		t := time.NewTimer(ls.p.cfg.PollMin)
+		select {
+		case <-ls.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func isJSON(h http.Header) bool {
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
@@ -248,11 +294,11 @@ func (ls *logStream) finish() bool {
 	gone = gone && state == "nopid"
 	switch {
 	case ok:
-		_, _ = ls.fetch(true)
+		ls.drain()
 		ls.s.Exit(code)
 		return true
 	case dead:
-		_, _ = ls.fetch(true)
+		ls.drain()
 		ls.s.Fail(sandbox.ClosedBeforeExit())
 		return true
 	case gone:
@@ -261,7 +307,7 @@ func (ls *logStream) finish() bool {
 		// a few confirmations there is nothing left to wait for.
 		ls.goneConfirm++
 		if ls.goneConfirm >= 3 {
-			_, _ = ls.fetch(true)
+			ls.drain()
 			ls.s.Fail(sandbox.ClosedBeforeExit())
 			return true
 		}

@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -90,6 +91,7 @@ type Server struct {
 	requests  []string
 	wg        sync.WaitGroup
 	closed    bool
+	shorts    atomic.Int64
 }
 
 // Sandbox is the fake's record of one sandbox.
@@ -133,7 +135,9 @@ type Fault struct {
 	// Truncate sends the real answer's headers, claiming its full length,
 	// then only half of the body, and drops the connection.
 	Truncate bool
-	// Short serves only the first half of a journal, as a complete 200.
+	// Short serves only a prefix of the answer, as a complete 200 — a read
+	// that raced the writer. The n-th short answer of a server keeps
+	// n/(n+1) of the body, so two short reads in a row never look alike.
 	Short bool
 }
 
@@ -274,6 +278,7 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 type faultWriter struct {
 	http.ResponseWriter
 	f      Fault
+	shorts int64
 	status int
 	buf    bytes.Buffer
 }
@@ -297,7 +302,8 @@ func (fw *faultWriter) flush() {
 		}
 		panic(http.ErrAbortHandler)
 	case fw.f.Short:
-		body = body[:len(body)/2]
+		n := int(fw.shorts)
+		body = body[:len(body)*n/(n+1)]
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		fw.ResponseWriter.WriteHeader(fw.status)
 		_, _ = fw.ResponseWriter.Write(body)
@@ -355,7 +361,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if f.Truncate || f.Short {
-			fw := &faultWriter{ResponseWriter: w, f: f}
+			fw := &faultWriter{ResponseWriter: w, f: f, shorts: s.shorts.Add(1)}
 			s.route(fw, r)
 			fw.flush()
 			return
