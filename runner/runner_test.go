@@ -379,14 +379,6 @@ func TestOps(t *testing.T) {
 	fail(c.call(25, `{"id":25,"op":"get","name":"sb"}`), "not_found")
 }
 
-// collect reads frames of session sid until pred says stop; replies to
-// other ids are returned in a map.
-type tally struct {
-	byTag map[int64][]byte // replay_for → stdout
-	live  []byte
-	exits []frame
-}
-
 // Invariants 5, 7, 10, 11: spawn replies before any frame; early output is
 // replayed to the spawner; live frames are untagged; attach replays the
 // whole journal tagged with its id; one exit; stdin after exit is

@@ -1,6 +1,8 @@
 package runner_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,4 +51,65 @@ func TestConformanceThroughProxy(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Close() })
 	sandboxtest.Run(t, prov.NewProvider(cl, prov.ProviderOptions{}), fakeFixtures,
 		sandboxtest.WithNames(namer(id)), sandboxtest.WithTimeout(5*time.Second))
+}
+
+// TestSessionSurvivesReconnect is invariant 9 end to end: the runner is
+// deleted on the platform (4404), the subscriber sees runner_disconnected
+// (never an exit), the daemon reconnects, and list_sessions + attach deliver
+// the replay and then live output on the new socket.
+func TestSessionSurvivesReconnect(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	p := pl.srv.Provider()
+	ctx := context.Background()
+	h, err := p.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Spawn(ctx, h, fakeCmd("out:ready", "stay"), sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, c, 5*time.Second); string(ev.Data) != "ready" {
+		t.Fatalf("%+v", ev)
+	}
+	pl.host.Delete(id)
+	ev := recv(t, c, 5*time.Second)
+	var una *sandbox.UnavailableError
+	if ev.Kind != sandbox.Error || !errors.As(ev.Err, &una) || una.Reason != prov.ReasonDisconnected {
+		t.Fatalf("want runner_disconnected, got %+v", ev)
+	}
+	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sandbox.ErrCommandExited) {
+		t.Fatalf("stdin on the ended handle: %v", err)
+	}
+	if id2 := pl.online(t); id2 != id {
+		t.Fatalf("runner id changed across the reconnect: %s → %s", id, id2)
+	}
+	ss, err := p.ListSessions(ctx, h)
+	if err != nil || len(ss) != 1 || ss[0].ID != c.SessionID {
+		t.Fatalf("sessions %+v, %v", ss, err)
+	}
+	a, err := p.Attach(ctx, h, c.SessionID, sandbox.AttachOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if ev := recv(t, a, 5*time.Second); string(ev.Data) != "ready" {
+		t.Fatalf("replay %+v", ev)
+	}
+	if err := a.WriteStdin(ctx, []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, a, 5*time.Second); string(ev.Data) != "echo:again" {
+		t.Fatalf("live %+v", ev)
+	}
+	if err := a.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, a, 5*time.Second); ev.Kind != sandbox.Exit || ev.Code != 0 {
+		t.Fatalf("exit %+v", ev)
+	}
 }

@@ -371,7 +371,8 @@ func TestNames(t *testing.T) {
 	if _, err := prov.For("nope"); err == nil {
 		t.Error("For of a non-UUID")
 	}
-	if prov.StableID("acct", "laptop") != prov.StableID("acct", "laptop") || prov.StableID("acct", "laptop") == prov.StableID("other", "laptop") {
+	a1, a2 := prov.StableID("acct", "laptop"), prov.StableID("acct", "laptop")
+	if a1 != a2 || a1 == prov.StableID("other", "laptop") {
 		t.Error("StableID")
 	}
 	if _, err := prov.Parse(prov.StableID("a", "b")); err == nil {
