@@ -49,7 +49,9 @@ func QuoteArgv(argv []string) string {
 //
 // The copies go through two FIFOs read by tee, and the shim waits for both
 // tees before it writes the exit file, so a reader that sees the exit file
-// has seen every byte the journal will ever hold.
+// has seen every byte the journal will ever hold. The shim's own messages
+// (bash's "Terminated" for a command killed by a signal) are discarded, so
+// stderr carries only the command's bytes.
 func ShimScript(tag string, argv []string) string {
 	a, _ := json.Marshal(argv)
 	enc := base64.StdEncoding.EncodeToString(a)
@@ -57,9 +59,10 @@ func ShimScript(tag string, argv []string) string {
 		`d="${` + JournalDirEnv + `:-` + JournalDir + `}"; b="$d/"` + Quote(tag) + "\n" +
 		`mkdir -p "$d" && : >>"$b.out" && : >>"$b.err" || exit 125` + "\n" +
 		`rm -f "$b.exit" "$b.o" "$b.e"; echo "$$" >"$b.pid"; echo ` + enc + ` >"$b.cmd"; mkfifo "$b.o" "$b.e" || exit 125` + "\n" +
-		`tee -a "$b.out" <"$b.o" & to=$!` + "\n" +
-		`tee -a "$b.err" <"$b.e" >&2 & te=$!` + "\n" +
-		QuoteArgv(argv) + ` >"$b.o" 2>"$b.e"` + "\n" +
+		`exec 9>&2 2>/dev/null` + "\n" +
+		`tee -a "$b.out" <"$b.o" 9>&- & to=$!` + "\n" +
+		`tee -a "$b.err" <"$b.e" >&9 9>&- & te=$!` + "\n" +
+		QuoteArgv(argv) + ` >"$b.o" 2>"$b.e" 9>&-` + "\n" +
 		`s=$?` + "\n" +
 		`wait "$to" "$te"; rm -f "$b.o" "$b.e"` + "\n" +
 		`echo "$s" >"$b.exit.tmp" && mv -f "$b.exit.tmp" "$b.exit"` + "\n" +
