@@ -45,3 +45,19 @@ func TestConformance(t *testing.T) {
 	srv, p := fakeProvider(t, nil)
 	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithDir(srv.Root()), sandboxtest.WithTimeout(10*time.Second))
 }
+
+// TestConformanceOlderDaemon runs the suite against the shapes of older
+// daemons: exit codes in command records, JSON journals, and a toolbox
+// proxy URL that must be asked for; session commands under bash.
+func TestConformanceOlderDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("second full suite run")
+	}
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) {
+		s.RecordExitCodes, s.LegacyLogs, s.ProxyURLInRecord, s.Shell = true, true, false, "bash"
+	})
+	fx := fixtures()
+	// Under a recorded exit code a killed shim is still an unknown verdict
+	// (the recording shell dies with it), so the drop fixture applies too.
+	sandboxtest.Run(t, p, fx, sandboxtest.WithDir(srv.Root()), sandboxtest.WithTimeout(10*time.Second))
+}
