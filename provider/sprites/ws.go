@@ -30,6 +30,7 @@ const (
 	dialTimeout  = 20 * time.Second // TCP connect and upgrade, 10 s each in the original
 	writeTimeout = 30 * time.Second // one stdin frame
 	readLimit    = 8 << 20          // largest frame accepted from Sprites
+	closeGrace   = time.Second      // after the exit, as the SDK's stop grace
 )
 
 // wsCommand is a Command's Private state: the socket and what the
@@ -218,7 +219,7 @@ func (w *wsCommand) read(ctx context.Context) {
 		}
 		if typ == websocket.MessageText {
 			if code, ok := w.control(data); ok {
-				w.finish(code)
+				w.finish(ctx, code)
 				return
 			}
 			continue
@@ -242,15 +243,24 @@ func (w *wsCommand) read(ctx context.Context) {
 			if len(data) > 1 {
 				code = int(data[1])
 			}
-			w.finish(code)
+			w.finish(ctx, code)
 			return
 		}
 	}
 }
 
-func (w *wsCommand) finish(code int) {
+// finish delivers the exit, then lets Sprites close the socket (its close
+// frame is answered by Read) for at most closeGrace before closing it.
+func (w *wsCommand) finish(ctx context.Context, code int) {
 	w.stream.Exit(code)
-	_ = w.conn.Close(websocket.StatusNormalClosure, "")
+	ctx, cancel := context.WithTimeout(ctx, closeGrace)
+	defer cancel()
+	for {
+		if _, _, err := w.conn.Read(ctx); err != nil {
+			break
+		}
+	}
+	_ = w.conn.CloseNow()
 }
 
 // control handles a JSON text frame: session_info records the session id
