@@ -736,6 +736,15 @@ func (s *server) reapOrphans() {
 	}
 }
 
+// KillOrphan kills the process of session id under dir when it is still
+// the process the session recorded (its pid and start time match). It is
+// for a session whose supervisor is gone.
+func KillOrphan(dir, id string) {
+	if validID(id) {
+		killOrphan(filepath.Join(dir, SessionsDir, id))
+	}
+}
+
 func killOrphan(d string) {
 	b, err := os.ReadFile(filepath.Join(d, metaName))
 	if err != nil {

@@ -1,0 +1,865 @@
+// Package local is managoat's embedded default provider: sandboxes on this
+// machine, isolated by a mechanism.Mechanism (the native jail by default,
+// or trusted, or others), with detachable sessions that outlive the process
+// that started them.
+//
+//	p, err := local.New(local.Config{})            // jail, state in DefaultStateDir()
+//	h, err := p.Create(ctx, "agent-1", sandbox.CreateOptions{})
+//	cmd, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo hi"}}, sandbox.SpawnOptions{})
+//
+// A binary that uses this package must call MaybeRunSupervisor first thing
+// in main (and tests in TestMain), after jail.Init when it uses the jail:
+// each sandbox has a small supervisor process, this same binary re-executed
+// (the containerd-shim pattern), detached in its own session so a Ctrl-C in
+// the caller does not reach it.
+//
+// # State
+//
+// Everything lives under the state directory (Config.StateDir, default
+// DefaultStateDir()):
+//
+//	sandboxes/<name>/meta.json     the sandbox record; created by one rename
+//	sandboxes/<name>/sup.sock      the supervisor's socket (sup.lock, sup.log)
+//	sandboxes/<name>/sessions/<id>/{meta.json,journal,exit}
+//	instances/<instance>/home      the sandbox's disk, /home/sprite inside
+//	instances/<instance>/checkpoints/<id>
+//	mech/<mechanism>/              the mechanism's own state
+//	tmp/                           records under construction, and trash
+//
+// A sandbox record is built in tmp/ and renamed into sandboxes/ in one
+// step, so a name is claimed atomically (of two concurrent CreateNew calls
+// exactly one wins), a full or unwritable disk leaves nothing that
+// ListAllNames shows, and a destroyed sandbox disappears at once (its record
+// is renamed to tmp/ before anything is torn down).
+//
+// # Sessions
+//
+// Spawn asks the sandbox's supervisor to start the command; the supervisor
+// owns the command's pipes and appends every chunk of stdout and stderr, in
+// the order it read them, to the session's journal (see package journal),
+// then the exit status. Spawn and Attach both read that journal from byte
+// zero and then tail it, so every attacher, however many at once, gets the
+// whole output exactly once, and a caller that exited can come back and
+// Attach. A kill -9 of every managoat process loses no byte already
+// journaled; a session whose supervisor died reads back its output and then
+// Error{closed_before_exit}, never a made-up exit.
+//
+// Get reports running only when the supervisor answers and the mechanism
+// sees the sandbox running; with no supervisor the sandbox is stopped with
+// its disk kept (StatusSuspended, raw state "stopped"), and the next Exec,
+// Spawn or Resume starts it again.
+//
+// # Operations
+//
+// Suspend stops every live session's process group (SIGSTOP) and Resume
+// continues them. Files are read and written under the sandbox's home only,
+// through os.Root, which refuses "../" and symlink escapes. Checkpoints copy
+// the home (with reflinks where the filesystem allows). ApplyNetworkPolicy
+// goes through the mechanism's egress update: Allow [] is the mechanism's
+// deny-all; a mechanism that cannot allow specific destinations refuses a
+// non-empty list, naming the missing capability, and the provider then does
+// not advertise network_policy (whose suite case needs both).
+//
+// Where this differs from the original's local provider: sessions survive
+// their caller (the original lost them with the BEAM node), replay is byte
+// exact from a journal rather than a ring buffer, and status comes from the
+// kernel and the supervisor's socket, not from a stored flag.
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/provider/local/journal"
+	"github.com/managoat/managoat/provider/local/supervisor"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Name is the provider's registry name.
+const Name = "local"
+
+// Config configures New.
+type Config struct {
+	// StateDir holds every sandbox; "" means DefaultStateDir().
+	StateDir string
+	// Mechanism isolates the sandboxes. nil means the mechanism named by
+	// MechanismName, opened with OpenMechanism.
+	Mechanism mechanism.Mechanism
+	// MechanismName is used when Mechanism is nil: "jail" (the default),
+	// "trusted", "oci" or "oci:runsc".
+	MechanismName string
+	// Logger receives the provider's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultStateDir is $MANAGOAT_HOME, else /var/lib/managoat for root, else
+// $XDG_STATE_HOME/managoat (~/.local/state/managoat).
+func DefaultStateDir() string {
+	if d := os.Getenv("MANAGOAT_HOME"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/managoat"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "managoat")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("managoat-%d", os.Getuid()))
+	}
+	return filepath.Join(home, ".local", "state", "managoat")
+}
+
+// Provider is the local provider. It is safe for concurrent use, and
+// several processes may share one state directory.
+type Provider struct {
+	state string
+	mech  mechanism.Mechanism
+	log   *slog.Logger
+	caps  sandbox.Capabilities
+}
+
+var (
+	_ sandbox.Provider          = (*Provider)(nil)
+	_ sandbox.CreateNewer       = (*Provider)(nil)
+	_ sandbox.SessionTerminator = (*Provider)(nil)
+	_ sandbox.FileReader        = (*Provider)(nil)
+	_ sandbox.HostPather        = (*Provider)(nil)
+)
+
+// New returns a provider keeping its sandboxes under cfg.StateDir. It
+// fails with a clear error when the state directory cannot be created or
+// written.
+func New(cfg Config) (*Provider, error) {
+	state := cfg.StateDir
+	if state == "" {
+		state = DefaultStateDir()
+	}
+	abs, err := filepath.Abs(state)
+	if err != nil {
+		return nil, stateErr("state dir", err)
+	}
+	state = abs
+	for _, d := range []string{"sandboxes", "instances", "tmp", "mech"} {
+		if err := os.MkdirAll(filepath.Join(state, d), 0o700); err != nil {
+			return nil, stateErr("state dir", err)
+		}
+	}
+	// Prove the directory is writable now rather than half-way through a Create.
+	f, err := os.CreateTemp(filepath.Join(state, "tmp"), "probe-")
+	if err != nil {
+		return nil, stateErr("state dir not writable", err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	m := cfg.Mechanism
+	if m == nil {
+		name := cfg.MechanismName
+		if name == "" {
+			name = "jail"
+		}
+		if m, err = OpenMechanism(name, state); err != nil {
+			return nil, err
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Provider{state: state, mech: m, log: log}
+	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
+		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapCheckpoint)
+	return p, nil
+}
+
+// Name implements sandbox.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Capabilities implements sandbox.Provider.
+func (p *Provider) Capabilities() sandbox.Capabilities { return p.caps }
+
+// StateDir is the directory the provider keeps its sandboxes in.
+func (p *Provider) StateDir() string { return p.state }
+
+// Mechanism is the mechanism the provider creates sandboxes with.
+func (p *Provider) Mechanism() mechanism.Mechanism { return p.mech }
+
+func stateErr(what string, err error) error {
+	return &sandbox.ProviderError{Provider: Name, Reason: what, Err: err}
+}
+
+// record is a sandbox's meta.json.
+type record struct {
+	Name       string         `json:"name"`
+	InstanceID string         `json:"instance_id"`
+	Fresh      bool           `json:"fresh,omitempty"` // made by CreateNew
+	Mechanism  string         `json:"mechanism"`
+	Limits     sandbox.Limits `json:"limits"`
+	CreatedAt  time.Time      `json:"created_at"`
+}
+
+func (p *Provider) sandboxDir(name string) string { return filepath.Join(p.state, "sandboxes", name) }
+func (p *Provider) instanceDir(iid string) string { return filepath.Join(p.state, "instances", iid) }
+func (p *Provider) homeDir(iid string) string     { return filepath.Join(p.instanceDir(iid), "home") }
+
+// load reads a sandbox's record: ErrNotFound when it surely does not exist.
+func (p *Provider) load(name string) (*record, string, error) {
+	dir := p.sandboxDir(name)
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, "", sandbox.ErrNotFound
+		}
+		return nil, "", sandbox.Unavailable("state", err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, "", &sandbox.ProviderError{Provider: Name, Reason: "corrupt record", Err: err}
+	}
+	return &r, dir, nil
+}
+
+func (p *Provider) handle(h *sandbox.Handle) (*record, string, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return nil, "", err
+	}
+	return p.load(h.Name)
+}
+
+// mechFor returns the mechanism a sandbox was made with.
+func (p *Provider) mechFor(r *record) (mechanism.Mechanism, error) {
+	if r.Mechanism == "" || r.Mechanism == p.mech.Name() {
+		return p.mech, nil
+	}
+	return OpenMechanism(r.Mechanism, p.state)
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Create makes the named sandbox, or adopts it when it exists.
+func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if _, _, err := p.load(name); err == nil {
+		return sandbox.BuildHandle(Name, name), nil
+	}
+	h, err := p.create(ctx, name, opts.Limits, false)
+	if errors.Is(err, sandbox.ErrAlreadyExists) {
+		return sandbox.BuildHandle(Name, name), nil
+	}
+	return h, err
+}
+
+// CreateNew makes the named sandbox in one attempt that never adopts: an
+// existing name is ErrAlreadyExists. The handle carries a fresh InstanceID.
+func (p *Provider) CreateNew(ctx context.Context, name string, opts sandbox.CreateNewOptions) (*sandbox.Handle, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if opts.Timeout < 0 {
+		return nil, sandbox.Invalid("timeout", "negative CreateNew timeout")
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	if _, _, err := p.load(name); err == nil {
+		return nil, sandbox.ErrAlreadyExists
+	}
+	return p.create(ctx, name, sandbox.Limits{}, true)
+}
+
+func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
+		return mechanism.Spec{}, sandbox.Invalid("limits", "a limit is negative")
+	}
+	return mechanism.Spec{Limits: mechanism.Limits{MemoryBytes: l.MemoryBytes, Pids: int64(l.Pids),
+		CPUMillis: int64(l.CPUMillis), WallClock: l.WallClock}, HomeDir: home}, nil
+}
+
+func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limits, fresh bool) (*sandbox.Handle, error) {
+	iid := newID()
+	home := p.homeDir(iid)
+	spec, err := limitsSpec(limits, home)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, stateErr("create home", err)
+	}
+	undoInstance := func() { _ = os.RemoveAll(p.instanceDir(iid)) }
+	if err := p.mech.Provision(ctx, iid, spec); err != nil {
+		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
+		undoInstance()
+		return nil, mechErr("provision", err)
+	}
+	undo := func() {
+		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
+		undoInstance()
+	}
+	tmp := filepath.Join(p.state, "tmp", "new-"+iid)
+	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC()}
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		undo()
+		return nil, stateErr("create record", err)
+	}
+	if err := writeSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
+		os.RemoveAll(tmp)
+		undo()
+		return nil, stateErr("create record", err)
+	}
+	// The one step that makes the sandbox exist: a rename onto a name
+	// that is taken fails (the directory there is never empty).
+	if err := os.Rename(tmp, p.sandboxDir(name)); err != nil {
+		os.RemoveAll(tmp)
+		undo()
+		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, os.ErrExist) {
+			return nil, sandbox.ErrAlreadyExists
+		}
+		return nil, stateErr("create record", err)
+	}
+	dir := p.sandboxDir(name)
+	if err := supervisor.Launch(ctx, dir); err != nil {
+		// Creation failed: leave nothing behind.
+		_ = p.destroy(context.WithoutCancel(ctx), name)
+		return nil, mechErr("start", err)
+	}
+	h := sandbox.BuildHandle(Name, name)
+	if fresh {
+		h.InstanceID = iid
+	}
+	return h, nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// mechErr maps a mechanism (or supervisor start) error into the taxonomy.
+func mechErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *supervisor.StartError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, mechanism.ErrCapabilityUnavailable):
+		return &sandbox.InvalidError{Reason: "capability_unavailable", Msg: op + ": " + err.Error()}
+	case errors.Is(err, mechanism.ErrInvalid):
+		return &sandbox.InvalidError{Reason: op, Msg: err.Error()}
+	case errors.Is(err, mechanism.ErrNotFound):
+		return sandbox.ErrNotFound
+	case errors.As(err, &se):
+		if strings.Contains(se.Msg, "capability unavailable") {
+			return &sandbox.InvalidError{Reason: "capability_unavailable", Msg: op + ": " + se.Msg}
+		}
+	}
+	return &sandbox.ProviderError{Provider: Name, Reason: op, Err: err}
+}
+
+// Get reports the sandbox's state from the kernel and the supervisor.
+func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
+	r, dir, err := p.handle(h)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	raw := map[string]any{"name": r.Name, "mechanism": r.Mechanism, "created_at": r.CreatedAt}
+	if r.Fresh {
+		raw["id"] = r.InstanceID
+	}
+	status := sandbox.StatusUnknown
+	pid, perr := supervisor.Client{Dir: dir}.Ping(ctx)
+	m, merr := p.mechFor(r)
+	ms := mechanism.StatusUnknown
+	if merr == nil {
+		if s, err := m.Status(ctx, r.InstanceID); err == nil {
+			ms = s
+		}
+	}
+	raw["mechanism_status"] = ms
+	_, suspended := os.Stat(filepath.Join(dir, supervisor.SuspendedName))
+	switch {
+	case errors.Is(perr, supervisor.ErrNoSupervisor):
+		status, raw["state"] = sandbox.StatusSuspended, "stopped"
+	case perr != nil:
+		raw["state"] = "unknown"
+	case suspended == nil:
+		status, raw["state"] = sandbox.StatusSuspended, "suspended"
+		raw["supervisor_pid"] = pid
+	case ms == mechanism.StatusRunning:
+		status, raw["state"] = sandbox.StatusRunning, "running"
+		raw["supervisor_pid"] = pid
+	default:
+		raw["state"] = "unknown"
+		raw["supervisor_pid"] = pid
+	}
+	b, _ := json.Marshal(raw)
+	return sandbox.Info{Status: status, Raw: b}, nil
+}
+
+// Destroy removes the sandbox: its sessions, supervisor, mechanism
+// resources and disk. Nil when it is already gone.
+func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	return p.destroy(ctx, h.Name)
+}
+
+func (p *Provider) destroy(ctx context.Context, name string) error {
+	r, dir, err := p.load(name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	trash := filepath.Join(p.state, "tmp", "trash-"+r.InstanceID+"-"+newID())
+	if err := os.Rename(dir, trash); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // destroyed concurrently
+		}
+		return stateErr("destroy", err)
+	}
+	// The name is free from here on; tear the old incarnation down.
+	if err := (supervisor.Client{Dir: trash}).Shutdown(ctx, true); err != nil {
+		p.log.Debug("supervisor shutdown", "sandbox", name, "err", err)
+	}
+	if m, err := p.mechFor(r); err == nil {
+		if err := m.Destroy(ctx, r.InstanceID); err != nil {
+			p.log.Warn("mechanism destroy", "sandbox", name, "err", err)
+		}
+	}
+	_ = os.RemoveAll(p.instanceDir(r.InstanceID))
+	_ = os.RemoveAll(trash)
+	return nil
+}
+
+// ListAllNames lists every sandbox under the state directory.
+func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(p.state, "sandboxes"))
+	if err != nil {
+		return nil, sandbox.Unavailable("state", err)
+	}
+	names := []string{}
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(p.state, "sandboxes", e.Name(), "meta.json")); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// ensureRunning starts the sandbox's supervisor (and so the sandbox) when
+// it is stopped, and continues it when it is suspended.
+func (p *Provider) ensureRunning(ctx context.Context, dir string) error {
+	if err := supervisor.Launch(ctx, dir); err != nil {
+		return mechErr("start", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); err == nil {
+		if err := (supervisor.Client{Dir: dir}).Resume(ctx); err != nil {
+			return supErr(err)
+		}
+	}
+	return nil
+}
+
+// supErr maps a supervisor client error into the taxonomy.
+func supErr(err error) error {
+	var se *supervisor.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, supervisor.ErrNoSupervisor):
+		return sandbox.Unavailable("supervisor_gone", err)
+	case errors.As(err, &se):
+		switch se.Code {
+		case supervisor.CodeNotFound:
+			return sandbox.ErrNotFound
+		case supervisor.CodeExited:
+			return sandbox.ErrCommandExited
+		case supervisor.CodeStdinClosed:
+			return &sandbox.WriteFailedError{Err: err}
+		case supervisor.CodeInvalid:
+			return sandbox.Invalid("request", se.Msg)
+		case supervisor.CodeCouldNotRun:
+			return &sandbox.InvalidError{Reason: "could_not_run", Msg: se.Msg}
+		case supervisor.CodeUnsupported:
+			return sandbox.ErrNotSupported
+		case supervisor.CodeUnconfirmed:
+			return sandbox.Unavailable(sandbox.ReasonTerminationUnconfirm, err)
+		case supervisor.CodeUnavailable:
+			return sandbox.Unavailable("supervisor", err)
+		}
+	}
+	return &sandbox.ProviderError{Provider: Name, Reason: "supervisor", Err: err}
+}
+
+// Suspend stops every live session's processes (SIGSTOP), keeping them and
+// the disk; Resume continues them. A stopped sandbox is already parked.
+func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
+	_, dir, err := p.handle(h)
+	if err != nil {
+		return err
+	}
+	err = supervisor.Client{Dir: dir}.Suspend(ctx)
+	if errors.Is(err, supervisor.ErrNoSupervisor) {
+		return nil
+	}
+	return supErr(err)
+}
+
+// Resume starts or continues the sandbox and returns a usable handle.
+func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
+	_, dir, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.ensureRunning(ctx, dir); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// PublicURL is ErrUnsupported: a local sandbox publishes no HTTP endpoint.
+func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
+	if _, _, err := p.handle(h); err != nil {
+		return "", err
+	}
+	return "", sandbox.ErrUnsupported
+}
+
+// ApplyNetworkPolicy replaces the sandbox's egress allowlist through the
+// mechanism; Allow [] is deny-all.
+func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
+	r, dir, err := p.handle(h)
+	if err != nil {
+		return err
+	}
+	m, err := p.mechFor(r)
+	if err != nil {
+		return mechErr("policy", err)
+	}
+	if _, ok := m.(mechanism.EgressUpdater); !ok {
+		return sandbox.ErrNotSupported
+	}
+	if err := p.ensureRunning(ctx, dir); err != nil {
+		return err
+	}
+	allow := pol.Allow
+	if allow == nil {
+		allow = []string{}
+	}
+	if err := mechanism.UpdateEgress(ctx, m, r.InstanceID, egressEntries(allow)); err != nil {
+		return mechErr("policy", err)
+	}
+	b, _ := json.Marshal(allow)
+	if err := os.WriteFile(filepath.Join(dir, policyName), b, 0o600); err != nil {
+		return stateErr("policy", err)
+	}
+	return nil
+}
+
+// egressEntries turns domains into the mechanism's host:port entries.
+func egressEntries(allow []string) []string {
+	out := []string{}
+	for _, a := range allow {
+		if strings.Contains(a, ":") {
+			out = append(out, a)
+			continue
+		}
+		out = append(out, a+":443", a+":80")
+	}
+	return out
+}
+
+// Spawn starts a detachable session and returns once its process started.
+func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.SpawnOptions) (*sandbox.Command, error) {
+	_, dir, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	if c.Name == "" {
+		return nil, sandbox.Invalid("command", "empty command name")
+	}
+	if opts.TTY {
+		return nil, sandbox.ErrNotSupported
+	}
+	if err := p.ensureRunning(ctx, dir); err != nil {
+		return nil, err
+	}
+	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: c.Argv(), Env: opts.Env, Dir: opts.Dir, Stdin: opts.Stdin})
+	if err != nil {
+		return nil, supErr(err)
+	}
+	return p.follow(dir, id, true), nil
+}
+
+// cmdState is a Command's private state.
+type cmdState struct {
+	dir    string
+	id     string
+	stdin  bool
+	cancel context.CancelFunc
+}
+
+// follow returns a Command fed from session id's journal from byte zero.
+func (p *Provider) follow(dir, id string, stdin bool) *sandbox.Command {
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &cmdState{dir: dir, id: id, stdin: stdin, cancel: cancel}
+	cmd, stream := sandbox.NewCommand(p, "", st)
+	cmd.SessionID = id
+	go func() {
+		defer cancel()
+		out, err := supervisor.Client{Dir: dir}.Follow(ctx, id, func(r journal.Record) bool {
+			if r.Kind == journal.KindStderr {
+				return stream.Stderr(r.Data)
+			}
+			return stream.Stdout(r.Data)
+		})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// stopped locally
+		case err != nil:
+			stream.Fail(supErr(err))
+		case out.Exited:
+			stream.Exit(out.Code)
+		default:
+			stream.Fail(sandbox.ClosedBeforeExit())
+		}
+	}()
+	return cmd
+}
+
+func commandState(c *sandbox.Command) (*cmdState, error) {
+	if err := sandbox.CheckCommand(c, Name); err != nil {
+		return nil, err
+	}
+	st, ok := c.Private.(*cmdState)
+	if !ok || st == nil {
+		return nil, sandbox.Invalid(sandbox.ReasonHandle, "command has no local session")
+	}
+	return st, nil
+}
+
+// WriteStdin writes to the session's stdin.
+func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
+	st, err := commandState(c)
+	if err != nil {
+		return err
+	}
+	if !st.stdin {
+		return &sandbox.WriteFailedError{Err: errors.New("local: command was attached without stdin")}
+	}
+	err = supervisor.Client{Dir: st.dir}.WriteStdin(ctx, st.id, data)
+	if errors.Is(err, supervisor.ErrNoSupervisor) {
+		return sandbox.ErrCommandExited
+	}
+	return supErr(err)
+}
+
+// CloseStdin closes the session's stdin.
+func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
+	st, err := commandState(c)
+	if err != nil {
+		return err
+	}
+	err = supervisor.Client{Dir: st.dir}.CloseStdin(ctx, st.id)
+	var se *supervisor.Error
+	if errors.Is(err, supervisor.ErrNoSupervisor) || (errors.As(err, &se) && se.Code == supervisor.CodeExited) {
+		return nil // nothing left to close
+	}
+	return supErr(err)
+}
+
+// StopCommand detaches this process from the session; the session runs on.
+func (p *Provider) StopCommand(c *sandbox.Command) error {
+	if st, err := commandState(c); err == nil {
+		st.cancel()
+	}
+	return nil
+}
+
+// ListSessions lists the sandbox's sessions, finished ones included.
+func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox.Session, error) {
+	_, dir, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := supervisor.ReadSessions(dir)
+	if err != nil {
+		return nil, sandbox.Unavailable("state", err)
+	}
+	out := make([]sandbox.Session, 0, len(ms))
+	for _, m := range ms {
+		s := sandbox.Session{ID: m.ID, Command: m.Command, CreatedAt: m.CreatedAt}
+		if st, err := os.Stat(supervisor.JournalPath(dir, m.ID)); err == nil {
+			s.LastActivityAt = st.ModTime().UTC()
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Attach replays session id from byte zero, then tails it.
+func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, id string, opts sandbox.AttachOptions) (*sandbox.Command, error) {
+	_, dir, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandbox.ValidateSessionID(id); err != nil {
+		return nil, err
+	}
+	if !supervisor.HasSession(dir, id) {
+		return nil, sandbox.ErrNotFound
+	}
+	return p.follow(dir, id, opts.Stdin), nil
+}
+
+// TerminateSession stops one session (SIGTERM, SIGKILL after the grace;
+// Force: SIGKILL at once) and returns once its process was reaped. The
+// sandbox and its other sessions stay.
+func (p *Provider) TerminateSession(ctx context.Context, h *sandbox.Handle, id string, opts sandbox.TerminateOptions) error {
+	opts, err := sandbox.ValidateTermination(id, opts)
+	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	absent := func() error {
+		if opts.Mode == sandbox.Force {
+			return sandbox.Unavailable(sandbox.ReasonTerminationUnconfirm, fmt.Errorf("local: no session %q on %s", id, h.Name))
+		}
+		return nil
+	}
+	_, dir, err := p.load(h.Name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return absent()
+	}
+	if err != nil {
+		return err
+	}
+	if !supervisor.HasSession(dir, id) {
+		return absent()
+	}
+	err = supervisor.Client{Dir: dir}.Terminate(ctx, id, opts.Mode == sandbox.Force, opts.Timeout)
+	if errors.Is(err, supervisor.ErrNoSupervisor) {
+		supervisor.KillOrphan(dir, id)
+		return nil
+	}
+	var se *supervisor.Error
+	if errors.As(err, &se) && se.Code == supervisor.CodeNotFound {
+		return absent()
+	}
+	return supErr(err)
+}
+
+// Exec runs c to completion in the sandbox.
+func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	return sandbox.ExecWithDeadline(ctx, opts, func(ctx context.Context) (sandbox.ExecResult, error) {
+		return p.exec(ctx, h, c, opts)
+	})
+}
+
+func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+	r, dir, err := p.load(h.Name)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	if c.Name == "" {
+		return sandbox.ExecResult{}, sandbox.Invalid("command", "empty command name")
+	}
+	m, err := p.mechFor(r)
+	if err != nil {
+		return sandbox.ExecResult{}, mechErr("exec", err)
+	}
+	if err := p.ensureRunning(ctx, dir); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd, stream := sandbox.NewCommand(p, "", nil)
+	eo := mechanism.ExecOptions{Env: opts.Env, Dir: opts.Dir, LimitBytes: 1,
+		OnOutput: func(s mechanism.Stream, chunk []byte) {
+			if s == mechanism.Stderr {
+				stream.Stderr(chunk)
+			} else {
+				stream.Stdout(chunk)
+			}
+		}}
+	if d, ok := ctx.Deadline(); ok {
+		eo.Timeout = time.Until(d)
+		if eo.Timeout <= 0 {
+			return sandbox.ExecResult{}, sandbox.ExecTimeout(opts.Timeout)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		comp, err := m.Execute(ctx, r.InstanceID, c.Argv(), eo)
+		var le *mechanism.LimitExceededError
+		switch {
+		case err == nil:
+			stream.Exit(comp.ExitStatus)
+		case errors.As(err, &le) && le.Limit == mechanism.LimitWallClock:
+			budget := opts.Timeout
+			if budget <= 0 {
+				budget = r.Limits.WallClock
+			}
+			stream.Fail(sandbox.ExecTimeout(budget))
+		case errors.As(err, &le):
+			stream.Exit(comp.ExitStatus)
+		case ctx.Err() != nil:
+			stream.Fail(sandbox.ExecTimeout(opts.Timeout))
+		case errors.Is(err, mechanism.ErrNotRunning), errors.Is(err, mechanism.ErrNotFound):
+			stream.Fail(sandbox.Unavailable("not_running", err))
+		case errors.Is(err, mechanism.ErrCouldNotRun):
+			stream.Fail(&sandbox.InvalidError{Reason: "could_not_run", Msg: err.Error()})
+		default:
+			stream.Fail(&sandbox.ProviderError{Provider: Name, Reason: "exec", Err: err})
+		}
+	}()
+	res, err := sandbox.CollectExec(ctx, cmd, opts.StderrToStdout, opts.Timeout, nil)
+	cancel()
+	<-done
+	_ = cmd.Stop()
+	return res, err
+}

@@ -1,0 +1,244 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism/jail"
+	"github.com/managoat/managoat/sandbox"
+	"github.com/managoat/managoat/sandbox/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	if jail.Init() {
+		return
+	}
+	MaybeRunSupervisorWith(openHost)
+	goleak.VerifyTestMain(m)
+}
+
+func newHost(t testing.TB) *Provider {
+	t.Helper()
+	dir := t.TempDir()
+	m, err := openHost("host", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{StateDir: dir, Mechanism: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	return p
+}
+
+func destroyAll(p *Provider) {
+	ctx := context.Background()
+	names, _ := p.ListAllNames(ctx)
+	for _, n := range names {
+		_ = p.Destroy(ctx, sandbox.BuildHandle(Name, n))
+	}
+}
+
+func newJail(t testing.TB) *Provider {
+	t.Helper()
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	p, err := New(Config{StateDir: dir, MechanismName: "jail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	return p
+}
+
+func fixtures() sandboxtest.Fixtures { return sandboxtest.ShellFixtures() }
+
+func TestConformanceJail(t *testing.T) {
+	sandboxtest.Run(t, newJail(t), fixtures(), sandboxtest.WithDir("/home/sprite"))
+}
+
+func TestDefaultStateDir(t *testing.T) {
+	t.Setenv("MANAGOAT_HOME", "/x/y")
+	if d := DefaultStateDir(); d != "/x/y" {
+		t.Fatalf("DefaultStateDir = %q", d)
+	}
+	t.Setenv("MANAGOAT_HOME", "")
+	if os.Geteuid() == 0 {
+		if d := DefaultStateDir(); d != "/var/lib/managoat" {
+			t.Fatalf("DefaultStateDir as root = %q", d)
+		}
+	}
+}
+
+func TestUnwritableStateDir(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "file")
+	os.WriteFile(f, nil, 0o600)
+	if _, err := New(Config{StateDir: filepath.Join(f, "state"), Mechanism: hostMech{dir}}); err == nil {
+		t.Fatal("New on a state dir under a file succeeded")
+	}
+}
+
+func TestFileEscapes(t *testing.T) {
+	p := newHost(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "files", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteFile(ctx, h, "/home/sprite/a/b.txt", []byte("hi"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := p.ReadFile(ctx, h, "a/b.txt"); err != nil || string(b) != "hi" {
+		t.Fatalf("ReadFile = %q, %v", b, err)
+	}
+	outside := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(outside, []byte("secret"), 0o600)
+	home := p.HostPath(h, "/home/sprite")
+	os.Symlink(filepath.Dir(outside), filepath.Join(home, "link"))
+	for _, bad := range []string{"/etc/passwd", "../x", "/home/sprite/../../etc/passwd", "link/secret"} {
+		var iv *sandbox.InvalidError
+		if _, err := p.ReadFile(ctx, h, bad); !errors.As(err, &iv) {
+			t.Errorf("ReadFile(%q) = %v, want Invalid", bad, err)
+		}
+		if err := p.WriteFile(ctx, h, bad, []byte("x"), sandbox.WriteFileOptions{}); !errors.As(err, &iv) {
+			t.Errorf("WriteFile(%q) = %v, want Invalid", bad, err)
+		}
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "secret" {
+		t.Fatalf("a write escaped: %q", b)
+	}
+	if _, err := p.ReadFile(ctx, h, "nope"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestCheckpointRestoresHome(t *testing.T) {
+	p := newHost(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "cp", sandbox.CreateOptions{})
+	p.WriteFile(ctx, h, "keep.txt", []byte("v1"), sandbox.WriteFileOptions{})
+	id, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteFile(ctx, h, "keep.txt", []byte("v2"), sandbox.WriteFileOptions{})
+	p.WriteFile(ctx, h, "new.txt", []byte("x"), sandbox.WriteFileOptions{})
+	if err := p.RestoreCheckpoint(ctx, h, id); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := p.ReadFile(ctx, h, "keep.txt"); string(b) != "v1" {
+		t.Fatalf("restored %q", b)
+	}
+	if _, err := p.ReadFile(ctx, h, "new.txt"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("file made after the checkpoint survived restore: %v", err)
+	}
+}
+
+// Sessions outlive the provider value that started them, and a kill -9 of
+// the supervisor leaves the sandbox stopped, its journal whole.
+func TestSessionsOutliveCaller(t *testing.T) {
+	p := newHost(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "outlive", sandbox.CreateOptions{})
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo one; echo two >&2; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	// A new provider over the same state dir: as if the CLI exited and came back.
+	p2, err := New(Config{StateDir: p.StateDir(), Mechanism: p.Mechanism()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := p2.ListSessions(ctx, h)
+	if len(ss) != 1 {
+		t.Fatalf("sessions %+v", ss)
+	}
+	a, err := p2.Attach(ctx, h, ss[0].ID, sandbox.AttachOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WriteStdin(ctx, []byte("three\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb string
+	deadline := time.After(10 * time.Second)
+	for out != "one\nthree\n" || errb != "two\n" {
+		select {
+		case ev := <-a.Events():
+			if ev.Kind == sandbox.Stdout {
+				out += string(ev.Data)
+			} else if ev.Kind == sandbox.Stderr {
+				errb += string(ev.Data)
+			} else {
+				t.Fatalf("event %v", ev)
+			}
+		case <-deadline:
+			t.Fatalf("got %q %q", out, errb)
+		}
+	}
+	info, err := p2.Get(ctx, h)
+	if err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get = %+v %v", info, err)
+	}
+	pid, _ := supervisorPid(ctx, p2, h)
+	syscallKill(pid)
+	// Never shown running when it is not.
+	waitFor(t, func() bool {
+		info, err := p2.Get(ctx, h)
+		return err == nil && info.Status == sandbox.StatusSuspended
+	})
+	// The attached command ends with an error, never an exit.
+	for ev := range a.Events() {
+		if ev.Kind == sandbox.Exit {
+			t.Fatalf("exit %d after the supervisor died", ev.Code)
+		}
+		if ev.Kind == sandbox.Error && !sandbox.IsClosedBeforeExit(ev.Err) {
+			t.Fatalf("error %v", ev.Err)
+		}
+	}
+	// Attach again: every byte journaled before the kill, then the error.
+	a2, err := p2.Attach(ctx, h, ss[0].ID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = ""
+	var last sandbox.Event
+	for ev := range a2.Events() {
+		if ev.Kind == sandbox.Stdout {
+			out += string(ev.Data)
+		}
+		last = ev
+	}
+	if out != "one\nthree\n" || last.Kind != sandbox.Error {
+		t.Fatalf("replay %q, last %v", out, last)
+	}
+	if names, _ := p2.ListAllNames(ctx); len(names) != 1 || names[0] != "outlive" {
+		t.Fatalf("names %v", names)
+	}
+	// The next exec starts it again.
+	res, err := p2.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "back\n" {
+		t.Fatalf("exec after restart %q %v", res.Output, err)
+	}
+}
+
+func waitFor(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
