@@ -502,3 +502,57 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("NewFromEnv = %v, %v", p, err)
 	}
 }
+
+func TestStartWaitsForAStoppingSandbox(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.StopDelay = 300 * time.Millisecond })
+	h := mustCreate(t, p, "slowstop")
+	if err := p.Suspend(ctxT(t), h); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := srv.Lookup("slowstop"); sb.State != "stopped" {
+		t.Fatalf("state %q", sb.State)
+	}
+	// Still "stopping": start would answer 409, so ensure-started waits.
+	res, err := p.Exec(ctxT(t), h, sandbox.Cmd{Name: "echo", Args: []string{"up"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "up\n" {
+		t.Fatalf("Exec on a stopping sandbox = %q, %v", res.Output, err)
+	}
+	if countRequests(srv, "POST /api/sandbox/slowstop/start") != 1 {
+		t.Fatalf("want one start: %q", srv.Requests())
+	}
+}
+
+func TestSessionsAndAttachEdges(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	ctx := ctxT(t)
+	missing := sandbox.BuildHandle(daytona.Name, "missing")
+	if _, err := p.Spawn(ctx, missing, sandbox.Cmd{Name: "true"}, sandbox.SpawnOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Spawn on a missing sandbox = %v", err)
+	}
+	h := mustCreate(t, p, "edges")
+	sb, _ := srv.Lookup("edges")
+	// A session nobody ran a command in, and one that is not ours.
+	for _, id := range []string{"managoat-empty", "someone-else"} {
+		req, _ := http.NewRequest("POST", strings.TrimSuffix(srv.URL, "/api")+"/toolbox/"+sb.ID+"/process/session",
+			strings.NewReader(`{"sessionId":"`+id+`"}`))
+		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	ss, err := p.ListSessions(ctx, h)
+	if err != nil || len(ss) != 1 || ss[0].ID != "managoat-empty" || ss[0].Command != "" {
+		t.Fatalf("ListSessions = %+v, %v", ss, err)
+	}
+	if _, err := p.Attach(ctx, h, "managoat-empty", sandbox.AttachOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Attach to a session without a command = %v", err)
+	}
+	if _, err := p.Attach(ctx, h, "../x", sandbox.AttachOptions{}); sandbox.Kind(err) != "invalid" {
+		t.Fatalf("Attach with a bad id = %v", err)
+	}
+	if _, err := p.PublicURL(ctx, h); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Fatalf("PublicURL = %v", err)
+	}
+}

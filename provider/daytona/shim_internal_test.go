@@ -151,3 +151,37 @@ func TestShimsAreLintFree(t *testing.T) {
 		t.Errorf("shimBase = %s", got)
 	}
 }
+
+// TestShimHonoursEarlyStdinAndClose runs the stdin shim for real after a
+// write and a close that both came before it started: the write is read
+// and the close is a real EOF.
+func TestShimHonoursEarlyStdinAndClose(t *testing.T) {
+	dir := t.TempDir()
+	base := shimBase(dir, "managoat-early")
+	for _, s := range []string{stdinScript(base, []byte("early\x00\xff")), closeScript(base)} {
+		if out, err := exec.Command("sh", "-c", s).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	out, err := exec.Command("sh", "-c", spawnScript(base, `'cat'`, true)).Output()
+	if err != nil || string(out) != "early\x00\xff" {
+		t.Fatalf("shim output %q, %v", out, err)
+	}
+	probe, err := exec.Command("sh", "-c", probeScript(base)).Output()
+	if err != nil || string(probe) != "dead\n0\n" {
+		t.Fatalf("probe after exit = %q, %v", probe, err)
+	}
+	exited, err := exec.Command("sh", "-c", stdinScript(base, []byte("late"))).Output()
+	if err != nil || !strings.Contains(string(exited), markExited) {
+		t.Fatalf("write after exit = %q, %v", exited, err)
+	}
+	// The plain shim records the status too.
+	plainBase := shimBase(dir, "managoat-plain")
+	if err := exec.Command("sh", "-c", spawnScript(plainBase, `'sh' '-c' 'exit 9'`, false)).Run(); err == nil {
+		t.Fatal("plain shim hid the status")
+	}
+	probe, _ = exec.Command("sh", "-c", probeScript(plainBase)).Output()
+	if string(probe) != "dead\n9\n" {
+		t.Fatalf("plain probe = %q", probe)
+	}
+}

@@ -77,8 +77,9 @@ type Server struct {
 	ConflictStatus int
 	// PageSize caps list pages below the asked limit; zero means no cap.
 	PageSize int
-	// StartDelay keeps a started sandbox "starting" this long.
-	StartDelay time.Duration
+	// StartDelay keeps a started sandbox "starting" this long, and
+	// StopDelay a stopped one "stopping" (start then answers 409).
+	StartDelay, StopDelay time.Duration
 	// Snapshots lists the registered snapshots; create with another is 400.
 	Snapshots []string
 
@@ -104,6 +105,7 @@ type Sandbox struct {
 	Policy          map[string]any // the last network-settings body, verbatim
 	dir             string
 	startedAt       time.Time
+	stoppedAt       time.Time
 	sessions        map[string]*session
 	sessionOrder    []string
 	procs           map[*exec.Cmd]bool
@@ -461,6 +463,9 @@ func (s *Server) state(sb *Sandbox) string {
 	if sb.State == "started" && time.Since(sb.startedAt) < s.StartDelay {
 		return "starting"
 	}
+	if sb.State == "stopped" && time.Since(sb.stoppedAt) < s.StopDelay {
+		return "stopping"
+	}
 	return sb.State
 }
 
@@ -599,11 +604,15 @@ func (s *Server) start(w http.ResponseWriter, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb := s.find(key)
+	st := ""
+	if sb != nil {
+		st = s.state(sb)
+	}
 	switch {
 	case sb == nil:
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
-	case sb.State == "stopping" || sb.State == "archiving" || sb.State == "starting":
+	case st == "stopping" || st == "archiving" || st == "starting":
 		apiError(w, http.StatusConflict, "Sandbox state change in progress")
 		return
 	case sb.State == "error" || sb.State == "build_failed":
@@ -628,7 +637,7 @@ func (s *Server) stop(w http.ResponseWriter, key string) {
 		// sessions; the disk stays.
 		s.killLocked(sb)
 		sb.sessions, sb.sessionOrder = map[string]*session{}, nil
-		sb.State = "stopped"
+		sb.State, sb.stoppedAt = "stopped", time.Now()
 	case sb.State != "stopped" && sb.State != "archived":
 		apiError(w, http.StatusConflict, "Sandbox state change in progress")
 		return
