@@ -66,6 +66,9 @@
 //     killed (SIGKILL), not left running; the first heartbeat is sent when
 //     a command starts.
 //
+// The shim and the replayer need bash, mkfifo and GNU tail (for --pid) in
+// the sandbox's template, as E2B's Debian-based templates have.
+//
 // Package e2btest is a fake of both planes that runs commands as real
 // processes; the conformance suite runs against it.
 package e2b

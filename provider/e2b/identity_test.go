@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +173,19 @@ func TestListAllNamesPagesAndTruncates(t *testing.T) {
 	}
 	if pages != 3 {
 		t.Fatalf("%d pages, want 3", pages)
+	}
+
+	// The default cap is 40 pages: 41 one-sandbox pages are refused whole.
+	e1 := newEnv(t, e2btest.Options{MaxPage: 1}, nil)
+	for i := 0; i < 40; i++ {
+		e1.srv.CreateSandbox(stamped("p"+strconv.Itoa(i)), 300, true)
+	}
+	if names, err := e1.p.ListAllNames(ctx(t)); err != nil || len(names) != 40 {
+		t.Fatalf("40 pages: %d names, %v", len(names), err)
+	}
+	e1.srv.CreateSandbox(stamped("p40"), 300, true)
+	if names, err := e1.p.ListAllNames(ctx(t)); !errors.Is(err, sandbox.ErrTruncated) || names != nil {
+		t.Fatalf("41 pages: %v, %v; want ErrTruncated and no names", names, err)
 	}
 
 	short, err := e2b.New(e2b.Config{APIKey: e.srv.APIKey(), APIURL: e.srv.APIURL(), MaxPages: 2})
