@@ -277,7 +277,7 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		outW.Close()
 		return mechanism.Completion{}, mechanism.CouldNotRun("pipe", err)
 	}
-	g := j.group(st)
+	g := j.attributable(st)
 	var before cgroups.Stats
 	if g != nil {
 		before = g.Stats()
@@ -359,6 +359,15 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		return c, mechanism.CouldNotRun(r.Error, nil)
 	}
 	return c, nil
+}
+
+// attributable returns the group whose counters can attribute a kill, or
+// nil when the sandbox has no memory or pids cap (nothing to attribute).
+func (j *Jail) attributable(st *state) *cgroups.Group {
+	if st.Spec.MemoryBytes == 0 && st.Spec.Pids == 0 {
+		return nil
+	}
+	return j.group(st)
 }
 
 // attribute compares the group's kernel counters with before.
@@ -462,7 +471,7 @@ func (j *Jail) StartProcess(ctx context.Context, id string, spec mechanism.Proce
 	if dir == "" {
 		dir = mechanism.Home
 	}
-	x := &process{g: j.group(st)}
+	x := &process{g: j.attributable(st)}
 	if x.g != nil {
 		x.before = x.g.Stats()
 	}

@@ -106,3 +106,5 @@ func TestLifecycle(t *testing.T) {
 	_ = os.Getpid
 	_ = time.Now
 }
+
+func testenvRoot(t *testing.T) { t.Helper(); testenv.RequireRoot(t) }

@@ -390,12 +390,19 @@ func checkPids(t *testing.T, k *kit, m mechanism.Mechanism) {
 }
 
 // work is fixed work (not fixed duration) for the cpu check.
-const work = `i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; echo SPUN`
+const work = `i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done; echo SPUN`
 
 func checkCPU(t *testing.T, k *kit, m mechanism.Mechanism) {
 	capped := k.sandbox(t, m, "cpu", mechanism.Spec{Limits: mechanism.Limits{CPUMillis: 100}})
 	free := k.sandbox(t, m, "cpufree", mechanism.Spec{})
+	// The uncapped time is the best of three runs, so a busy host slows
+	// the baseline less than it would inflate the ratio's denominator.
 	base := mustSh(t, m, free, work)
+	for range 2 {
+		if c := mustSh(t, m, free, work); c.Duration < base.Duration {
+			base = c
+		}
+	}
 	c, err := sh(context.Background(), m, capped, work, mechanism.ExecOptions{Timeout: 60 * time.Second})
 	if err != nil {
 		var le *mechanism.LimitExceededError

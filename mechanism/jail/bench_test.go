@@ -1,0 +1,142 @@
+package jail_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/jail"
+)
+
+// timeCmd returns the mean wall time of running argv n times.
+func timeCmd(b *testing.B, n int, argv ...string) time.Duration {
+	b.Helper()
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		b.Skipf("baseline tool %s missing: %v", argv[0], err)
+	}
+	began := time.Now()
+	for range n {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			b.Skipf("baseline %v failed: %v %s", argv, err, out)
+		}
+	}
+	return time.Since(began) / time.Duration(n)
+}
+
+// BenchmarkColdStart: provision + start + first execute of /bin/true,
+// against `unshare --mount --pid --net --fork true` and
+// `bwrap --unshare-all true` measured in the same run.
+func BenchmarkColdStart(b *testing.B) {
+	j := newJail(b)
+	ctx := context.Background()
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		id := fmt.Sprintf("b%d", n)
+		n++
+		t0 := time.Now()
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := j.Start(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Since(t0)
+		if err := j.Destroy(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cold := total / time.Duration(n)
+	reps := max(n, 20)
+	unshare := timeCmd(b, reps, "unshare", "--mount", "--pid", "--net", "--fork", "true")
+	b.ReportMetric(float64(cold.Microseconds()), "µs/coldstart")
+	b.ReportMetric(float64(unshare.Microseconds()), "µs/unshare")
+	b.ReportMetric(float64(cold)/float64(unshare), "x-unshare")
+	if _, err := exec.LookPath("bwrap"); err == nil {
+		bwrap := timeCmd(b, reps, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "true")
+		b.ReportMetric(float64(bwrap.Microseconds()), "µs/bwrap")
+		b.ReportMetric(float64(cold)/float64(bwrap), "x-bwrap")
+	} else {
+		b.Log("bwrap missing: its baseline is skipped")
+	}
+}
+
+// BenchmarkExecute: /bin/true in a running sandbox against a plain
+// fork+exec of /bin/true.
+func BenchmarkExecute(b *testing.B) {
+	j := newJail(b)
+	started(b, j, "e", mechanism.Spec{})
+	ctx := context.Background()
+	n := 0
+	began := time.Now()
+	for b.Loop() {
+		if _, err := j.Execute(ctx, "e", []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	per := time.Since(began) / time.Duration(n)
+	plain := timeCmd(b, max(n, 100), "/bin/true")
+	b.ReportMetric(float64(per.Microseconds()), "µs/execute")
+	b.ReportMetric(float64(plain.Microseconds()), "µs/forkexec")
+	b.ReportMetric(float64(per)/float64(plain), "x-forkexec")
+}
+
+// BenchmarkIdleRSS: the resident memory of an idle sandbox's processes
+// outside the workload (its init; the jail has no other supervisor).
+func BenchmarkIdleRSS(b *testing.B) {
+	dir := b.TempDir()
+	j, err := jail.New(jail.Config{StateDir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	started(b, j, "idle", mechanism.Spec{})
+	if _, err := j.Execute(context.Background(), "idle", []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var kb int
+	for b.Loop() {
+		kb = idleRSSKiB(b, filepath.Join(dir, "idle"))
+	}
+	b.ReportMetric(float64(kb)/1024, "MiB-RSS")
+	if kb > 8<<10 {
+		b.Errorf("idle init RSS %d KiB exceeds 8 MiB", kb)
+	}
+}
+
+func idleRSSKiB(tb testing.TB, dir string) int {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var st struct {
+		InitPid int `json:"initPid"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil || st.InitPid == 0 {
+		tb.Fatalf("no init pid: %v", err)
+	}
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.InitPid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(s), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	tb.Fatal("no VmRSS")
+	return 0
+}
