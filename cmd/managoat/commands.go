@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -39,10 +40,24 @@ func randomName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// positional checks the number of positional arguments.
-func positional(args []string, n int, what string) error {
-	if len(args) < n {
-		return usageError{"missing " + what}
+// positionals parses args into exactly n positionals (flags may come
+// before, between and after them) and the rest; a missing positional is a
+// usage error naming what.
+func positionals(fs *flag.FlagSet, args []string, n int, what string) ([]string, []string, error) {
+	pos, rest, err := parseN(fs, args, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(pos) < n || (n < 0 && len(pos) == 0) {
+		return nil, nil, usageError{"missing " + what}
+	}
+	return pos, rest, nil
+}
+
+// noMore refuses stray arguments.
+func noMore(rest []string) error {
+	if len(rest) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
 	}
 	return nil
 }
@@ -141,17 +156,18 @@ func cmdCreate(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("create")
 	var lf limitFlags
 	lf.add(fs)
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
 	limits, err := lf.limits()
 	if err != nil {
 		return err
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
@@ -171,25 +187,25 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
 	dir := fs.String("dir", "", "working directory")
 	timeout := fs.Duration("timeout", 0, "budget for the whole command")
-	if err := parse(fs, args); err != nil {
+	pos, argv, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 2, "NAME and CMD"); err != nil {
-		return err
+	if len(argv) == 0 {
+		return usageError{"missing CMD: NAME [flags] -- CMD ARGS..."}
 	}
 	for _, e := range env {
 		if !strings.Contains(e, "=") {
 			return usageError{fmt.Sprintf("--env %q is not KEY=VALUE", e)}
 		}
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
 	if err := mustExist(ctx, reg, h); err != nil {
 		return err
 	}
-	argv := fs.Args()[1:]
 	sctx := ctx
 	if *timeout > 0 {
 		var cancel context.CancelFunc
@@ -215,20 +231,20 @@ func cmdSpawn(ctx context.Context, g *globals, args []string) error {
 	var env multiFlag
 	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
 	dir := fs.String("dir", "", "working directory")
-	if err := parse(fs, args); err != nil {
+	pos, argv, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 2, "NAME and CMD"); err != nil {
-		return err
+	if len(argv) == 0 {
+		return usageError{"missing CMD: NAME [flags] -- CMD ARGS..."}
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
 	if err := mustExist(ctx, reg, h); err != nil {
 		return err
 	}
-	argv := fs.Args()[1:]
 	c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
 	cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: *dir})
 	if err != nil {
@@ -278,17 +294,18 @@ func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Comm
 
 func cmdAttach(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("attach")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := positional(fs.Args(), 2, "NAME and SESSION"); err != nil {
-		return err
-	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	pos, rest, err := positionals(fs, args, 2, "NAME and SESSION")
 	if err != nil {
 		return err
 	}
-	id := fs.Arg(1)
+	if err := noMore(rest); err != nil {
+		return err
+	}
+	reg, h, err := handleFor(g, pos[0])
+	if err != nil {
+		return err
+	}
+	id := pos[1]
 	cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
@@ -303,13 +320,14 @@ func cmdAttach(ctx context.Context, g *globals, args []string) error {
 func cmdSessions(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("sessions")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
@@ -339,13 +357,14 @@ func cmdTerminate(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("terminate")
 	force := fs.Bool("force", false, "kill at once (SIGKILL)")
 	grace := fs.Duration("grace", 0, "how long to wait after SIGTERM (default 10s)")
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 2, "NAME and SESSION")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 2, "NAME and SESSION"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
@@ -353,7 +372,7 @@ func cmdTerminate(ctx context.Context, g *globals, args []string) error {
 	if *force {
 		mode = sandbox.Force
 	}
-	return wrap("terminate", reg.TerminateSession(ctx, h, fs.Arg(1), sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
+	return wrap("terminate", reg.TerminateSession(ctx, h, pos[1], sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
 }
 
 type lsRow struct {
@@ -404,14 +423,12 @@ func cmdLs(ctx context.Context, g *globals, args []string) error {
 
 func cmdRm(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("rm")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+	pos, _, err := positionals(fs, args, -1, "NAME")
+	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, n := range fs.Args() {
+	for _, n := range pos {
 		reg, h, err := handleFor(g, n)
 		if err == nil {
 			err = wrap("rm "+n, reg.Destroy(ctx, h))
@@ -446,13 +463,14 @@ func cmdURL(ctx context.Context, g *globals, args []string) error {
 
 func onOne(ctx context.Context, g *globals, op string, args []string, f func(*sandbox.Registry, *sandbox.Handle) error) error {
 	fs := g.flagSet(op)
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
@@ -466,10 +484,11 @@ func onOne(ctx context.Context, g *globals, op string, args []string, f func(*sa
 func cmdPolicy(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("policy")
 	allow := fs.String("allow", "\x00", `comma-separated domains; "" denies all egress`)
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 1, "NAME")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 1, "NAME"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
 	if *allow == "\x00" {
@@ -481,7 +500,7 @@ func cmdPolicy(ctx context.Context, g *globals, args []string) error {
 			pol.Allow = append(pol.Allow, d)
 		}
 	}
-	reg, h, err := handleFor(g, fs.Arg(0))
+	reg, h, err := handleFor(g, pos[0])
 	if err != nil {
 		return err
 	}
@@ -490,13 +509,14 @@ func cmdPolicy(ctx context.Context, g *globals, args []string) error {
 
 func cmdCp(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("cp")
-	if err := parse(fs, args); err != nil {
+	pos, rest, err := positionals(fs, args, 2, "SRC and DST")
+	if err != nil {
 		return err
 	}
-	if err := positional(fs.Args(), 2, "SRC and DST"); err != nil {
+	if err := noMore(rest); err != nil {
 		return err
 	}
-	src, dst := fs.Arg(0), fs.Arg(1)
+	src, dst := pos[0], pos[1]
 	sName, sPath, sIn := strings.Cut(src, ":")
 	dName, dPath, dIn := strings.Cut(dst, ":")
 	switch {

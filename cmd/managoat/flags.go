@@ -33,6 +33,31 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseN parses flags interleaved with up to n positional arguments (so
+// both "exec --timeout 5s NAME -- CMD" and "exec NAME --timeout 5s -- CMD"
+// work), and returns those positionals and whatever follows them: after the
+// nth positional, flag parsing stops at the first non-flag and a "--" is
+// consumed. n < 0 takes every argument as a positional.
+func parseN(fs *flag.FlagSet, args []string, n int) (pos, rest []string, err error) {
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 || (n >= 0 && len(pos) == n) {
+			return pos, args, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+		if n >= 0 && len(pos) == n {
+			if err := parse(fs, args); err != nil {
+				return nil, nil, err
+			}
+			return pos, fs.Args(), nil
+		}
+	}
+}
+
 // limitFlags collects --memory, --pids, --cpu and --timeout.
 type limitFlags struct {
 	memory, pids, cpu, timeout string

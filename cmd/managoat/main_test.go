@@ -109,3 +109,26 @@ func TestParseSizeAndCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestParseN(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		n         int
+		pos, rest string
+		timeout   string
+	}{
+		{[]string{"box", "--", "echo", "-n", "x"}, 1, "box", "echo -n x", ""},
+		{[]string{"--timeout", "5s", "box", "--", "echo"}, 1, "box", "echo", "5s"},
+		{[]string{"box", "--timeout", "5s", "--", "echo", "--timeout"}, 1, "box", "echo --timeout", "5s"},
+		{[]string{"box", "echo", "--timeout", "1s"}, 1, "box", "echo --timeout 1s", ""},
+		{[]string{"a", "--timeout", "2s", "b"}, -1, "a b", "", "2s"},
+	} {
+		g := &globals{}
+		fs := g.flagSet("t")
+		timeout := fs.String("timeout", "", "")
+		pos, rest, err := parseN(fs, tc.args, tc.n)
+		if err != nil || strings.Join(pos, " ") != tc.pos || strings.Join(rest, " ") != tc.rest || *timeout != tc.timeout {
+			t.Errorf("parseN(%q) = %q %q %q %v", tc.args, pos, rest, *timeout, err)
+		}
+	}
+}
