@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
