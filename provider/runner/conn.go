@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -219,10 +220,19 @@ func (c *Conn) removeLocked(sub *Subscription) bool {
 
 // readLoop handles inbound frames strictly in order until the socket ends.
 func (c *Conn) readLoop(ctx context.Context) error {
+	var buf bytes.Buffer
 	for {
-		typ, b, err := c.ws.Read(ctx)
+		typ, r, err := c.ws.Reader(ctx)
 		if err != nil {
 			return err
+		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return err
+		}
+		b := buf.Bytes()
+		if buf.Cap() > 1<<20 {
+			buf = bytes.Buffer{} // do not keep a huge frame's buffer
 		}
 		c.lastSeen.Store(time.Now().UnixNano())
 		if typ != websocket.MessageText {

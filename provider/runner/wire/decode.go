@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -37,6 +38,9 @@ type span struct {
 
 type fields struct {
 	id, ok, result, errc, detail, stream, sessionID, data, code, replayFor span
+
+	decoded    []byte // the data value, when fastData decoded it
+	hasDecoded bool
 }
 
 // Decode classifies and decodes one frame received by the platform: an
@@ -77,7 +81,7 @@ func (f *fields) reply(raw []byte) *Reply {
 	if !ok {
 		id = -1 // an integer out of range matches no request
 	}
-	r := &Reply{ID: id, Raw: raw}
+	r := &Reply{ID: id}
 	switch string(f.ok.b) {
 	case "true":
 		r.OK = true
@@ -87,7 +91,7 @@ func (f *fields) reply(raw []byte) *Reply {
 		}
 	case "false":
 		r.Error, _ = str(f.errc.b)
-		if r.Error == "" && f.errc.set {
+		if r.Error == "" && f.errc.set && len(f.errc.b) > 0 {
 			r.Error = string(f.errc.b)
 		}
 		r.Detail, _ = str(f.detail.b)
@@ -96,6 +100,7 @@ func (f *fields) reply(raw []byte) *Reply {
 		}
 	default:
 		r.Malformed = true
+		r.Raw = append([]byte(nil), raw...)
 	}
 	return r
 }
@@ -120,7 +125,22 @@ func (f *fields) streamFrame(kind, sid string) *Stream {
 		s.Error, _ = str(f.errc.b)
 		s.Detail, _ = str(f.detail.b)
 	default:
-		if d, ok := str(f.data.b); ok && f.data.set {
+		if f.hasDecoded {
+			s.Data = f.decoded
+			break
+		}
+		b := f.data.b
+		if !f.data.set || len(b) < 2 || b[0] != '"' {
+			break
+		}
+		if in := b[1 : len(b)-1]; bytes.IndexByte(in, '\\') < 0 {
+			dec := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
+			if n, err := base64.StdEncoding.Decode(dec, in); err == nil {
+				s.Data = dec[:n]
+			} else {
+				s.Data = append([]byte(nil), in...)
+			}
+		} else if d, ok := str(b); ok {
 			if dec, err := base64.StdEncoding.DecodeString(d); err == nil {
 				s.Data = dec
 			} else {
@@ -223,10 +243,11 @@ func (p *parser) object(f *fields) bool {
 		p.i++
 		p.ws()
 		vs := p.i
-		if !p.value() {
+		if f != nil && p.depth == 1 && string(key) == `"data"` && p.fastData(f) {
+			// validated and decoded in one pass
+		} else if !p.value() {
 			return false
-		}
-		if f != nil {
+		} else if f != nil {
 			f.set(key, p.b[vs:p.i])
 		}
 		p.ws()
@@ -268,6 +289,7 @@ func (f *fields) set(key, v []byte) {
 		s = &f.sessionID
 	case "data":
 		s = &f.data
+		f.decoded, f.hasDecoded = nil, false
 	case "code":
 		s = &f.code
 	case "replay_for":
@@ -276,6 +298,29 @@ func (f *fields) set(key, v []byte) {
 		return
 	}
 	*s = span{b: v, set: true} // a later duplicate key wins, as in encoding/json
+}
+
+// fastData handles a top-level "data" string made only of base64 bytes:
+// decoding it proves it is a valid JSON string (the alphabet holds no quote,
+// backslash or control byte), so the value is scanned once, not twice.
+func (p *parser) fastData(f *fields) bool {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return false
+	}
+	j := bytes.IndexByte(p.b[p.i+1:], '"')
+	if j < 0 {
+		return false
+	}
+	in := p.b[p.i+1 : p.i+1+j]
+	dec := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
+	n, err := base64.StdEncoding.Decode(dec, in)
+	if err != nil || bytes.IndexByte(in, '\\') >= 0 || bytes.ContainsAny(in, "\r\n") {
+		return false
+	}
+	f.data = span{b: p.b[p.i : p.i+j+2], set: true}
+	f.decoded, f.hasDecoded = dec[:n], true
+	p.i += j + 2
+	return true
 }
 
 func (p *parser) value() bool {
@@ -348,16 +393,7 @@ func (p *parser) string() bool {
 	}
 	p.i++
 	for {
-		// Fast path: skip to the next quote or backslash.
-		j := p.i
-		for j < len(p.b) {
-			c := p.b[j]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			j++
-		}
-		p.i = j
+		p.i += plainRun(p.b[p.i:])
 		if p.i >= len(p.b) {
 			return false
 		}
@@ -390,6 +426,33 @@ func (p *parser) string() bool {
 			}
 		}
 	}
+}
+
+const (
+	lo7   = 0x0101010101010101
+	hi7   = 0x8080808080808080
+	quote = lo7 * '"'
+	bslsh = lo7 * '\\'
+)
+
+// plainRun is the length of b's prefix holding no '"', no '\\' and no
+// byte below 0x20, eight bytes at a time (the string scan is the hot loop
+// of a 32 KiB output frame).
+func plainRun(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, s := w^quote, w^bslsh
+		if ((w-lo7*0x20)|(q-lo7)|(s-lo7))&^w&hi7 != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }
 
 func (p *parser) number() bool {

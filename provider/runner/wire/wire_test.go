@@ -208,3 +208,22 @@ func TestAppendStreamDecodesBack(t *testing.T) {
 		t.Fatalf("round trip failed: %v", err)
 	}
 }
+
+func BenchmarkDecodeChunk(b *testing.B) {
+	f := AppendStream(nil, &Stream{Kind: StreamStdout, SessionID: "s-1", Data: bytes.Repeat([]byte("x"), MaxChunk)})
+	b.SetBytes(MaxChunk)
+	for i := 0; i < b.N; i++ {
+		if _, err := Decode(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeChunk(b *testing.B) {
+	d := bytes.Repeat([]byte("x"), MaxChunk)
+	var buf []byte
+	b.SetBytes(MaxChunk)
+	for i := 0; i < b.N; i++ {
+		buf = AppendStream(buf[:0], &Stream{Kind: StreamStdout, SessionID: "s-1", Data: d})
+	}
+}
