@@ -416,3 +416,60 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(off.Name())
 	}
 }
+
+func TestFakeCloseWithoutExitAndAttachFallback(t *testing.T) {
+	srv, p := newFake(t, sprites.Config{})
+	ctx := ctxT(t)
+	h, err := p.Create(ctx, "cwe", sandbox.CreateOptions{})
+	ok(t, err)
+	srv.Inject(spritestest.Fault{Path: "/v1/sprites/cwe/exec", Times: 1, CloseWithoutExit: true, Body: []byte("partial")})
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.SpawnOptions{})
+	ok(t, err)
+	evs := collect(t, c)
+	if len(evs) != 2 || string(evs[0].Data) != "partial" || !sandbox.IsClosedBeforeExit(evs[1].Err) {
+		t.Fatalf("events %+v", evs)
+	}
+	// A dropped session replays its output, then closed_before_exit again.
+	d, err := p.Spawn(ctx, h, sandbox.Cmd{Name: spritestest.DropCommand, Args: []string{"gone"}}, sandbox.SpawnOptions{Detachable: true})
+	ok(t, err)
+	collect(t, d)
+	id := sprites.SessionID(d)
+	// The path form is refused once (an older server): Attach retries the
+	// legacy ?id= form.
+	srv.ResetRequests()
+	srv.Inject(spritestest.Fault{Path: "/v1/sprites/cwe/exec/" + id, Times: 1, Status: 404})
+	a, err := p.Attach(ctx, h, id, sandbox.AttachOptions{})
+	ok(t, err)
+	evs = collect(t, a)
+	if len(evs) != 2 || string(evs[0].Data) != "gone\n" || !sandbox.IsClosedBeforeExit(evs[1].Err) {
+		t.Fatalf("attach events %+v", evs)
+	}
+	if r := srv.Requests(); len(r) != 2 || r[1].Query().Get("id") != id {
+		t.Fatalf("requests %+v", r)
+	}
+}
+
+// TestTerminateEscalates: a process that ignores SIGTERM is killed after
+// the allowance, and that is still a confirmed termination; force mode is
+// confirmed by the SIGKILL signal event.
+func TestTerminateEscalates(t *testing.T) {
+	srv, p := newFake(t, sprites.Config{})
+	ctx := ctxT(t)
+	h, err := p.Create(ctx, "esc", sandbox.CreateOptions{})
+	ok(t, err)
+	stubborn := sandbox.Cmd{Name: "sh", Args: []string{"-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}}
+	for _, mode := range []sandbox.TerminateMode{sandbox.Graceful, sandbox.Force} {
+		c, err := p.Spawn(ctx, h, stubborn, sandbox.SpawnOptions{Detachable: true})
+		ok(t, err)
+		next(t, c)
+		waitFor(t, func() bool { return sprites.SessionID(c) != "" }, "session_info")
+		id := sprites.SessionID(c)
+		ok(t, p.TerminateSession(ctx, h, id, sandbox.TerminateOptions{Timeout: 200 * time.Millisecond, Mode: mode}))
+		if srv.SessionRunning("esc", id) {
+			t.Fatal("still running")
+		}
+		if ev := next(t, c); ev.Kind != sandbox.Exit || ev.Code != 137 {
+			t.Fatalf("%s: %+v", mode, ev)
+		}
+	}
+}
