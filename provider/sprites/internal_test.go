@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -75,5 +76,34 @@ func TestMapStatus(t *testing.T) {
 		if got := mapStatus(s); got != want {
 			t.Errorf("mapStatus(%q) = %s, want %s", s, got, want)
 		}
+	}
+}
+
+// TestBoundedHTTP1: against a TLS server that offers HTTP/2, the bounded
+// operations still speak HTTP/1.1, ask for no compression, and follow no
+// redirect.
+func TestBoundedHTTP1(t *testing.T) {
+	var protos []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos = append(protos, r.Proto+" "+r.Header.Get("Accept-Encoding")+" "+r.Header.Get("Connection"))
+		w.Header().Set("Location", "/v1/sprites/elsewhere")
+		w.WriteHeader(http.StatusFound)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	p, err := New(Config{Token: "t", BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.bounded.(*http.Transport)
+	tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	_, err = p.CreateNew(context.Background(), "x", sandbox.CreateNewOptions{})
+	var iv *sandbox.InvalidError
+	if !errors.As(err, &iv) || iv.HTTP == nil || iv.HTTP.Status != 302 {
+		t.Fatalf("err = %v, want Invalid{http 302}", err)
+	}
+	if len(protos) != 1 || protos[0] != "HTTP/1.1  close" {
+		t.Fatalf("requests seen: %q", protos)
 	}
 }
