@@ -1,0 +1,392 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/cgroups"
+)
+
+// The subset of the OCI runtime spec (1.0) this mechanism writes. It is
+// hand-written rather than imported from opencontainers/runtime-spec: a
+// few stable JSON fields do not justify a dependency.
+type ociSpec struct {
+	OCIVersion  string            `json:"ociVersion"`
+	Process     ociProcess        `json:"process"`
+	Root        ociRoot           `json:"root"`
+	Hostname    string            `json:"hostname"`
+	Mounts      []ociMount        `json:"mounts"`
+	Linux       ociLinux          `json:"linux"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type ociProcess struct {
+	Terminal        bool            `json:"terminal"`
+	User            ociUser         `json:"user"`
+	Args            []string        `json:"args"`
+	Env             []string        `json:"env"`
+	Cwd             string          `json:"cwd"`
+	Capabilities    ociCapabilities `json:"capabilities"`
+	Rlimits         []ociRlimit     `json:"rlimits,omitempty"`
+	NoNewPrivileges bool            `json:"noNewPrivileges"`
+}
+
+type ociUser struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+type ociCapabilities struct {
+	Bounding    []string `json:"bounding"`
+	Effective   []string `json:"effective"`
+	Inheritable []string `json:"inheritable"`
+	Permitted   []string `json:"permitted"`
+	Ambient     []string `json:"ambient"`
+}
+
+type ociRlimit struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type,omitempty"`
+	Source      string   `json:"source,omitempty"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinux struct {
+	Resources     *ociResources    `json:"resources,omitempty"`
+	CgroupsPath   string           `json:"cgroupsPath,omitempty"`
+	Namespaces    []ociNamespace   `json:"namespaces"`
+	Seccomp       *ociSeccomp      `json:"seccomp,omitempty"`
+	MaskedPaths   []string         `json:"maskedPaths,omitempty"`
+	ReadonlyPaths []string         `json:"readonlyPaths,omitempty"`
+	Devices       []map[string]any `json:"devices,omitempty"`
+}
+
+type ociResources struct {
+	Devices []ociDeviceRule `json:"devices,omitempty"`
+	Memory  *ociMemory      `json:"memory,omitempty"`
+	CPU     *ociCPU         `json:"cpu,omitempty"`
+	Pids    *ociPids        `json:"pids,omitempty"`
+}
+
+type ociDeviceRule struct {
+	Allow  bool   `json:"allow"`
+	Access string `json:"access,omitempty"`
+}
+
+type ociMemory struct {
+	Limit *int64 `json:"limit,omitempty"`
+	Swap  *int64 `json:"swap,omitempty"`
+}
+
+type ociCPU struct {
+	Quota  *int64  `json:"quota,omitempty"`
+	Period *uint64 `json:"period,omitempty"`
+}
+
+type ociPids struct {
+	Limit int64 `json:"limit"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+}
+
+type ociSeccomp struct {
+	DefaultAction string           `json:"defaultAction"`
+	Architectures []string         `json:"architectures,omitempty"`
+	Syscalls      []ociSyscallRule `json:"syscalls"`
+}
+
+type ociSyscallRule struct {
+	Names    []string     `json:"names"`
+	Action   string       `json:"action"`
+	ErrnoRet *uint        `json:"errnoRet,omitempty"`
+	Args     []ociSyscArg `json:"args,omitempty"`
+}
+
+type ociSyscArg struct {
+	Index    uint   `json:"index"`
+	Value    uint64 `json:"value"`
+	ValueTwo uint64 `json:"valueTwo"`
+	Op       string `json:"op"`
+}
+
+// initScript is the container's init: it idles and reaps (dash's wait
+// reaps every child, including processes reparented to pid 1).
+const initScript = `trap 'exit 0' TERM; while :; do sleep 2147483647 & wait $!; done`
+
+// hostname is every container's uts hostname.
+const hostname = "sprite"
+
+// baseEnv is every process's environment before Spec.Env and per-call
+// pairs; the managing process's environment is never inherited.
+func baseEnv() []string {
+	return []string{"PATH=" + mechanism.DefaultPath, "HOME=" + mechanism.Home, "USER=sprite", "LOGNAME=sprite",
+		"SHELL=/bin/bash", "LANG=C.UTF-8", "TMPDIR=/tmp"}
+}
+
+// mergeEnv joins environments; later entries win, one per key.
+func mergeEnv(parts ...[]string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, p := range parts {
+		for _, e := range p {
+			k, _, _ := strings.Cut(e, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = e
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func noCaps() ociCapabilities {
+	e := []string{}
+	return ociCapabilities{Bounding: e, Effective: e, Inheritable: e, Permitted: e, Ambient: e}
+}
+
+func rlimits() []ociRlimit {
+	return []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}}
+}
+
+// etcBinds are the host /etc entries a workload may need, bound read-only;
+// nothing secret (no shadow, no ssh keys, no machine credentials). The
+// same list as the jail's.
+var etcBinds = []string{
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+	"ssl", "ca-certificates", "ca-certificates.conf", "mime.types", "protocols",
+	"services", "bash.bashrc", "profile", "profile.d", "inputrc", "terminfo",
+	"debian_version", "os-release", "gai.conf", "host.conf", "magic", "timezone",
+	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
+}
+
+// runtimeDirs are the host's runtime trees: bound read-only when a
+// directory, recreated as the same symlink when a link (merged /usr).
+var runtimeDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// writeBundle writes the bundle (config.json and the rootfs skeleton) at
+// dir; the sandbox directory is later renamed so dir's final path is
+// finalDir (the config uses only paths relative to the bundle or absolute
+// host paths that do not move).
+func writeBundle(dir, finalDir string, sb *sandbox, rt runtimeInfo) error {
+	_ = finalDir
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		return err
+	}
+	var mounts []ociMount
+	for _, p := range runtimeDirs {
+		st, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(rootfs, p)
+		if st.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(t, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+		mounts = append(mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	etc := filepath.Join(rootfs, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return err
+	}
+	gen := map[string]string{
+		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname":      hostname + "\n",
+		"resolv.conf":   "# no network: this sandbox denies all egress\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+	for name, content := range gen {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, name := range etcBinds {
+		src := "/etc/" + name
+		st, err := os.Lstat(src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(etc, name)
+		if st.Mode()&os.ModeSymlink != 0 {
+			t, _ := os.Readlink(src)
+			if err := os.Symlink(t, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if st.IsDir() {
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+		} else if err := os.WriteFile(dst, nil, 0o644); err != nil {
+			return err
+		}
+		mounts = append(mounts, ociMount{Destination: "/etc/" + name, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	for _, d := range []string{"home/sprite", "tmp", "proc", "dev", "sys", "run", "var", "root"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(filepath.Join(rootfs, "root"), 0o700); err != nil {
+		return err
+	}
+	// runc gives a tmpfs the mode of the directory it is mounted on.
+	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777|os.ModeSticky); err != nil {
+		return err
+	}
+	if err := os.Symlink("/tmp", filepath.Join(rootfs, "var", "tmp")); err != nil {
+		return err
+	}
+	mounts = append([]ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}, mounts...)
+	mounts = append(mounts,
+		ociMount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		ociMount{Destination: mechanism.Home, Type: "bind", Source: sb.HomeDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+	)
+	spec := ociSpec{
+		OCIVersion: "1.0.2",
+		Process: ociProcess{
+			User:            ociUser{UID: UID, GID: GID},
+			Args:            []string{"/bin/sh", "-c", initScript},
+			Env:             mergeEnv(baseEnv(), sb.Spec.Env),
+			Cwd:             mechanism.Home,
+			Capabilities:    noCaps(),
+			Rlimits:         rlimits(),
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: "rootfs", Readonly: true},
+		Hostname: hostname,
+		Mounts:   mounts,
+		Linux: ociLinux{
+			CgroupsPath: sb.Cgroup,
+			Resources:   resources(sb.Spec),
+			Namespaces:  []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
+			Seccomp:     seccompProfile(),
+			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"},
+			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		},
+		Annotations: map[string]string{"managoat.mechanism": "oci/" + rt.name, "managoat.sandbox": sb.ID},
+	}
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+func resources(s mechanism.Spec) *ociResources {
+	r := &ociResources{Devices: []ociDeviceRule{{Allow: false, Access: "rwm"}}}
+	if s.MemoryBytes > 0 {
+		lim := s.MemoryBytes
+		swap := s.MemoryBytes // memory+swap = memory: no swap
+		r.Memory = &ociMemory{Limit: &lim, Swap: &swap}
+	}
+	if s.CPUMillis > 0 {
+		quota := s.CPUMillis * cgroups.CPUPeriod / 1000
+		if quota < 1000 {
+			quota = 1000 // the kernel's minimum quota is 1 ms
+		}
+		period := uint64(cgroups.CPUPeriod)
+		r.CPU = &ociCPU{Quota: &quota, Period: &period}
+	}
+	if s.Pids > 0 {
+		r.Pids = &ociPids{Limit: s.Pids}
+	}
+	return r
+}
+
+// deniedSyscalls is the deny-list of a container runtime's default
+// profile (Docker/containerd without extra capabilities), as the jail's.
+var deniedSyscalls = []string{
+	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "delete_module",
+	"finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "init_module",
+	"kcmp", "kexec_file_load", "kexec_load", "keyctl", "mount", "mount_setattr",
+	"move_mount", "name_to_handle_at", "open_by_handle_at", "open_tree",
+	"perf_event_open", "pivot_root", "process_vm_readv", "process_vm_writev",
+	"ptrace", "quotactl", "reboot", "request_key", "setns", "settimeofday",
+	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
+	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
+	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
+}
+
+var deniedAMD64 = []string{
+	"create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
+	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
+}
+
+// The namespace flags of clone a workload may not use.
+var cloneNewFlags = []uint64{0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000}
+
+func seccompProfile() *ociSeccomp {
+	eperm, enosys := uint(1), uint(38)
+	names := append([]string(nil), deniedSyscalls...)
+	var arches []string
+	if runtime.GOARCH == "amd64" {
+		names = append(names, deniedAMD64...)
+		arches = []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"}
+	}
+	rules := []ociSyscallRule{{Names: names, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm}}
+	for _, f := range cloneNewFlags {
+		rules = append(rules, ociSyscallRule{Names: []string{"clone"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
+			Args: []ociSyscArg{{Index: 0, Value: f, ValueTwo: f, Op: "SCMP_CMP_MASKED_EQ"}}})
+	}
+	// clone3 passes its flags in memory, which a filter cannot read:
+	// ENOSYS makes libc fall back to clone, which is filtered above.
+	rules = append(rules, ociSyscallRule{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &enosys})
+	return &ociSeccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: arches, Syscalls: rules}
+}
+
+// processSpec is the process.json of a runtime exec.
+func processSpec(argv, env []string, cwd string) ([]byte, error) {
+	p := ociProcess{
+		User: ociUser{UID: UID, GID: GID}, Args: argv, Env: env, Cwd: cwd,
+		Capabilities: noCaps(), Rlimits: rlimits(), NoNewPrivileges: true,
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("oci: process spec: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,86 @@
+// Package oci is the container mechanism: a mechanism.Mechanism that runs
+// each sandbox as a container of an OCI runtime, driven through the
+// runtime's standard command line (create, start, exec, state, kill,
+// delete, list). The runtime is runc (the default), runsc (gVisor, on its
+// ptrace platform), or any runtime binary with runc's command line.
+//
+//	m, err := oci.New(oci.Config{Runtime: "runsc", StateDir: "/var/lib/managoat/oci"})
+//
+// The CLI names are "oci" (runc) and "oci:runsc" (ParseName); Available and
+// Doctor say whether each can run on this host, with the evidence.
+//
+// # What a sandbox is
+//
+// Provision writes a bundle and has the runtime create the container (not
+// started); Start starts it; Stop kills and deletes the container, keeping
+// the bundle and the home directory, so Start creates it again from the same
+// bundle; Destroy removes everything. The runtime's --root is a directory
+// under StateDir, so the runtime's own list holds only this mechanism's
+// containers and survives a restart of the managing process; ListRunning
+// and Status ask the runtime, never a record. A container the runtime
+// reports in a state this package does not know, or a runtime that cannot
+// answer, is StatusUnknown, never absent.
+//
+// The root is built like the jail's, with no image: read-only binds of the
+// host's /usr, /bin, /lib* and /opt (the merged-/usr symlinks recreated as
+// symlinks), a generated /etc (passwd, group, hosts, resolv.conf, ...) plus
+// read-only binds of harmless host /etc entries and nothing secret, a
+// writable home at /home/sprite (nosuid), a private tmpfs /tmp, /proc with
+// the usual masked and read-only paths, and a read-only root. The workload
+// runs as uid/gid 1000 without capabilities, under no_new_privs and a
+// seccomp deny-list (mounts, namespaces, tracing, keyrings, bpf, ...), in
+// fresh pid, mount, network (only lo), ipc and uts namespaces. Those are
+// the ConstructedCapabilities (plus the wall-clock budget the mechanism
+// keeps), so the gate probes the host only for the cgroup controllers a
+// Spec's limits need.
+//
+// Limits are the launch's, written in the OCI config (memory with no swap,
+// pids, CPU quota). After start the mechanism finds the container's cgroup
+// from its init's /proc/<pid>/cgroup (v1, v2 or hybrid) and reads every
+// requested limit back, and checks that the init's net, mnt and pid
+// namespaces are not the managing process's; anything not in force deletes
+// the container and refuses the start.
+//
+// # Running commands
+//
+// Execute and StartProcess enter the running container with the runtime's
+// exec (a process.json carrying argv, the merged environment, the working
+// directory, uid 1000, no capabilities, no_new_privs). A short sh prelude
+// inside resolves the executable against PATH and prints a per-call random
+// marker with its pid on stderr before exec'ing the command in place, so
+// the three outcomes stay apart: a missing binary, a stopped container or a
+// bad directory never prints the marker and is a *CouldNotRunError; a
+// command that ran is a Completion whatever its exit status; a command
+// stopped by a limit is a *LimitExceededError attributed from the kernel's
+// counters (memory.oom_control / memory.events oom_kill, pids.events max)
+// compared before and after, or from the mechanism's wall-clock budget
+// (Spec.WallClock and ExecOptions.Timeout, the smaller wins), which kills
+// the command's process group. Streams stay separate, are capped per
+// stream with Truncated set, and OnOutput gets the raw chunks as read.
+// The exit status is the runtime's: 128+n when a signal ended the command;
+// Signal is set only when the mechanism knows the signal (its own wall-clock
+// kill, or a memory kill the counters prove).
+//
+// # gVisor (runsc)
+//
+// runsc runs with --platform=ptrace (KVM is not usable everywhere),
+// --network=none (a loopback-only netstack) and --oci-seccomp (the bundle's
+// filter applies inside the sandbox too). On a hybrid cgroup layout runsc
+// applies the v1 limits itself; no --ignore-cgroups is needed. Two limits
+// are not guaranteed on runsc and a Spec asking for them is refused with
+// the reason: memory (under ptrace the workload's memory is charged to the
+// sentry, so a breach OOM-kills the whole sandbox rather than the
+// allocating process, and raising the stubs' oom_score_adj does not help:
+// killing a stub frees nothing) and pids (gVisor's tasks are not host
+// processes, so pids.max never counts them). CPU quotas and the wall-clock
+// budget hold. runsc's workloads are not host processes either, so
+// Process.Pid is 0 and signals are delivered by an exec of kill inside the
+// sandbox.
+//
+// Where this differs from the Docker mechanism it is modelled on: the
+// runtime's own root replaces label filters, so another tool's containers
+// are never listed or adopted; a missing binary is told apart from exit
+// 127 by the marker, not by parsing the runtime's messages; the memory
+// attribution reads the container's own cgroup counters, not a 137; and
+// limits are read back after start rather than trusted.
+package oci
