@@ -546,6 +546,11 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 				if opts.Timeout > 0 {
 					budget = opts.Timeout
 				}
+				if budget <= 0 {
+					// No budget was asked: the daemon's own default limit
+					// (360 s on older daemons) ended the command.
+					return sandbox.ExecResult{}, sandbox.Unavailable(sandbox.ReasonTimeout, err)
+				}
 				return sandbox.ExecResult{}, sandbox.ExecTimeout(budget)
 			}
 			return sandbox.ExecResult{}, err
