@@ -64,7 +64,9 @@
 //     a multi-byte character neither skips nor repeats a byte, and a
 //     truncated or shorter journal read delivers nothing twice. A shim that
 //     died without writing its sentinel ends the stream with
-//     ClosedBeforeExit instead of polling forever.
+//     ClosedBeforeExit instead of polling forever. After the exit, the
+//     journal is read until two reads agree, so a failed, cut or short
+//     final read cannot drop the tail (the original read once and lost it).
 //   - A sandbox in the error or build_failed state is reported by Get as
 //     StatusUnknown with its body, and is never adopted or used as healthy:
 //     Create and the toolbox operations return a ProviderError naming the
