@@ -314,7 +314,11 @@ func (j *Jail) group(st *state) *cgroups.Group {
 	if err != nil {
 		return nil
 	}
-	return l.Open(st.Cgroup)
+	return l.OpenFor(st.Cgroup, limitsOf(st.Spec))
+}
+
+func limitsOf(s mechanism.Spec) cgroups.Limits {
+	return cgroups.Limits{MemoryBytes: s.MemoryBytes, Pids: s.Pids, CPUMillis: s.CPUMillis}
 }
 
 // Start implements mechanism.Mechanism: it launches the sandbox's init in
@@ -367,12 +371,12 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 }
 
 func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
-	lim := cgroups.Limits{MemoryBytes: st.Spec.MemoryBytes, Pids: st.Spec.Pids, CPUMillis: st.Spec.CPUMillis}
+	lim := limitsOf(st.Spec)
 	limited := lim != cgroups.Limits{}
 	var g *cgroups.Group
 	if l, lerr := mechanism.CgroupLayout(); lerr == nil && l.Mode != cgroups.ModeNone {
 		name := "managoat-jail-" + j.hash + "-" + st.ID
-		stale := l.Open(name)
+		stale := l.OpenFor(name, lim)
 		if stale.Exists() {
 			stale.Kill()
 			_ = stale.Remove(ctx)

@@ -108,6 +108,20 @@ func TestInitKilledFromHost(t *testing.T) {
 		Cgroup  string `json:"cgroup"`
 	}
 	json.Unmarshal(b, &st)
+	// Every thread of the init carries the restrictions, not only the one
+	// that applied them.
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(st.InitPid) + "/task")
+	if len(tasks) < 2 {
+		t.Fatalf("init has %d threads", len(tasks))
+	}
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(st.InitPid) + "/task/" + task.Name() + "/status")
+		for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1", "CapEff:\t00000000000000e0", "CapBnd:\t00000000000000e0"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("init thread %s lacks %q", task.Name(), want)
+			}
+		}
+	}
 	if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -175,17 +175,31 @@ type Group struct {
 	v2c  map[string]bool   // controllers served by V2
 }
 
-// Open returns the group called name (which may or may not exist).
+// Open returns the group called name (which may or may not exist) in every
+// hierarchy that serves a controller a sandbox uses.
 func (l *Layout) Open(name string) *Group {
+	return l.OpenFor(name, Limits{MemoryBytes: 1, Pids: 1, CPUMillis: 1})
+}
+
+// OpenFor returns the group called name (which may or may not exist) as
+// created for lim. A v1 hierarchy is used only for a controller that lim
+// needs (joining a v1 cgroup costs the kernel an RCU synchronisation per
+// hierarchy); cpuacct is joined only when there is no v2 tree to read CPU
+// time from.
+func (l *Layout) OpenFor(name string, lim Limits) *Group {
 	g := &Group{Name: name, V1: map[string]string{}, v2c: map[string]bool{}}
 	if l.V2 != "" {
 		g.V2 = filepath.Join(l.V2, name)
+	}
+	need := map[string]bool{
+		"memory": lim.MemoryBytes > 0, "pids": lim.Pids > 0, "cpu": lim.CPUMillis > 0,
+		"cpuacct": l.V2 == "",
 	}
 	for _, c := range wanted {
 		switch {
 		case l.v2Has(c) || (c == "cpuacct" && l.v2Has("cpu")):
 			g.v2c[c] = true
-		case l.V1[c] != "":
+		case l.V1[c] != "" && need[c]:
 			g.V1[c] = filepath.Join(l.V1[c], name)
 		}
 	}
@@ -196,7 +210,7 @@ func (l *Layout) Open(name string) *Group {
 // needs its controller; a missing one is an error naming it. On error
 // everything created is removed.
 func (l *Layout) Create(name string, lim Limits) (g *Group, err error) {
-	g = l.Open(name)
+	g = l.OpenFor(name, lim)
 	need := map[string]bool{"memory": lim.MemoryBytes > 0, "pids": lim.Pids > 0, "cpu": lim.CPUMillis > 0}
 	for c, n := range need {
 		if n && !g.v2c[c] && g.V1[c] == "" {
@@ -521,18 +535,43 @@ func (g *Group) Stats() Stats {
 	} else if d := g.V1["pids"]; d != "" {
 		s.PidsMax, _ = readKey(filepath.Join(d, "pids.events"), "max")
 	}
-	if g.v2c["cpu"] {
+	if g.V2 != "" {
+		// usage_usec is a core cgroup2 file, there with or without the
+		// cpu controller.
 		us, _ := readKey(filepath.Join(g.V2, "cpu.stat"), "usage_usec")
 		s.CPUTime = time.Duration(us) * time.Microsecond
+	} else if d := g.V1["cpuacct"]; d != "" {
+		ns, _ := readInt(filepath.Join(d, "cpuacct.usage"))
+		s.CPUTime = time.Duration(ns)
+	}
+	if g.v2c["cpu"] {
 		s.Throttled, _ = readKey(filepath.Join(g.V2, "cpu.stat"), "nr_throttled")
-	} else {
-		if d := g.V1["cpuacct"]; d != "" {
-			ns, _ := readInt(filepath.Join(d, "cpuacct.usage"))
-			s.CPUTime = time.Duration(ns)
-		}
-		if d := g.V1["cpu"]; d != "" {
-			s.Throttled, _ = readKey(filepath.Join(d, "cpu.stat"), "nr_throttled")
-		}
+	} else if d := g.V1["cpu"]; d != "" {
+		s.Throttled, _ = readKey(filepath.Join(d, "cpu.stat"), "nr_throttled")
+	}
+	if s.MemoryBytes == 0 {
+		s.MemoryBytes = g.rss()
 	}
 	return s
+}
+
+// rss sums the resident memory of the group's processes (used when no
+// memory controller accounts for the group).
+func (g *Group) rss() int64 {
+	var total int64
+	for _, d := range g.dirs() {
+		for _, p := range Procs(d) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b))
+			if len(f) > 1 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				total += n * int64(os.Getpagesize())
+			}
+		}
+		break
+	}
+	return total
 }
