@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
 )
@@ -151,3 +153,5 @@ func TestHostProbe(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,10 +431,14 @@ func probeQuota(dir string) (string, error) {
 			continue
 		}
 		mnt := f[4]
+		sep := slices.Index(f, "-")
+		if sep < 0 || sep+3 >= len(f) {
+			continue
+		}
 		if (abs == mnt || strings.HasPrefix(abs, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) >= len(best) {
 			best = mnt
-			opts = f[5] + "," + f[len(f)-1]
-			fstype = f[len(f)-3]
+			opts = f[5] + "," + f[sep+3]
+			fstype = f[sep+1]
 		}
 	}
 	for _, o := range strings.Split(opts, ",") {

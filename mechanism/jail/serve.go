@@ -86,6 +86,10 @@ func serveMain() error {
 	for {
 		c, err := ul.AcceptUnix()
 		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: never spin
 			continue
 		}
 		go s.handle(c)
