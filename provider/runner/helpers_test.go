@@ -10,12 +10,23 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/managoat/managoat/mechanism/jail"
+	"github.com/managoat/managoat/provider/local"
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if jail.Init() {
+		return
+	}
+	local.MaybeRunSupervisorWith(openMech)
+	if daemonChild() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const token = "s3cret"
 
