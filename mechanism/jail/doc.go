@@ -64,6 +64,14 @@
 // (v1, v2 or hybrid) is detected at run time; on a hybrid host the limits
 // live on v1 and the v2 tree is used for placement and cgroup.kill.
 //
+// CPU throttling is not a kill: a CPU cap shows as slowness, never as
+// LimitExceeded cpu. A process started with StartProcess belongs to the
+// connection that started it: when the calling process exits (or the
+// Process is dropped with its connection), the jail kills the process
+// group, so a detachable session needs a long-lived supervisor holding it.
+// A non-*os.File Stdin is copied by a goroutine that ends when its Read
+// returns after the process exited (as with os/exec).
+//
 // State lives under Config.StateDir (one directory per sandbox: state.json,
 // home/, init.log); Status probes the recorded init (pid and start time)
 // and its control socket, so Status and ListRunning are right after the
