@@ -107,7 +107,7 @@ func prewarmThreads(n int) {
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
-			ts := unix.NsecToTimespec(int64(2 * time.Millisecond))
+			ts := unix.NsecToTimespec(int64(500 * time.Microsecond))
 			_ = unix.Nanosleep(&ts, nil)
 			runtime.UnlockOSThread()
 		}()
