@@ -454,8 +454,17 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 		return stateErr("destroy", err)
 	}
 	// The name is free from here on; tear the old incarnation down.
-	if err := (supervisor.Client{Dir: trash}).Shutdown(ctx, true); err != nil {
-		p.log.Debug("supervisor shutdown", "sandbox", name, "err", err)
+	c := supervisor.Client{Dir: trash}
+	if pid, err := c.Ping(ctx); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		err := c.Shutdown(sctx, true)
+		cancel()
+		if err != nil && !errors.Is(err, supervisor.ErrNoSupervisor) {
+			// A supervisor that cannot shut down is killed; the
+			// mechanism's Destroy below releases the sandbox.
+			p.log.Warn("supervisor shutdown failed; killing it", "sandbox", name, "pid", pid, "err", err)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	if m, err := p.mechFor(r); err == nil {
 		if err := m.Destroy(ctx, r.InstanceID); err != nil {
@@ -466,6 +475,9 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 	_ = os.RemoveAll(trash)
 	return nil
 }
+
+// shutdownTimeout bounds a destroyed sandbox's supervisor shutdown.
+const shutdownTimeout = 30 * time.Second
 
 // ListAllNames lists every sandbox under the state directory.
 func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {

@@ -8,7 +8,8 @@
 //
 // where kind is KindStdout, KindStderr or KindExit (data: the exit code as
 // an int32, big endian, then the signal as an int32). A record is written
-// with one write(2) on an O_APPEND file, so a reader that opens the file at
+// with one write(2) at the journal's end (or a header write and a splice(2)
+// of the data straight from the command's pipe), so a reader that opens the file at
 // any time and reads from byte zero sees every record exactly once, in
 // order; several readers at once each see the whole journal. No byte is
 // buffered in user space: once Append returns, the record is in the kernel
@@ -29,6 +30,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kind is a record's kind.
@@ -72,7 +75,7 @@ type Writer struct {
 
 // Create creates a new journal at path; it fails if path exists.
 func Create(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +84,7 @@ func Create(path string) (*Writer, error) {
 
 // OpenAppend opens an existing journal for appending (after a restart).
 func OpenAppend(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +124,63 @@ func (w *Writer) AppendFramed(k Kind, buf []byte) (int64, error) {
 	if w.done {
 		return w.size, errors.New("journal: closed")
 	}
-	n, err := w.f.Write(buf)
+	n, err := w.f.WriteAt(buf, w.size)
 	w.size += int64(n)
 	return w.size, err
+}
+
+// AppendSplice writes one record of n bytes moved from the pipe fd
+// straight into the journal with splice(2), with no copy through user
+// space. The pipe must hold at least n bytes, and only the caller may read
+// it.
+func (w *Writer) AppendSplice(k Kind, fd int, n int) (int64, error) {
+	if n <= 0 || n > MaxRecord {
+		return 0, fmt.Errorf("journal: record of %d bytes", n)
+	}
+	var h [HeaderSize]byte
+	h[0] = byte(k)
+	binary.BigEndian.PutUint32(h[1:], uint32(n))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return w.size, errors.New("journal: closed")
+	}
+	if _, err := w.f.WriteAt(h[:], w.size); err != nil {
+		return w.size, err
+	}
+	off := w.size + HeaderSize
+	sc, err := w.f.SyscallConn()
+	if err != nil {
+		return w.size, err
+	}
+	left := n
+	var serr error
+	cerr := sc.Control(func(out uintptr) {
+		for left > 0 {
+			m, err := unix.Splice(fd, nil, int(out), &off, left, unix.SPLICE_F_MOVE)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				serr = err
+				return
+			}
+			if m == 0 {
+				serr = io.ErrUnexpectedEOF
+				return
+			}
+			left -= int(m)
+		}
+	})
+	if cerr != nil {
+		serr = cerr
+	}
+	if serr != nil {
+		// The record is torn; the journal ends before it.
+		return w.size, serr
+	}
+	w.size += HeaderSize + int64(n)
+	return w.size, nil
 }
 
 // AppendExit writes the exit record.
@@ -159,13 +216,14 @@ type Record struct {
 type Reader struct {
 	f       *os.File
 	off     int64 // file offset of the next byte to read
-	pending []byte
+	pending []byte // read ahead, not yet delivered (a window into buf)
+	buf     []byte
 	pendOff int64 // offset of pending[0]
 	chunk   int
 }
 
 // DefaultChunk is how much a Reader reads per call by default.
-const DefaultChunk = 1 << 20
+const DefaultChunk = 256 << 10
 
 // Open opens the journal at path for reading from byte zero.
 func Open(path string) (*Reader, error) {
@@ -184,80 +242,119 @@ func (r *Reader) Offset() int64 { return r.pendOff }
 
 // Read reads whole records from the reader's position up to limit (a
 // committed size; a negative limit means the end of the file) and calls fn
-// for each, in order. It returns how many records it delivered. Records are
-// read in chunks of up to DefaultChunk bytes, so a large backlog is
-// delivered in several calls' worth of fn calls without holding it all in
-// memory; Read returns only when it reached limit (or EOF), or fn returned
-// an error.
+// for each, in order. It returns how many records it delivered. It reads
+// ahead in chunks of DefaultChunk bytes; a record larger than what is left
+// of a chunk is read straight into its own buffer, so data is copied once.
+// Each Record's Data is a fresh allocation the caller may keep. Read
+// returns when it reached limit (or EOF), or fn returned an error.
 func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 	count := 0
 	for {
-		if limit >= 0 && r.off >= limit {
-			return count, nil
-		}
-		want := int64(r.chunk)
-		if limit >= 0 && limit-r.off < want {
-			want = limit - r.off
-		}
-		// A record larger than the chunk: grow the read to hold it.
-		if len(r.pending) >= HeaderSize {
-			need := int64(HeaderSize) + int64(binary.BigEndian.Uint32(r.pending[1:HeaderSize])) - int64(len(r.pending))
-			if need > want && (limit < 0 || r.off+need <= limit) {
-				want = need
-			}
-		}
-		buf := make([]byte, len(r.pending)+int(want))
-		copy(buf, r.pending)
-		n, err := r.f.ReadAt(buf[len(r.pending):], r.off)
-		r.off += int64(n)
-		buf = buf[:len(r.pending)+n]
-		if n == 0 {
-			if err == io.EOF || err == nil {
-				return count, nil
-			}
-			return count, err
-		}
-		start := r.pendOff
-		p := 0
-		for {
-			if len(buf)-p < HeaderSize {
-				break
-			}
-			k := Kind(buf[p])
-			l := int(binary.BigEndian.Uint32(buf[p+1 : p+HeaderSize]))
-			if (k != KindStdout && k != KindStderr && k != KindExit) || l > MaxRecord {
-				return count, fmt.Errorf("%w at offset %d", ErrCorrupt, start+int64(p))
-			}
-			if len(buf)-p-HeaderSize < l {
-				break
-			}
-			data := buf[p+HeaderSize : p+HeaderSize+l : p+HeaderSize+l]
-			rec := Record{Kind: k, Offset: start + int64(p)}
-			if k == KindExit {
-				if l < 8 {
-					return count, fmt.Errorf("%w: short exit record at offset %d", ErrCorrupt, rec.Offset)
-				}
-				rec.Code = int(int32(binary.BigEndian.Uint32(data[0:4])))
-				rec.Signal = int(int32(binary.BigEndian.Uint32(data[4:8])))
-			} else {
-				rec.Data = data
-			}
-			p += HeaderSize + l
-			r.pendOff = start + int64(p)
-			count++
-			if err := fn(rec); err != nil {
-				r.pending = append([]byte(nil), buf[p:]...)
+		// Make sure a header is buffered.
+		if len(r.pending) < HeaderSize {
+			more, err := r.fill(limit, HeaderSize-len(r.pending))
+			if !more {
 				return count, err
 			}
+			continue
 		}
-		r.pending = append(r.pending[:0:0], buf[p:]...)
-		if err != nil && err != io.EOF {
+		k := Kind(r.pending[0])
+		l := int(binary.BigEndian.Uint32(r.pending[1:HeaderSize]))
+		if (k != KindStdout && k != KindStderr && k != KindExit) || l > MaxRecord {
+			return count, fmt.Errorf("%w at offset %d", ErrCorrupt, r.pendOff)
+		}
+		avail := len(r.pending) - HeaderSize
+		if avail < l {
+			if limit >= 0 && r.off+int64(l-avail) > limit {
+				return count, nil // not committed yet
+			}
+			if l-avail > r.chunk/2 {
+				// Large record: read the rest of it straight into its buffer.
+				data := make([]byte, l)
+				copy(data, r.pending[HeaderSize:])
+				n, err := r.f.ReadAt(data[avail:], r.off)
+				r.off += int64(n)
+				if n < l-avail {
+					// Torn or still being written: keep what we have.
+					r.pending = append(r.pending[:HeaderSize:HeaderSize], data[:avail+n]...)
+					if err != nil && err != io.EOF {
+						return count, err
+					}
+					return count, nil
+				}
+				r.pending = r.pending[:0]
+				rec := Record{Kind: k, Offset: r.pendOff, Data: data}
+				r.pendOff += int64(HeaderSize + l)
+				count++
+				if err := fn(r.finish(rec)); err != nil {
+					return count, err
+				}
+				continue
+			}
+			more, err := r.fill(limit, l-avail)
+			if !more {
+				return count, err
+			}
+			continue
+		}
+		data := make([]byte, l)
+		copy(data, r.pending[HeaderSize:HeaderSize+l])
+		r.pending = r.pending[HeaderSize+l:]
+		rec := Record{Kind: k, Offset: r.pendOff, Data: data}
+		r.pendOff += int64(HeaderSize + l)
+		count++
+		if k == KindExit && l < 8 {
+			return count, fmt.Errorf("%w: short exit record at offset %d", ErrCorrupt, rec.Offset)
+		}
+		if err := fn(r.finish(rec)); err != nil {
 			return count, err
 		}
-		if err == io.EOF {
-			return count, nil
+	}
+}
+
+func (r *Reader) finish(rec Record) Record {
+	if rec.Kind == KindExit {
+		rec.Code = int(int32(binary.BigEndian.Uint32(rec.Data[0:4])))
+		rec.Signal = int(int32(binary.BigEndian.Uint32(rec.Data[4:8])))
+		rec.Data = nil
+	}
+	return rec
+}
+
+// fill appends up to a chunk (at least need bytes when available) to
+// pending. It reports whether anything was read.
+func (r *Reader) fill(limit int64, need int) (bool, error) {
+	want := r.chunk
+	if want < need {
+		want = need
+	}
+	if limit >= 0 {
+		if left := limit - r.off; left < int64(want) {
+			want = int(left)
 		}
 	}
+	if want <= 0 {
+		return false, nil
+	}
+	// Compact: move the unread tail to the front of a reused buffer.
+	if cap(r.buf) < len(r.pending)+want {
+		nb := make([]byte, len(r.pending), len(r.pending)+want)
+		copy(nb, r.pending)
+		r.buf = nb
+	} else {
+		r.buf = r.buf[:len(r.pending)]
+		copy(r.buf, r.pending)
+	}
+	n, err := r.f.ReadAt(r.buf[len(r.pending):len(r.pending)+want], r.off)
+	r.off += int64(n)
+	r.pending = r.buf[:len(r.pending)+n]
+	if n == 0 {
+		if err == io.EOF {
+			err = nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // Tail returns the data of a torn last record (a writer killed in the

@@ -235,6 +235,16 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
+		// Read whatever whole records are on disk already; ask the
+		// supervisor only when there is nothing new (a record still being
+		// written stays pending until it is whole).
+		before := r.Offset()
+		if end, err := read(-1); err != nil || end || stopped {
+			return out, err
+		}
+		if r.Offset() != before {
+			continue
+		}
 		if conn == nil {
 			conn, err = c.dial(ctx)
 			if err != nil {

@@ -462,11 +462,59 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	return response{ID: id, Pid: proc.Pid()}
 }
 
-// pump copies one pipe into the journal. Its buffer starts small and grows
-// while reads fill it, so an idle session costs little memory and a busy
-// one moves large records.
+// pump moves one pipe's data into the journal with splice(2): a record
+// per batch of available bytes, with no copy through this process. When
+// splice is refused it falls back to read and write.
 func pump(sess *session, f *os.File, k journal.Kind, max int) {
-	size := 16 << 10
+	rc, err := f.SyscallConn()
+	if err != nil {
+		pumpCopy(sess, f, k, max)
+		return
+	}
+	fallback := false
+	for !fallback {
+		eof := false
+		var serr error
+		err := rc.Read(func(fd uintptr) bool {
+			avail, e := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+			if e != nil {
+				serr = e
+				return true
+			}
+			if avail == 0 {
+				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if n, _ := unix.Poll(pfd, 0); n > 0 && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+					eof = true
+					return true
+				}
+				return false // wait until readable
+			}
+			if avail > max {
+				avail = max
+			}
+			if _, e := sess.w.AppendSplice(k, int(fd), avail); e != nil {
+				if errors.Is(e, unix.EINVAL) || errors.Is(e, unix.ENOSYS) {
+					fallback = true
+					return true
+				}
+				serr = e
+				return true
+			}
+			sess.notify()
+			return true
+		})
+		if err != nil || serr != nil || eof {
+			return
+		}
+	}
+	pumpCopy(sess, f, k, max)
+}
+
+// pumpCopy copies one pipe into the journal with read and write. Its
+// buffer starts small and grows while reads fill it, so an idle session
+// costs little memory and a busy one moves large records.
+func pumpCopy(sess *session, f *os.File, k journal.Kind, max int) {
+	size := 64 << 10
 	buf := make([]byte, journal.HeaderSize+size)
 	for {
 		n, err := f.Read(buf[journal.HeaderSize:])

@@ -168,7 +168,16 @@ func TestTerminate(t *testing.T) {
 	}
 	var col collected
 	done := make(chan Outcome, 1)
-	go func() { o, _ := c.Follow(ctx, id, col.emit); done <- o }()
+	ready := make(chan struct{})
+	var once sync.Once
+	go func() {
+		o, _ := c.Follow(ctx, id, func(r journal.Record) bool {
+			once.Do(func() { close(ready) })
+			return col.emit(r)
+		})
+		done <- o
+	}()
+	<-ready // the trap is set
 	start := time.Now()
 	if err := c.Terminate(ctx, id, false, 300*time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,205 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/local/supervisor"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// drain reads c's events to the end and returns the stdout bytes seen.
+func drain(b testing.TB, c *sandbox.Command) int64 {
+	var n int64
+	for ev := range c.Events() {
+		switch ev.Kind {
+		case sandbox.Stdout:
+			n += int64(len(ev.Data))
+		case sandbox.Exit:
+			if ev.Code != 0 {
+				b.Fatalf("exit %d", ev.Code)
+			}
+		case sandbox.Error:
+			b.Fatalf("error %v", ev.Err)
+		}
+	}
+	return n
+}
+
+func benchProviders(b *testing.B) map[string]*Provider {
+	ps := map[string]*Provider{"host": newHost(b)}
+	if os.Geteuid() == 0 {
+		ps["jail"] = newJail(b)
+	}
+	return ps
+}
+
+const throughputBytes = 256 << 20
+
+// BenchmarkSpawnThroughput: spawn output (through the supervisor's
+// journal and the Command's events) against a plain pipe read by this
+// process, measured in the same run.
+func BenchmarkSpawnThroughput(b *testing.B) {
+	size := strconv.Itoa(throughputBytes)
+	pipe := func() time.Duration {
+		start := time.Now()
+		cmd := exec.Command("head", "-c", size, "/dev/zero")
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, out)
+		cmd.Wait()
+		if n != throughputBytes {
+			b.Fatalf("pipe read %d", n)
+		}
+		return time.Since(start)
+	}
+	for name, p := range benchProviders(b) {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			h, err := p.Create(ctx, "tp-"+name, sandbox.CreateOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ours, base time.Duration
+			b.SetBytes(throughputBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				base += pipe()
+				start := time.Now()
+				c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "head", Args: []string{"-c", size, "/dev/zero"}}, sandbox.SpawnOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n := drain(b, c); n != throughputBytes {
+					b.Fatalf("spawn read %d", n)
+				}
+				ours += time.Since(start)
+			}
+			mbps := func(d time.Duration) float64 { return float64(throughputBytes) * float64(b.N) / d.Seconds() / 1e6 }
+			b.ReportMetric(mbps(ours), "spawn-MB/s")
+			b.ReportMetric(mbps(base), "pipe-MB/s")
+			b.ReportMetric(mbps(ours)/mbps(base), "ratio")
+		})
+	}
+}
+
+// BenchmarkAttachReplay: Attach to a finished session with a 256 MiB
+// journal and read it to the end.
+func BenchmarkAttachReplay(b *testing.B) {
+	p := newHost(b)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "replay", sandbox.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "head", Args: []string{"-c", strconv.Itoa(throughputBytes), "/dev/zero"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	drain(b, c)
+	st, _ := os.Stat(supervisor.JournalPath(p.sandboxDir(h.Name), c.SessionID))
+	b.ReportMetric(float64(st.Size())/(1<<20), "journal-MiB")
+	if os.Getenv("KEEP_JOURNAL") != "" {
+		exec.Command("cp", supervisor.JournalPath(p.sandboxDir(h.Name), c.SessionID), os.Getenv("KEEP_JOURNAL")).Run()
+	}
+	b.SetBytes(throughputBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a, err := p.Attach(ctx, h, c.SessionID, sandbox.AttachOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := drain(b, a); n != throughputBytes {
+			b.Fatalf("replayed %d", n)
+		}
+	}
+}
+
+// rssKiB sums VmRSS of pids.
+func rssKiB(pids []int) int64 {
+	var total int64
+	for _, pid := range pids {
+		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(bs), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				f := strings.Fields(l)
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// Benchmark200Sandboxes: 200 sandboxes created concurrently, each with one
+// idle session; reports the wall time and the supervisors' memory.
+func Benchmark200Sandboxes(b *testing.B) {
+	const n = 200
+	for name, p := range benchProviders(b) {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ctx := context.Background()
+				start := time.Now()
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				sem := make(chan struct{}, 16)
+				for j := 0; j < n; j++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						sem <- struct{}{}
+						defer func() { <-sem }()
+						h, err := p.Create(ctx, fmt.Sprintf("many-%d-%d", i, j), sandbox.CreateOptions{})
+						if err != nil {
+							errs <- err
+							return
+						}
+						c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+						if err != nil {
+							errs <- err
+							return
+						}
+						<-c.Events() // ready
+						c.Stop()
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+				elapsed := time.Since(start)
+				names, _ := p.ListAllNames(ctx)
+				var pids []int
+				for _, nm := range names {
+					if pid, err := supervisorPid(ctx, p, sandbox.BuildHandle(Name, nm)); err == nil {
+						pids = append(pids, pid)
+					}
+				}
+				if len(pids) != n {
+					b.Fatalf("%d supervisors answer, want %d", len(pids), n)
+				}
+				b.ReportMetric(elapsed.Seconds()*1000, "ms-total")
+				b.ReportMetric(elapsed.Seconds()*1000/n, "ms/sandbox")
+				b.ReportMetric(float64(rssKiB(pids))/1024, "supervisors-RSS-MiB")
+				b.ReportMetric(float64(rssKiB(pids))/1024/n, "RSS-MiB/supervisor")
+				dstart := time.Now()
+				destroyAll(p)
+				b.ReportMetric(time.Since(dstart).Seconds()*1000/n, "destroy-ms/sandbox")
+			}
+		})
+	}
+}
