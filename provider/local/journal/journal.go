@@ -215,7 +215,7 @@ type Record struct {
 // for concurrent use; each attacher has its own.
 type Reader struct {
 	f       *os.File
-	off     int64 // file offset of the next byte to read
+	off     int64  // file offset of the next byte to read
 	pending []byte // read ahead, not yet delivered (a window into buf)
 	buf     []byte
 	pendOff int64 // offset of pending[0]
