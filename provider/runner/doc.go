@@ -1,0 +1,65 @@
+// Package runner is the platform end of the self-hosted runner: a daemon on
+// a user's machine (package github.com/managoat/managoat/runner) dials out to
+// the platform over one WebSocket, and the platform turns sandbox operations
+// into requests over that socket. The wire format is package wire.
+//
+// The pieces, and the one-line calls a host makes:
+//
+//	srv := runner.NewServer(runner.ServerConfig{Auth: runner.StaticToken(tok)}) // http.Handler + Caller
+//	mux.Handle("/api/runners", srv); mux.Handle("/api/runners/", srv)
+//	p := srv.Provider()                                  // the sandbox.Provider "runner", in-process
+//	p := runner.NewProvider(runner.NewClient(url, tok), runner.ProviderOptions{}) // from another process
+//
+//   - Server serves GET /api/runners/ws (the daemon's socket), GET
+//     /api/runners (the online runners, JSON) and GET /api/runners/proxy (the
+//     proxy a CLI process uses). For the daemon's socket it checks, in the
+//     original's order, the Bearer key (an Authenticator: 401, 403), whether
+//     runners are disabled (404), the Upgrade header (400), the identity in
+//     the query string (400), and registers with the Host before upgrading
+//     (409 for a second connection), so every refusal is an HTTP status.
+//   - Conn is one runner's socket: Call multiplexes requests by id (from 1
+//     per connection; id 0 is the fire-and-forget detach), installs a
+//     spawn's or attach's subscription before the reply reaches the caller,
+//     fans replayed frames out to their requester only and live frames to
+//     every subscriber, and sends detach only when the session's last local
+//     listener leaves. When the socket closes every waiting call gets
+//     Unavailable{runner_disconnected} and every subscriber an Error event
+//     of the same, never an exit. Close codes: 1003 for a binary or non-JSON
+//     frame, 4404 for a runner deleted by the host (LocalHost.Delete), 4409
+//     for a duplicate (Conn.Close). It pings every HeartbeatInterval (20 s,
+//     also calling Host.Heartbeat) and closes a socket idle for IdleTimeout
+//     (120 s); both are configurable.
+//   - Host (register, unregister, whereis, online, heartbeat, presence) is
+//     what the application provides; LocalHost is the single-process one.
+//   - Names: For mints runner-<32 hex>-<8 hex> on a runner id; Parse reads
+//     the id back. Provider "runner" routes every call by the name.
+//   - Client reaches runners from another process through the platform's
+//     proxy: the same protocol, with the platform relaying each request to
+//     the runner its name carries and tagging each forwarded frame with the
+//     client's request id. It is how `managoat --provider runner` works
+//     against a `managoat serve`.
+//
+// Offline, disconnected and timed out are all Unavailable (runner_offline,
+// runner_disconnected, runner_timeout): transient, so a switched-off
+// machine's sandbox is never taken for gone.
+//
+// Where this end does better than the original:
+//   - A replayed exit ends only its requester's subscription; the original
+//     dropped every subscription of the session, stranding a concurrent
+//     attacher whose own replay had not arrived yet. A live exit ends all.
+//   - A caller that gives up (timeout, cancel) leaves no subscription behind:
+//     a late spawn or attach reply installs nothing and the daemon is told
+//     to detach; the original installed it for a caller that was gone.
+//   - An exit frame whose code is not an integer is a ProviderError
+//     {malformed_exit}, never read as exit 0.
+//   - The runner id is stable (StableID of the account and name), so a
+//     runner keeps routing its sandboxes across reconnects, a platform
+//     restart and a forget; the original minted a new id and orphaned them.
+//   - The daemon's capabilities travel in the handshake (caps), so
+//     network_policy and terminate_session are advertised when the runner's
+//     provider offers them (the original could not, ADR 0036).
+//   - Replies may carry the rest of the sandbox taxonomy (already_exists,
+//     truncated, denied, rate_limited, restore_failed), and a terminal
+//     "error" stream frame carries a transport failure behind the daemon
+//     (closed_before_exit) instead of a made-up exit.
+package runner
