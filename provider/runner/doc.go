@@ -5,39 +5,39 @@
 //
 // The pieces, and the one-line calls a host makes:
 //
-//	srv := runner.NewServer(runner.ServerConfig{Auth: runner.StaticToken(tok)}) // http.Handler + Caller
-//	mux.Handle("/api/runners", srv); mux.Handle("/api/runners/", srv)
-//	p := srv.Provider()                                  // the sandbox.Provider "runner", in-process
-//	p := runner.NewProvider(runner.NewClient(url, tok), runner.ProviderOptions{}) // from another process
+//		srv := runner.NewServer(runner.ServerConfig{Auth: runner.StaticToken(tok)}) // http.Handler + Caller
+//		mux.Handle("/api/runners", srv); mux.Handle("/api/runners/", srv)
+//		p := srv.Provider()                                  // the sandbox.Provider "runner", in-process
+//		p := runner.NewProvider(runner.NewClient(url, tok), runner.ProviderOptions{}) // from another process
 //
-//   - Server serves GET /api/runners/ws (the daemon's socket), GET
-//     /api/runners (the online runners, JSON) and GET /api/runners/proxy (the
-//     proxy a CLI process uses). For the daemon's socket it checks, in the
-//     original's order, the Bearer key (an Authenticator: 401, 403), whether
-//     runners are disabled (404), the Upgrade header (400), the identity in
-//     the query string (400), and registers with the Host before upgrading
-//     (409 for a second connection), so every refusal is an HTTP status.
-//   - Conn is one runner's socket: Call multiplexes requests by id (from 1
-//     per connection; id 0 is the fire-and-forget detach), installs a
-//     spawn's or attach's subscription before the reply reaches the caller,
-//     fans replayed frames out to their requester only and live frames to
-//     every subscriber, and sends detach only when the session's last local
-//     listener leaves. When the socket closes every waiting call gets
-//     Unavailable{runner_disconnected} and every subscriber an Error event
-//     of the same, never an exit. Close codes: 1003 for a binary or non-JSON
-//     frame, 4404 for a runner deleted by the host (LocalHost.Delete), 4409
-//     for a duplicate (Conn.Close). It pings every HeartbeatInterval (20 s,
-//     also calling Host.Heartbeat) and closes a socket idle for IdleTimeout
-//     (120 s); both are configurable.
-//   - Host (register, unregister, whereis, online, heartbeat, presence) is
-//     what the application provides; LocalHost is the single-process one.
-//   - Names: For mints runner-<32 hex>-<8 hex> on a runner id; Parse reads
-//     the id back. Provider "runner" routes every call by the name.
-//   - Client reaches runners from another process through the platform's
-//     proxy: the same protocol, with the platform relaying each request to
-//     the runner its name carries and tagging each forwarded frame with the
-//     client's request id. It is how `managoat --provider runner` works
-//     against a `managoat serve`.
+//	  - Server serves GET /api/runners/ws (the daemon's socket), GET
+//	    /api/runners (the online runners, JSON) and GET /api/runners/proxy (the
+//	    proxy a CLI process uses). For the daemon's socket it checks, in the
+//	    original's order, the Bearer key (an Authenticator: 401, 403), whether
+//	    runners are disabled (404), the Upgrade header (400), the identity in
+//	    the query string (400), and registers with the Host before upgrading
+//	    (409 for a second connection), so every refusal is an HTTP status.
+//	  - Conn is one runner's socket: Call multiplexes requests by id (from 1
+//	    per connection; id 0 is the fire-and-forget detach), installs a
+//	    spawn's or attach's subscription before the reply reaches the caller,
+//	    fans replayed frames out to their requester only and live frames to
+//	    every subscriber, and sends detach only when the session's last local
+//	    listener leaves. When the socket closes every waiting call gets
+//	    Unavailable{runner_disconnected} and every subscriber an Error event
+//	    of the same, never an exit. Close codes: 1003 for a binary or non-JSON
+//	    frame, 4404 for a runner deleted by the host (LocalHost.Delete), 4409
+//	    for a duplicate (Conn.Close). It pings every HeartbeatInterval (20 s,
+//	    also calling Host.Heartbeat) and closes a socket idle for IdleTimeout
+//	    (120 s); both are configurable.
+//	  - Host (register, unregister, whereis, online, heartbeat, presence) is
+//	    what the application provides; LocalHost is the single-process one.
+//	  - Names: For mints runner-<32 hex>-<8 hex> on a runner id; Parse reads
+//	    the id back. Provider "runner" routes every call by the name.
+//	  - Client reaches runners from another process through the platform's
+//	    proxy: the same protocol, with the platform relaying each request to
+//	    the runner its name carries and tagging each forwarded frame with the
+//	    client's request id. It is how `managoat --provider runner` works
+//	    against a `managoat serve`.
 //
 // Offline, disconnected and timed out are all Unavailable (runner_offline,
 // runner_disconnected, runner_timeout): transient, so a switched-off
