@@ -35,7 +35,7 @@ func drain(b testing.TB, c *sandbox.Command) int64 {
 }
 
 func benchProviders(b *testing.B) map[string]*Provider {
-	ps := map[string]*Provider{"host": newHost(b)}
+	ps := map[string]*Provider{"trusted": newTrusted(b)}
 	if os.Geteuid() == 0 {
 		ps["jail"] = newJail(b)
 	}
@@ -96,7 +96,7 @@ func BenchmarkSpawnThroughput(b *testing.B) {
 // BenchmarkAttachReplay: Attach to a finished session with a 256 MiB
 // journal and read it to the end.
 func BenchmarkAttachReplay(b *testing.B) {
-	p := newHost(b)
+	p := newTrusted(b)
 	ctx := context.Background()
 	h, err := p.Create(ctx, "replay", sandbox.CreateOptions{})
 	if err != nil {

@@ -1,22 +1,33 @@
 package local
 
 import (
-	"sort"
+	"path/filepath"
+	"strings"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/jail"
+	"github.com/managoat/managoat/mechanism/oci"
+	"github.com/managoat/managoat/mechanism/trusted"
 )
 
-// builtin opens each built-in mechanism with its state directory.
-var builtin = map[string]func(dir string) (mechanism.Mechanism, error){
-	"jail": func(dir string) (mechanism.Mechanism, error) { return jail.New(jail.Config{StateDir: dir}) },
+// openBuiltin opens a built-in mechanism by its CLI name or its Name():
+// "jail", "trusted", "oci" (runc), "oci:runsc", "oci:<runtime>", "oci/runc".
+// Each keeps its state in its own directory under base.
+func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
+	switch name {
+	case "jail":
+		m, err := jail.New(jail.Config{StateDir: filepath.Join(base, "jail")})
+		return m, true, err
+	case "trusted":
+		m, err := trusted.New(filepath.Join(base, "trusted"))
+		return m, true, err
+	}
+	if rt, ok := oci.ParseName(name); ok {
+		dir := "oci-" + strings.NewReplacer("/", "-", ":", "-").Replace(filepath.Base(rt))
+		m, err := oci.New(oci.Config{Runtime: rt, StateDir: filepath.Join(base, dir)})
+		return m, true, err
+	}
+	return nil, false, nil
 }
 
-func mechanismNames() []string {
-	names := make([]string, 0, len(builtin))
-	for n := range builtin {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func mechanismNames() []string { return []string{"jail", "oci", "oci:runsc", "trusted"} }

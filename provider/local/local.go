@@ -134,6 +134,7 @@ type Provider struct {
 var (
 	_ sandbox.Provider          = (*Provider)(nil)
 	_ sandbox.CreateNewer       = (*Provider)(nil)
+	_ sandbox.OnceDestroyer     = (*Provider)(nil)
 	_ sandbox.SessionTerminator = (*Provider)(nil)
 	_ sandbox.FileReader        = (*Provider)(nil)
 	_ sandbox.HostPather        = (*Provider)(nil)
@@ -180,7 +181,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	p := &Provider{state: state, mech: m, log: log}
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
-		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapCheckpoint)
+		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint)
 	return p, nil
 }
 
@@ -473,6 +474,29 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 	}
 	_ = os.RemoveAll(p.instanceDir(r.InstanceID))
 	_ = os.RemoveAll(trash)
+	return nil
+}
+
+// DestroyOnce is one bounded deletion: Destroy under opts.Timeout, then a
+// check that the name is gone. A timeout is Unavailable{delete_unconfirmed}.
+func (p *Provider) DestroyOnce(ctx context.Context, h *sandbox.Handle, opts sandbox.DestroyOnceOptions) error {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	if opts.Timeout < 0 {
+		return sandbox.Invalid("timeout", "negative DestroyOnce timeout")
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	if err := p.destroy(ctx, h.Name); err != nil {
+		return sandbox.Unavailable("delete_unconfirmed", err)
+	}
+	if _, _, err := p.load(h.Name); !errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.Unavailable("delete_unconfirmed", err)
+	}
 	return nil
 }
 

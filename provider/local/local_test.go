@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,36 @@ func newJail(t testing.TB) *Provider {
 	return p
 }
 
+func newTrusted(t testing.TB) *Provider {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := New(Config{StateDir: dir, MechanismName: "trusted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	return p
+}
+
 func fixtures() sandboxtest.Fixtures { return sandboxtest.ShellFixtures() }
+
+// TestConformanceTrusted: trusted paths are host paths, so the suite's
+// working directory is /tmp; the provider refuses files outside the
+// sandbox's home even on trusted, so the suite's one file write is
+// redirected into the home.
+func TestConformanceTrusted(t *testing.T) {
+	sandboxtest.Run(t, homeWriter{newTrusted(t)}, fixtures())
+}
+
+type homeWriter struct{ *Provider }
+
+func (w homeWriter) WriteFile(ctx context.Context, h *sandbox.Handle, path string, data []byte, o sandbox.WriteFileOptions) error {
+	return w.Provider.WriteFile(ctx, h, strings.Replace(path, "/tmp/", "/home/sprite/", 1), data, o)
+}
+
+func (w homeWriter) ReadFile(ctx context.Context, h *sandbox.Handle, path string) ([]byte, error) {
+	return w.Provider.ReadFile(ctx, h, strings.Replace(path, "/tmp/", "/home/sprite/", 1))
+}
 
 func TestConformanceJail(t *testing.T) {
 	sandboxtest.Run(t, newJail(t), fixtures(), sandboxtest.WithDir("/home/sprite"))

@@ -19,26 +19,15 @@ type Opener func(name, stateDir string) (mechanism.Mechanism, error)
 // MechanismNames lists the names OpenMechanism knows.
 func MechanismNames() []string { return mechanismNames() }
 
-// OpenMechanism opens one of the built-in mechanisms by name ("jail",
-// "trusted", ...; see MechanismNames) with its state in
-// stateDir/mech/<name>.
+// OpenMechanism opens one of the built-in mechanisms by name: "jail",
+// "trusted", "oci" (runc), "oci:runsc" (gVisor), or the Name() of one of
+// them ("oci/runc"). Its state lives under stateDir/mech/.
 func OpenMechanism(name, stateDir string) (mechanism.Mechanism, error) {
-	open, ok := builtin[name]
+	m, ok, err := openBuiltin(name, filepath.Join(stateDir, "mech"))
 	if !ok {
 		return nil, mechanism.Invalid("mechanism", fmt.Sprintf("unknown mechanism %q (known: %v)", name, mechanismNames()))
 	}
-	return open(filepath.Join(stateDir, "mech", mechDirName(name)))
-}
-
-func mechDirName(name string) string {
-	out := []rune{}
-	for _, r := range name {
-		if r == ':' || r == '/' {
-			r = '-'
-		}
-		out = append(out, r)
-	}
-	return string(out)
+	return m, err
 }
 
 // MaybeRunSupervisor runs this process as a sandbox's supervisor when it
