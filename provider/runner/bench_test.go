@@ -300,3 +300,11 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 		waitFor(b, "all offline", 30*time.Second, func() bool { return len(pl.host.Online()) == 0 })
 	}
 }
+
+// BenchmarkExecLocal is the issue's target: exec of `true` through the
+// platform, the wire and the daemon, against provider/local (on trusted)
+// called directly, in the same run.
+func BenchmarkExecLocal(b *testing.B) {
+	p := newLocal(b, "trusted", b.TempDir())
+	benchExecRatio(b, p, sandbox.Cmd{Name: "true"})
+}

@@ -579,3 +579,30 @@ func TestHeartbeatPresenceAndIdleClose(t *testing.T) {
 	pl.online(t)
 	pl.offline(t)
 }
+
+// A frame over the 64 MiB read limit closes the socket (1009); the waiting
+// caller gets runner_disconnected; nothing panics or hangs.
+func TestHugeFrameClosesSocket(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	rd, _, err := dialRaw(t, pl, "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.online(t)
+	p := pl.srv.Provider()
+	_, h := rawName(t, id)
+	errc := make(chan error, 1)
+	go func() { _, err := p.Get(context.Background(), h); errc <- err }()
+	r := rd.next()
+	big := make([]byte, wire.ReadLimit+1)
+	copy(big, sprintf(`{"id":%d,"ok":true,"result":{"pad":"`, r.ID))
+	for i := len(sprintf(`{"id":%d,"ok":true,"result":{"pad":"`, r.ID)); i < len(big)-3; i++ {
+		big[i] = 'a'
+	}
+	copy(big[len(big)-3:], `"}}`)
+	_ = rd.ws.Write(context.Background(), websocket.MessageText, big)
+	if err := <-errc; !isReason(err, prov.ReasonDisconnected) {
+		t.Fatalf("caller after a huge frame: %v", err)
+	}
+	pl.offline(t)
+}
