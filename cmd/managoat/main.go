@@ -88,7 +88,7 @@ func usage() {
 }
 
 func run(args []string) int {
-	g := &globals{provider: "local", mechanism: "jail"}
+	g := current
 	fs := g.flagSet("managoat")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage

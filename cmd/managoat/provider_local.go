@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/managoat/managoat/mechanism/doctor"
+	"github.com/managoat/managoat/mechanism/jail"
+	"github.com/managoat/managoat/mechanism/oci"
+	"github.com/managoat/managoat/provider/local"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// current is the invocation's globals, read by provider builders.
+var current = &globals{provider: "local", mechanism: "jail"}
+
+func init() {
+	// A jail init or a sandbox supervisor started from this binary runs
+	// here and never returns.
+	reexec = append(reexec, func() {
+		if jail.Init() {
+			os.Exit(0)
+		}
+		local.MaybeRunSupervisor()
+	})
+	registerProvider("local", func() (sandbox.Provider, error) {
+		return local.New(local.Config{MechanismName: current.mechanism})
+	})
+	register("doctor", "[--json]                        what this host can isolate, with evidence", cmdDoctor)
+}
+
+func cmdDoctor(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("doctor")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	r, err := doctor.Default(ctx)
+	if err != nil {
+		return wrap("doctor", err)
+	}
+	checks := oci.Doctor(ctx)
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(struct {
+			doctor.Report
+			OCI []oci.Check `json:"oci"`
+		}{r, checks})
+	}
+	if err := r.WriteText(os.Stdout); err != nil {
+		return err
+	}
+	for _, c := range checks {
+		verdict := "can run here"
+		if !c.OK {
+			verdict = "cannot run here"
+		}
+		fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
+	}
+	return nil
+}
