@@ -126,7 +126,11 @@ func BenchmarkAttachReplay(b *testing.B) {
 }
 
 // rssKiB sums VmRSS of pids.
-func rssKiB(pids []int) int64 {
+func rssKiB(pids []int) int64 { return statusKiB(pids, "VmRSS:") }
+
+// statusKiB sums one field of /proc/<pid>/status (RssAnon: private memory;
+// VmRSS also counts the binary's shared pages).
+func statusKiB(pids []int, field string) int64 {
 	var total int64
 	for _, pid := range pids {
 		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -134,7 +138,7 @@ func rssKiB(pids []int) int64 {
 			continue
 		}
 		for _, l := range strings.Split(string(bs), "\n") {
-			if strings.HasPrefix(l, "VmRSS:") {
+			if strings.HasPrefix(l, field) {
 				f := strings.Fields(l)
 				n, _ := strconv.ParseInt(f[1], 10, 64)
 				total += n
@@ -196,6 +200,7 @@ func Benchmark200Sandboxes(b *testing.B) {
 				b.ReportMetric(elapsed.Seconds()*1000/n, "ms/sandbox")
 				b.ReportMetric(float64(rssKiB(pids))/1024, "supervisors-RSS-MiB")
 				b.ReportMetric(float64(rssKiB(pids))/1024/n, "RSS-MiB/supervisor")
+				b.ReportMetric(float64(statusKiB(pids, "RssAnon:"))/1024/n, "anon-MiB/supervisor")
 				dstart := time.Now()
 				destroyAll(p)
 				b.ReportMetric(time.Since(dstart).Seconds()*1000/n, "destroy-ms/sandbox")

@@ -3,9 +3,13 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	"github.com/managoat/managoat/provider/local/supervisor"
 	"testing"
 	"time"
 
@@ -21,23 +25,8 @@ func TestMain(m *testing.M) {
 	if jail.Init() {
 		return
 	}
-	MaybeRunSupervisorWith(openHost)
+	MaybeRunSupervisor()
 	goleak.VerifyTestMain(m)
-}
-
-func newHost(t testing.TB) *Provider {
-	t.Helper()
-	dir := t.TempDir()
-	m, err := openHost("host", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{StateDir: dir, Mechanism: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyAll(p) })
-	return p
 }
 
 func destroyAll(p *Provider) {
@@ -112,13 +101,13 @@ func TestUnwritableStateDir(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "file")
 	os.WriteFile(f, nil, 0o600)
-	if _, err := New(Config{StateDir: filepath.Join(f, "state"), Mechanism: hostMech{dir}}); err == nil {
+	if _, err := New(Config{StateDir: filepath.Join(f, "state"), MechanismName: "trusted"}); err == nil {
 		t.Fatal("New on a state dir under a file succeeded")
 	}
 }
 
 func TestFileEscapes(t *testing.T) {
-	p := newHost(t)
+	p := newTrusted(t)
 	ctx := context.Background()
 	h, err := p.Create(ctx, "files", sandbox.CreateOptions{})
 	if err != nil {
@@ -152,7 +141,7 @@ func TestFileEscapes(t *testing.T) {
 }
 
 func TestCheckpointRestoresHome(t *testing.T) {
-	p := newHost(t)
+	p := newTrusted(t)
 	ctx := context.Background()
 	h, _ := p.Create(ctx, "cp", sandbox.CreateOptions{})
 	p.WriteFile(ctx, h, "keep.txt", []byte("v1"), sandbox.WriteFileOptions{})
@@ -176,7 +165,7 @@ func TestCheckpointRestoresHome(t *testing.T) {
 // Sessions outlive the provider value that started them, and a kill -9 of
 // the supervisor leaves the sandbox stopped, its journal whole.
 func TestSessionsOutliveCaller(t *testing.T) {
-	p := newHost(t)
+	p := newTrusted(t)
 	ctx := context.Background()
 	h, _ := p.Create(ctx, "outlive", sandbox.CreateOptions{})
 	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo one; echo two >&2; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
@@ -270,5 +259,111 @@ func waitFor(t *testing.T, f func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A limit the mechanism cannot enforce is refused at create, and nothing
+// is left behind that ListAllNames would show.
+func TestUnenforceableLimitRefused(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	_, err := p.Create(ctx, "limited", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
+	var iv *sandbox.InvalidError
+	if !errors.As(err, &iv) || !strings.Contains(err.Error(), "memory_cap") {
+		t.Fatalf("Create with a memory limit on trusted = %v, want Invalid naming memory_cap", err)
+	}
+	if names, _ := p.ListAllNames(ctx); len(names) != 0 {
+		t.Fatalf("names after a refused create: %v", names)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(p.StateDir(), "instances")); len(ents) != 0 {
+		t.Fatalf("instances left after a refused create: %d", len(ents))
+	}
+	if _, err := p.Create(ctx, "neg", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: -1}}); !errors.As(err, &iv) {
+		t.Fatalf("negative limit: %v", err)
+	}
+}
+
+// Suspend stops the sessions' processes; Resume continues them.
+func TestSuspendStopsProcesses(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "susp", sandbox.CreateOptions{})
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	<-c.Events()
+	ms, _ := supervisor.ReadSessions(p.sandboxDir(h.Name))
+	state := func() byte {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ms[0].Pid))
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0
+		}
+		return b[i+2]
+	}
+	if err := p.Suspend(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return state() == 'T' })
+	if info, _ := p.Get(ctx, h); info.Status != sandbox.StatusSuspended {
+		t.Fatalf("Get after Suspend = %v", info.Status)
+	}
+	if _, err := p.Resume(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return state() != 'T' })
+	if info, _ := p.Get(ctx, h); info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get after Resume = %v", info.Status)
+	}
+}
+
+// A full state directory is a clear error, never a half-created sandbox.
+func TestFullStateDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
+		testenv.Require(t, false, "mount tmpfs: "+err.Error())
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	p, err := New(Config{StateDir: dir, MechanismName: "trusted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Fill the disk.
+	f, _ := os.Create(filepath.Join(dir, "filler"))
+	f.Write(make([]byte, 4<<20))
+	f.Close()
+	_, err = p.Create(ctx, "full", sandbox.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("Create on a full disk = %v, want a no-space error", err)
+	}
+	if names, _ := p.ListAllNames(ctx); len(names) != 0 {
+		t.Fatalf("names after a failed create: %v", names)
+	}
+	if _, err := p.Get(ctx, sandbox.BuildHandle(Name, "full")); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Get after a failed create: %v", err)
+	}
+}
+
+// On the jail, Allow [] is the jail's deny-all; an allowlist it cannot
+// enforce is refused, naming the capability.
+func TestJailPolicy(t *testing.T) {
+	p := newJail(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "pol", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
+		t.Fatalf("deny-all: %v", err)
+	}
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}}); err == nil || !strings.Contains(err.Error(), "egress_allowlist") {
+		t.Fatalf("allowlist on the jail = %v, want a refusal naming egress_allowlist", err)
+	}
+	if p.Capabilities().Has(sandbox.CapNetworkPolicy) {
+		t.Fatal("network_policy advertised although the suite's allowlist case cannot pass")
 	}
 }
