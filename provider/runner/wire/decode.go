@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // ErrNotJSON is Decode's error for a frame that is not valid JSON text; the
@@ -185,9 +186,10 @@ func str(b []byte) (string, bool) {
 		return "", false
 	}
 	in := b[1 : len(b)-1]
-	if bytes.IndexByte(in, '\\') < 0 {
+	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
 		return string(in), true
 	}
+	// Escapes, or invalid UTF-8 (which encoding/json turns into U+FFFD).
 	var s string
 	if json.Unmarshal(b, &s) != nil {
 		return "", false
