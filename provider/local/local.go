@@ -51,14 +51,26 @@
 //
 // # Operations
 //
-// Suspend stops every live session's process group (SIGSTOP) and Resume
-// continues them. Files are read and written under the sandbox's home only,
-// through os.Root, which refuses "../" and symlink escapes. Checkpoints copy
-// the home (with reflinks where the filesystem allows). ApplyNetworkPolicy
-// goes through the mechanism's egress update: Allow [] is the mechanism's
-// deny-all; a mechanism that cannot allow specific destinations refuses a
-// non-empty list, naming the missing capability, and the provider then does
-// not advertise network_policy (whose suite case needs both).
+// Create provisions the mechanism sandbox with the CreateOptions limits
+// (applied at launch by the mechanism; a limit it cannot enforce is
+// refused, Invalid with the capability named, and nothing is left behind)
+// and starts the supervisor. Exec runs through the mechanism's Execute
+// under one deadline. Suspend stops every live session's process group
+// (SIGSTOP) and Resume continues them; an Exec or Spawn on a suspended
+// sandbox resumes it first. Files are read and written under the sandbox's
+// home only (/home/sprite, or a path relative to it), through os.Root,
+// which refuses "../" and symlink escapes; this holds on trusted too,
+// whose paths are otherwise host paths. Checkpoints copy the home, with
+// reflinks where the filesystem allows. DestroyOnce is Destroy under a
+// bound, confirmed by the record's absence.
+//
+// ApplyNetworkPolicy goes through the mechanism's egress update: Allow []
+// is the mechanism's deny-all; a mechanism that cannot allow specific
+// destinations (the jail: its network namespace has only lo) refuses a
+// non-empty list naming egress_allowlist, and one without any egress
+// control (trusted) answers ErrNotSupported. The provider therefore does
+// not advertise network_policy, whose suite case needs both. PublicURL is
+// ErrUnsupported: a local sandbox publishes no HTTP endpoint.
 //
 // Where this differs from the original's local provider: sessions survive
 // their caller (the original lost them with the BEAM node), replay is byte

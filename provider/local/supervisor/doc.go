@@ -1,0 +1,34 @@
+// Package supervisor is the small per-sandbox process behind
+// provider/local's sessions: the same binary re-executed (the
+// containerd-shim pattern), detached in its own session (setsid) so a
+// Ctrl-C or the exit of its caller does not reach it.
+//
+// A supervisor owns its sessions' pipes. For each session it moves the
+// command's stdout and stderr into the session's journal (package journal)
+// with splice(2), in the order it reads them, then appends the exit
+// status; the journal, not the supervisor's memory, is the record. Clients
+// talk to it over a unix socket in the sandbox's directory (sup.sock), one
+// JSON request and answer per line: spawn, wait (a long poll on a
+// session's journal size), stdin, close_stdin, terminate, suspend, resume,
+// policy, shutdown. Client.Follow reads a journal from byte zero straight
+// from disk and asks the supervisor only when it has caught up, so any
+// number of followers each get every record exactly once, and a follower
+// whose supervisor died (kill -9) still gets every byte written before the
+// death, then Outcome.Lost, never a made-up exit.
+//
+// Liveness is the kernel's: a supervisor holds an exclusive flock on
+// sup.lock and listens on sup.sock; a refused connection means none runs.
+// A new supervisor kills the processes its dead predecessor left (matched
+// by pid and start time), since their output can no longer be journaled.
+// A supervisor exits when asked (shutdown), on SIGTERM (after stopping its
+// sessions), or by itself within a few seconds once its sandbox directory
+// is gone or replaced (the sandbox was destroyed).
+//
+// Launch starts a supervisor through two re-executions (the first exits at
+// once, so the supervisor is never a zombie of a long-lived caller) and
+// returns when it accepts connections; MaybeRun is the hook the binary's
+// main calls first. The protocol is hand-written JSON lines over a unix
+// socket rather than gRPC or similar: it is a dozen operations between
+// two processes of the same binary, and a dependency would add more than
+// it saves.
+package supervisor
