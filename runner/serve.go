@@ -476,19 +476,22 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 	return s, nil
 }
 
-// forget drops the sessions of a destroyed sandbox.
+// forget drops the sessions of a destroyed sandbox from memory. Running
+// ones are kept until their upstream ends (the provider's destroy ends
+// them), so an attached listener still gets the terminal event.
 func (d *Daemon) forget(name string) {
 	d.mu.Lock()
-	var gone []*session
+	defer d.mu.Unlock()
 	for id, s := range d.sessions {
-		if s.name == name {
-			gone = append(gone, s)
+		if s.name != name {
+			continue
+		}
+		s.mu.Lock()
+		s.gone = true
+		if s.ended {
 			delete(d.sessions, id)
 		}
-	}
-	d.mu.Unlock()
-	for _, s := range gone {
-		_ = s.up.Stop()
+		s.mu.Unlock()
 	}
 }
 
@@ -525,7 +528,7 @@ type session struct {
 	mu                  sync.Mutex
 	journal             []sandbox.Event
 	out                 *conn // the attached connection, nil when detached
-	exited, ended       bool
+	exited, ended, gone bool
 	code                int
 	lastActivityUnixSec atomic.Int64
 }
@@ -554,6 +557,16 @@ func (s *session) pump() {
 			buf = s.emit(buf[:0], s.out, ev, 0)
 		}
 		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	gone := s.gone
+	s.mu.Unlock()
+	if gone {
+		s.d.mu.Lock()
+		if s.d.sessions[s.id] == s {
+			delete(s.d.sessions, s.id)
+		}
+		s.d.mu.Unlock()
 	}
 }
 

@@ -113,3 +113,33 @@ func TestSessionSurvivesReconnect(t *testing.T) {
 		t.Fatalf("exit %+v", ev)
 	}
 }
+
+// Destroying a sandbox ends its attached sessions with a terminal event
+// through the wire (the daemon does not cut its listeners off first).
+func TestDestroyEndsAttachedSessions(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	p := pl.srv.Provider()
+	ctx := context.Background()
+	h, err := p.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Spawn(ctx, h, fakeCmd("out:ready", "stay"), sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, c, 5*time.Second)
+	if err := p.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, c, 5*time.Second); !ev.Terminal() {
+		t.Fatalf("after destroy: %+v", ev)
+	}
+	if _, err := p.Get(ctx, h); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("get after destroy: %v", err)
+	}
+}
