@@ -208,3 +208,43 @@ func Benchmark200Sandboxes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRunTrue: create, exec /bin/true, destroy: the library's share
+// of `managoat run -- true`, against `unshare --mount --pid --net --fork
+// true` in the same run.
+func BenchmarkRunTrue(b *testing.B) {
+	unshare := func() time.Duration {
+		start := time.Now()
+		if err := exec.Command("unshare", "--mount", "--pid", "--net", "--fork", "true").Run(); err != nil {
+			b.Skip("unshare:", err)
+		}
+		return time.Since(start)
+	}
+	for name, p := range benchProviders(b) {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			var ours, base, create time.Duration
+			for i := 0; i < b.N; i++ {
+				base += unshare()
+				start := time.Now()
+				h, err := p.Create(ctx, fmt.Sprintf("run-%d", i), sandbox.CreateOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				create += time.Since(start)
+				if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{}); err != nil || res.ExitCode != 0 {
+					b.Fatal(res, err)
+				}
+				if err := p.Destroy(ctx, h); err != nil {
+					b.Fatal(err)
+				}
+				ours += time.Since(start)
+			}
+			ms := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(b.N) }
+			b.ReportMetric(ms(ours), "run-ms")
+			b.ReportMetric(ms(create), "create-ms")
+			b.ReportMetric(ms(base), "unshare-ms")
+			b.ReportMetric(ms(ours)/ms(base), "ratio")
+		})
+	}
+}

@@ -44,10 +44,25 @@ func Launch(ctx context.Context, dir string) error {
 		return err
 	}
 	defer r.Close()
-	// Stage 1 starts stage 2 and exits at once, so the supervisor is
-	// reparented away from us and never becomes our zombie.
-	cmd := exec.Command(exe)
-	cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=1")
+	// The supervisor must not be our child (it would become our zombie
+	// when it exits): setsid -f (util-linux) forks, starts it in a new
+	// session and exits at once. Without setsid, stage 1 of this binary
+	// does the same, a few milliseconds slower.
+	var cmd *exec.Cmd
+	if setsid, err := exec.LookPath("setsid"); err == nil {
+		logf, err := os.OpenFile(filepath.Join(dir, LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			w.Close()
+			return fmt.Errorf("supervisor: %w", err)
+		}
+		defer logf.Close()
+		cmd = exec.Command(setsid, "-f", exe)
+		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
+		cmd.Stdout, cmd.Stderr = logf, logf
+	} else {
+		cmd = exec.Command(exe)
+		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=1")
+	}
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
