@@ -531,10 +531,18 @@ func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 }
 
 // ensureRunning starts the sandbox's supervisor (and so the sandbox) when
-// it is stopped, and continues it when it is suspended.
-func (p *Provider) ensureRunning(ctx context.Context, dir string) error {
+// it is stopped, restarts the mechanism's sandbox when it stopped under a
+// live supervisor, and continues it when it is suspended.
+func (p *Provider) ensureRunning(ctx context.Context, r *record, dir string) error {
 	if err := supervisor.Launch(ctx, dir); err != nil {
 		return mechErr("start", err)
+	}
+	if m, err := p.mechFor(r); err == nil {
+		if st, err := m.Status(ctx, r.InstanceID); err == nil && (st == mechanism.StatusStopped || st == mechanism.StatusProvisioned) {
+			if err := (supervisor.Client{Dir: dir}).Start(ctx); err != nil {
+				return supErr(err)
+			}
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); err == nil {
 		if err := (supervisor.Client{Dir: dir}).Resume(ctx); err != nil {
@@ -593,11 +601,11 @@ func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 
 // Resume starts or continues the sandbox and returns a usable handle.
 func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
-	_, dir, err := p.handle(h)
+	r, dir, err := p.handle(h)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.ensureRunning(ctx, dir); err != nil {
+	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -625,7 +633,7 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 	if _, ok := m.(mechanism.EgressUpdater); !ok {
 		return sandbox.ErrNotSupported
 	}
-	if err := p.ensureRunning(ctx, dir); err != nil {
+	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return err
 	}
 	allow := pol.Allow
@@ -657,7 +665,7 @@ func egressEntries(allow []string) []string {
 
 // Spawn starts a detachable session and returns once its process started.
 func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.SpawnOptions) (*sandbox.Command, error) {
-	_, dir, err := p.handle(h)
+	r, dir, err := p.handle(h)
 	if err != nil {
 		return nil, err
 	}
@@ -667,7 +675,7 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if opts.TTY {
 		return nil, sandbox.ErrNotSupported
 	}
-	if err := p.ensureRunning(ctx, dir); err != nil {
+	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return nil, err
 	}
 	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: c.Argv(), Env: opts.Env, Dir: opts.Dir, Stdin: opts.Stdin})
@@ -859,7 +867,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	if err != nil {
 		return sandbox.ExecResult{}, mechErr("exec", err)
 	}
-	if err := p.ensureRunning(ctx, dir); err != nil {
+	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -381,3 +381,56 @@ func TestJailPolicy(t *testing.T) {
 		t.Fatal("network_policy advertised although the suite's allowlist case cannot pass")
 	}
 }
+
+// On the jail: a kill -9 of the supervisor leaves the sandbox stopped with
+// its journal whole; the next Exec brings it back and the orphaned session
+// process is killed. A mechanism sandbox stopped behind a live supervisor
+// is started again too.
+func TestJailKill9AndRestart(t *testing.T) {
+	p := newJail(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "k9", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-c.Events()
+	c.Stop()
+	ms, _ := supervisor.ReadSessions(p.sandboxDir(h.Name))
+	pid, _ := supervisorPid(ctx, p, h)
+	syscallKill(pid)
+	waitFor(t, func() bool {
+		info, err := p.Get(ctx, h)
+		return err == nil && info.Status == sandbox.StatusSuspended
+	})
+	a, err := p.Attach(ctx, h, ms[0].ID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	var last sandbox.Event
+	for ev := range a.Events() {
+		if ev.Kind == sandbox.Stdout {
+			out += string(ev.Data)
+		}
+		last = ev
+	}
+	if out != "ready\n" || last.Kind != sandbox.Error {
+		t.Fatalf("replay %q then %v", out, last.Kind)
+	}
+	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.ExecOptions{}); err != nil || string(res.Output) != "back\n" {
+		t.Fatalf("exec after kill -9: %q %v", res.Output, err)
+	}
+	waitFor(t, func() bool { return syscall.Kill(ms[0].Pid, 0) != nil })
+	// The mechanism's sandbox stopped under a live supervisor.
+	r, _, _ := p.load(h.Name)
+	if err := p.mech.Stop(ctx, r.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"again"}}, sandbox.ExecOptions{}); err != nil || string(res.Output) != "again\n" {
+		t.Fatalf("exec after a mechanism stop: %q %v", res.Output, err)
+	}
+}

@@ -97,8 +97,14 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 	return roundTrip(ctx, conn, json.NewDecoder(conn), req)
 }
 
+// PingTimeout bounds Ping: a supervisor that accepts but does not answer
+// within it is reported as an error other than ErrNoSupervisor.
+const PingTimeout = 5 * time.Second
+
 // Ping reports the supervisor's pid, or ErrNoSupervisor.
 func (c Client) Ping(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
 	r, err := c.call(ctx, request{Op: "ping"})
 	return r.Pid, err
 }
@@ -133,6 +139,13 @@ func (c Client) CloseStdin(ctx context.Context, id string) error {
 // sends SIGKILL at once. It returns once the process was reaped.
 func (c Client) Terminate(ctx context.Context, id string, force bool, grace time.Duration) error {
 	_, err := c.call(ctx, request{Op: "terminate", ID: id, Force: force, Timeout: grace})
+	return err
+}
+
+// Start makes the supervisor start its sandbox again (after the
+// mechanism's sandbox stopped under a live supervisor).
+func (c Client) Start(ctx context.Context) error {
+	_, err := c.call(ctx, request{Op: "start"})
 	return err
 }
 

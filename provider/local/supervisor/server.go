@@ -309,6 +309,11 @@ func (s *server) handle(req *request) (response, func()) {
 		return s.closeStdin(req), nil
 	case "terminate":
 		return s.terminate(req), nil
+	case "start":
+		if err := s.b.Start(ctx); err != nil {
+			return errResp(codeUnavailable, "%v", err), nil
+		}
+		return response{}, nil
 	case "suspend":
 		return s.suspend(), nil
 	case "resume":
