@@ -316,7 +316,7 @@ func (p *parser) fastData(f *fields) bool {
 	in := p.b[p.i+1 : p.i+1+j]
 	dec := make([]byte, base64.StdEncoding.DecodedLen(len(in)))
 	n, err := base64.StdEncoding.Decode(dec, in)
-	if err != nil || bytes.IndexByte(in, '\\') >= 0 || bytes.ContainsAny(in, "\r\n") {
+	if err != nil || bytes.IndexByte(in, '\\') >= 0 || bytes.IndexByte(in, '\r') >= 0 || bytes.IndexByte(in, '\n') >= 0 {
 		return false
 	}
 	f.data = span{b: p.b[p.i : p.i+j+2], set: true}
