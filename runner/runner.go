@@ -22,13 +22,21 @@
 // goroutine, so two writes could swap, D4); other ops run concurrently and
 // their replies may be reordered.
 //
+// The daemon holds a session in memory (upstream and journal) only while a
+// platform listener is attached: on detach, or when the socket closes, a
+// session the provider can give back through Attach is dropped, and the
+// next attach or stdin takes it back from the provider, replaying from byte
+// zero (the original kept every journal in memory for the daemon's life,
+// D6). Output the provider replays after such an attach's reply reaches the
+// platform untagged, as live frames; as the attacher is then the session's
+// only listener, every byte still arrives exactly once and in order.
+//
 // Sessions outlive the socket and the daemon: stopping the daemon detaches
 // its upstream Commands locally and never terminates a session, so with
 // provider/local (whose supervisors own the processes and journals on disk)
 // an attach after a restart recovers the session through the provider's own
 // Attach, which replays from byte zero. Finished sessions beyond 100 per
-// sandbox are dropped from the daemon's memory (not from the provider); a
-// later attach recovers them the same way.
+// sandbox are dropped from the daemon's memory too.
 //
 // Session ids are the provider's own (sandbox.Command.SessionID), so
 // list_sessions and attach agree across restarts; a command whose provider
@@ -321,4 +329,12 @@ func (d *Daemon) Close() {
 		_ = s.up.Stop()
 	}
 	d.wg.Wait()
+}
+
+// Held is how many sessions the daemon holds in memory (those with a
+// platform listener, plus running ones a provider cannot give back).
+func (d *Daemon) Held() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
 }

@@ -552,7 +552,10 @@ func TestReattachAfterReconnectRebindsOutput(t *testing.T) {
 	}
 	c2.send(`{"id":2,"op":"attach","name":"sb","session_id":%q,"stdin":true}`, sid)
 	c2.reply(2)
-	if f := c2.next(); f.ReplayFor != 2 || string(f.Data) != "ready" {
+	// The daemon dropped the detached session and takes it back from the
+	// provider: its earlier output arrives on the new socket, tagged for
+	// this attach or (while the provider is still replaying) live.
+	if f := c2.next(); (f.ReplayFor != 2 && f.ReplayFor != 0) || string(f.Data) != "ready" {
 		t.Fatalf("replay on the new socket: %+v", f)
 	}
 	c2.send(`{"id":3,"op":"stdin","name":"sb","session_id":%q,"data":"YWdhaW4="}`, sid)
@@ -565,5 +568,58 @@ func TestReattachAfterReconnectRebindsOutput(t *testing.T) {
 			t.Fatalf("live on the new socket: %+v", f)
 		}
 		break
+	}
+}
+
+// D6: a detached session leaves the daemon's memory; stdin and attach take
+// it back from the provider, and no byte is lost meanwhile.
+func TestDetachedSessionLeavesMemory(t *testing.T) {
+	rp := newRawPlatform(t)
+	d := newDaemon(t, rp.ts.URL, newFake(t), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	c := rp.accept(t)
+	c.call(1, `{"id":1,"op":"create","name":"sb"}`)
+	c.send(`{"id":2,"op":"spawn","name":"sb","cmd":"emit","args":["out:ready","stay"],"stdin":true}`)
+	r := c.reply(2)
+	var res struct {
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal(r.Result, &res)
+	sid := res.SessionID
+	if f := c.next(); string(f.Data) != "ready" {
+		t.Fatalf("%+v", f)
+	}
+	if d.Held() != 1 {
+		t.Fatalf("held %d", d.Held())
+	}
+	c.call(0, `{"id":0,"op":"detach","session_id":%q}`, sid)
+	deadline := time.Now().Add(5 * time.Second)
+	for d.Held() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a detached session stayed in memory")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if g := c.call(3, `{"id":3,"op":"stdin","name":"sb","session_id":%q,"data":"b2s="}`, sid); !g.OK {
+		t.Fatalf("stdin to a dropped session: %+v", g)
+	}
+	c.send(`{"id":4,"op":"attach","name":"sb","session_id":%q}`, sid)
+	c.reply(4)
+	var got strings.Builder
+	for got.String() != "readyecho:ok" {
+		f := c.next()
+		if f.ID != nil || (f.ReplayFor != 4 && f.ReplayFor != 0) {
+			t.Fatalf("%+v", f)
+		}
+		got.Write(f.Data)
+		if got.Len() > len("readyecho:ok") {
+			t.Fatalf("got %q", got.String())
+		}
+	}
+	if d.Held() != 1 {
+		t.Fatalf("held %d after attach", d.Held())
 	}
 }

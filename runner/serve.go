@@ -90,6 +90,17 @@ func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
 		cancel()
 		_ = ws.CloseNow()
 		wg.Wait()
+		// Sessions this socket listened to are detached, as if the
+		// platform had said so: durable ones leave memory.
+		d.mu.Lock()
+		ss := make([]*session, 0, len(d.sessions))
+		for _, s := range d.sessions {
+			ss = append(ss, s)
+		}
+		d.mu.Unlock()
+		for _, s := range ss {
+			s.detach(c)
+		}
 	}()
 	pingErr := make(chan error, 1)
 	if d.cfg.PingInterval > 0 {
@@ -226,24 +237,34 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		sort.Strings(names)
 		return marshal(map[string]any{"names": names})
 	case wire.OpStdin:
-		s, err := d.lookup(ctx, req.Name, req.SessionID)
-		if err != nil {
-			return nil, err
-		}
 		data, err := wire.DecodeData(deref(req.Data))
 		if err != nil {
 			return nil, sandbox.Invalid("data", "data is not base64")
 		}
-		return nil, s.writeStdin(ctx, data)
+		for {
+			s, err := d.lookup(ctx, req.Name, req.SessionID)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.writeStdin(ctx, data); !s.isDropped() {
+				return nil, err
+			}
+		}
 	case wire.OpStdinClose:
-		s, err := d.lookup(ctx, req.Name, req.SessionID)
-		if err != nil {
-			return nil, err
+		for {
+			s, err := d.lookup(ctx, req.Name, req.SessionID)
+			if err != nil {
+				return nil, err
+			}
+			err = s.up.CloseStdin(ctx)
+			if s.isDropped() {
+				continue
+			}
+			if err != nil && !errors.Is(err, sandbox.ErrCommandExited) {
+				return nil, err
+			}
+			return nil, nil
 		}
-		if err := s.up.CloseStdin(ctx); err != nil && !errors.Is(err, sandbox.ErrCommandExited) {
-			return nil, err
-		}
-		return nil, nil
 	case wire.OpDetach:
 		d.mu.Lock()
 		s := d.sessions[req.SessionID]
@@ -253,13 +274,16 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		}
 		return nil, nil
 	case wire.OpAttach:
-		s, err := d.lookup(ctx, req.Name, req.SessionID)
-		if err != nil {
-			return nil, err
+		for {
+			s, err := d.lookup(ctx, req.Name, req.SessionID)
+			if err != nil {
+				return nil, err
+			}
+			res, _ := marshal(map[string]string{"session_id": s.id})
+			if s.attach(c, req.ID, res) {
+				return nil, errReplied
+			}
 		}
-		res, _ := marshal(map[string]string{"session_id": s.id})
-		s.attach(c, req.ID, res)
-		return nil, errReplied
 	}
 	switch req.Op {
 	case wire.OpCreate, wire.OpGet, wire.OpDestroy, wire.OpSuspend, wire.OpResume, wire.OpWriteFile,
@@ -403,10 +427,11 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 		return err
 	}
 	sid := up.SessionID
+	durable := sid != "" && d.p.Capabilities().Has(sandbox.CapAttach)
 	if sid == "" {
 		sid = fmt.Sprintf("s-%d-%d", time.Now().Unix(), d.seq.Add(1))
 	}
-	s := d.adopt(sid, h.Name, cmd.String(), up)
+	s := d.adopt(sid, h.Name, cmd.String(), up, durable)
 	if s == nil {
 		_ = up.Stop()
 		return sandbox.Unavailable("shutting_down", nil)
@@ -418,14 +443,14 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 }
 
 // adopt registers an upstream command as a session and starts its pump.
-func (d *Daemon) adopt(id, name, command string, up *sandbox.Command) *session {
-	s := &session{d: d, id: id, name: name, command: command, created: time.Now(), up: up}
+func (d *Daemon) adopt(id, name, command string, up *sandbox.Command, durable bool) *session {
+	s := &session{d: d, id: id, name: name, command: command, created: time.Now(), up: up, durable: durable}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return nil
 	}
-	if old := d.sessions[id]; old != nil {
+	if old := d.sessions[id]; old != nil && !old.isDropped() {
 		d.mu.Unlock()
 		_ = up.Stop()
 		return old
@@ -443,7 +468,7 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 	d.mu.Lock()
 	s := d.sessions[id]
 	d.mu.Unlock()
-	if s != nil {
+	if s != nil && !s.isDropped() {
 		return s, nil
 	}
 	if name == "" || id == "" || !d.p.Capabilities().Has(sandbox.CapAttach) {
@@ -461,14 +486,14 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 	d.mu.Lock()
 	s = d.sessions[id]
 	d.mu.Unlock()
-	if s != nil {
+	if s != nil && !s.isDropped() {
 		return s, nil
 	}
 	up, err := d.p.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
 	if err != nil {
 		return nil, err
 	}
-	s = d.adopt(id, name, "", up)
+	s = d.adopt(id, name, "", up, true)
 	if s == nil {
 		_ = up.Stop()
 		return nil, sandbox.Unavailable("shutting_down", nil)
@@ -529,6 +554,9 @@ type session struct {
 	journal             []sandbox.Event
 	out                 *conn // the attached connection, nil when detached
 	exited, ended, gone bool
+	// durable: the provider can give this session back through Attach, so
+	// the daemon may drop it from memory while nobody listens (dropped).
+	durable, dropped    bool
 	code                int
 	lastActivityUnixSec atomic.Int64
 }
@@ -606,26 +634,55 @@ func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) [
 // attach writes the reply for request id, replays the journal tagged with
 // id, and binds live output to c, all under the session lock: nothing is
 // recorded in between, so nothing is missed or sent twice.
-func (s *session) attach(c *conn, id int64, reply []byte) {
+func (s *session) attach(c *conn, id int64, reply []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dropped {
+		return false
+	}
 	if c.write(wire.AppendOK(nil, id, reply)) != nil {
-		return
+		return true
 	}
 	var buf []byte
 	for _, ev := range s.journal {
 		buf = s.emit(buf, c, ev, id)
 	}
 	s.out = c
+	return true
 }
 
-// detach stops live output to c (the platform's last listener left).
+// detach stops live output to c (the platform's last listener left). A
+// durable session is then dropped from the daemon's memory, journal and
+// all: the provider keeps running and journaling it, and the next attach or
+// stdin takes it back through the provider's Attach, from byte zero. So the
+// daemon holds output only for sessions someone is listening to (the
+// original held every journal in memory for the daemon's life, D6).
 func (s *session) detach(c *conn) {
 	s.mu.Lock()
 	if s.out == c {
 		s.out = nil
 	}
+	drop := s.out == nil && s.durable && !s.dropped
+	if drop {
+		s.dropped = true
+		s.journal = nil
+	}
 	s.mu.Unlock()
+	if !drop {
+		return
+	}
+	s.d.mu.Lock()
+	if s.d.sessions[s.id] == s {
+		delete(s.d.sessions, s.id)
+	}
+	s.d.mu.Unlock()
+	_ = s.up.Stop()
+}
+
+func (s *session) isDropped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
 }
 
 func (s *session) writeStdin(ctx context.Context, data []byte) error {
