@@ -122,6 +122,8 @@ type session struct {
 	stdinMu    sync.Mutex
 	stdin      *os.File
 	stdinWired bool
+	finished   bool     // the process exited (guarded by stdinMu)
+	stdinRef   *os.File // the same file as stdin, never reset (for deadlines)
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -451,7 +453,7 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	}
 	meta := SessionMeta{ID: id, Command: strings.Join(req.Argv, " "), Argv: req.Argv,
 		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin}
-	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinWired: req.Stdin,
+	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin,
 		changed: make(chan struct{}), exited: make(chan struct{})}
 	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
 		s.log.Warn("session meta", "id", id, "err", err)
@@ -589,15 +591,21 @@ func (s *server) run(sess *session, outR, errR *os.File) {
 	}
 	outR.Close()
 	errR.Close()
-	_, _ = sess.w.AppendExit(code, sig)
-	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
-	sess.w.Close()
+	// Stdin answers "exited" from before anyone can read the exit record.
+	// A write blocked on a pipe a leftover child holds is cut short.
+	if sess.stdinRef != nil {
+		_ = sess.stdinRef.SetWriteDeadline(time.Now())
+	}
 	sess.stdinMu.Lock()
+	sess.finished = true
 	if sess.stdin != nil {
 		sess.stdin.Close()
 		sess.stdin = nil
 	}
 	sess.stdinMu.Unlock()
+	_, _ = sess.w.AppendExit(code, sig)
+	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
+	sess.w.Close()
 	sess.mu.Lock()
 	sess.done = true
 	close(sess.exited)
@@ -646,10 +654,8 @@ func (s *server) writeStdin(req *request) response {
 	}
 	sess.stdinMu.Lock()
 	defer sess.stdinMu.Unlock()
-	select {
-	case <-sess.exited:
+	if sess.finished {
 		return errResp(codeExited, "session %q exited", req.ID)
-	default:
 	}
 	if !sess.stdinWired {
 		return errResp(codeStdinClosed, "session %q was started without stdin", req.ID)
@@ -658,7 +664,7 @@ func (s *server) writeStdin(req *request) response {
 		return errResp(codeStdinClosed, "stdin of session %q is closed", req.ID)
 	}
 	if _, err := sess.stdin.Write(req.Data); err != nil {
-		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
 			return errResp(codeExited, "session %q exited", req.ID)
 		}
 		return errResp(codeInternal, "%v", err)
