@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
-	"syscall"
+	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 
 	"github.com/managoat/managoat/mechanism"
 )
@@ -34,6 +36,7 @@ type launchConfig struct {
 	Rootless bool     // running in a user namespace: the workload stays uid 0 there
 	UID, GID int      // the workload's uid/gid when not rootless
 	Env      []string // default environment of every command
+	Pids     int64    // the sandbox's pids cap, 0 for none
 }
 
 // Init must be the first call in main of every binary that uses this
@@ -58,8 +61,6 @@ func Init() bool {
 	switch mode {
 	case "init":
 		err = initMain()
-	case "serve":
-		err = serveMain()
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -79,7 +80,8 @@ func report(err error) {
 
 // initMain runs as pid 1 of the sandbox's new namespaces, as root there.
 // It waits until the manager placed it in its cgroups, builds the root,
-// drops privileges and execs the serve stage.
+// drops privileges on every one of its threads and serves: one start of
+// the binary per sandbox.
 func initMain() error {
 	f := os.NewFile(fdConfig, "config")
 	var cfg launchConfig
@@ -96,16 +98,10 @@ func initMain() error {
 	if err := mechanism.LoopbackUp(); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
-	b, _ := json.Marshal(cfg)
-	// Every privilege change below is per thread; this thread then execs,
-	// and the new image inherits exactly this thread's state.
-	runtime.LockOSThread()
 	if err := dropPrivileges(cfg); err != nil {
 		return err
 	}
-	env := []string{helperEnv + "=serve", "MANAGOAT_JAIL_CONFIG=" + string(b), "GOMAXPROCS=1", "GOGC=50"}
-	err := unix.Exec("/proc/self/exe", []string{"managoat-jail-init"}, env)
-	return fmt.Errorf("exec serve stage: %w", err)
+	return serve(cfg)
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
@@ -332,32 +328,77 @@ func buildRoot(cfg launchConfig) error {
 	return mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m")
 }
 
-// keepCaps are what the serve stage keeps when the workload runs as
-// another uid: it spawns as that uid and signals its children. The
-// workload loses every capability when its uid is set.
+// keepCaps are what the init keeps when the workload runs as another uid:
+// it spawns as that uid and signals its children. The workload loses every
+// capability when its uid is set.
 var keepCaps = []int{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
-func dropPrivileges(cfg launchConfig) error {
-	keep := map[int]bool{}
-	if !cfg.Rootless {
-		for _, c := range keepCaps {
-			keep[c] = true
-		}
+// allThreads runs a system call on every thread of the process (psx: the
+// Go runtime's AllThreadsSyscall without cgo, libpsx with it). The init's
+// fresh /proc must be mounted: libpsx finds the threads there.
+func allThreads(trap, a1, a2, a3 uintptr) error {
+	if _, _, e := psx.Syscall6(trap, a1, a2, a3, 0, 0, 0); e != 0 {
+		return e
 	}
+	return nil
+}
+
+// dropPrivileges restricts every thread of the init, so that every
+// process it starts, from whichever thread, inherits the restrictions:
+// the bounding set cut to keepCaps (nothing without root), permitted and
+// effective capabilities likewise, no ambient capabilities,
+// no_new_privs, the Landlock ruleset, and the seccomp filter
+// (synchronised to all threads by the kernel). Threads created later
+// copy the state of the thread that creates them.
+func dropPrivileges(cfg launchConfig) error {
+	var keep []int
+	if !cfg.Rootless {
+		keep = keepCaps
+	}
+	// The bounding set: as root the manager's starting thread already cut
+	// it to keep; otherwise (a user namespace starts with a full set) one
+	// broadcast per capability still in it, CAP_SETPCAP last.
 	last := lastCap()
+	var drop []int
 	for c := 0; c <= last; c++ {
-		if keep[c] {
+		if c == unix.CAP_SETPCAP || slices.Contains(keep, c) {
 			continue
 		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 1 {
+			drop = append(drop, c)
+		}
+	}
+	if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, unix.CAP_SETPCAP, 0, 0, 0); err == nil && in == 1 && !slices.Contains(keep, unix.CAP_SETPCAP) {
+		drop = append(drop, unix.CAP_SETPCAP)
+	}
+	for _, c := range drop {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
+	// Permitted, effective and inheritable down to keep, on every thread;
+	// this also clears the ambient set (the kernel keeps ambient within
+	// permitted and inheritable).
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	for _, c := range keep {
+		data[c/32].Permitted |= 1 << (c % 32)
+		data[c/32].Effective |= 1 << (c % 32)
 	}
-	// Landlock: writes only under home, /tmp, /dev/shm, /run and the
-	// harmless devices. Reads and execution are confined by the mount view.
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	runtime.KeepAlive(&hdr)
+	runtime.KeepAlive(&data)
+	// no_new_privs is inherited from the manager's starting thread; set it
+	// everywhere in case it was not (it never fails where already set).
+	if nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || nnp != 1 {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+	}
+	// Landlock: writes only under home, /tmp, /dev/shm and the harmless
+	// devices. Reads and execution are confined by the mount view.
 	abi, err := ll.LandlockGetABIVersion()
 	if err != nil {
 		return fmt.Errorf("landlock: %w", err)
@@ -371,6 +412,7 @@ func dropPrivileges(cfg launchConfig) error {
 	if err != nil {
 		return fmt.Errorf("landlock ruleset: %w", err)
 	}
+	defer unix.Close(rfd)
 	rules := map[string]uint64{
 		mechanism.Home: access, "/tmp": access, "/dev/shm": access,
 	}
@@ -391,13 +433,9 @@ func dropPrivileges(cfg launchConfig) error {
 			return fmt.Errorf("landlock rule %s: %w", p, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	if err := ll.LandlockRestrictSelf(rfd, 0); err != nil {
+	if err := ll.AllThreadsLandlockRestrictSelf(rfd, 0); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
 	}
-	unix.Close(rfd)
 	if err := seccomp.LoadFilter(seccompFilter()); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
@@ -414,5 +452,3 @@ func lastCap() int {
 	}
 	return 40
 }
-
-var _ = syscall.Exec

@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -461,7 +463,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
 	cmd.SysProcAttr = sys
-	if err := cmd.Start(); err != nil {
+	if err := startOnDiscardedThread(cmd, j.rootless); err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
 	pid := cmd.Process.Pid
@@ -492,7 +494,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	}
 	lc := launchConfig{
 		Root: filepath.Join(dir, "root"), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
-		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID,
+		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
 	}
 	if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
 		return fmt.Errorf("send launch config: %w", err)
@@ -521,6 +523,64 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock
 	return nil
+}
+
+// initCaps are the capabilities the init needs until its root is built,
+// besides keepCaps: mounts, pivot_root and sethostname (SYS_ADMIN) and lo
+// up (NET_ADMIN).
+var initCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+
+// startOnDiscardedThread starts the init from a locked OS thread that the
+// runtime throws away afterwards (its credentials are changed for good).
+// As root, that thread first puts initCaps in its inheritable set, cuts
+// its bounding set to keepCaps and sets no_new_privs: the init, exec'd as
+// root, gets bounding set ∪ inheritable, so it is born with its final
+// bounding set and no_new_privs, and later has only its permitted,
+// effective and inheritable sets to lower on each of its threads.
+func startOnDiscardedThread(cmd *exec.Cmd, rootless bool) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Never the main thread: the runtime keeps it, state and all.
+			err := startOnDiscardedThread(cmd, rootless)
+			runtime.UnlockOSThread()
+			ch <- err
+			return
+		}
+		// Return without UnlockOSThread: the thread ends with the goroutine.
+		ch <- prepareInitThread(rootless, cmd.Start)
+	}()
+	return <-ch
+}
+
+func prepareInitThread(rootless bool, start func() error) error {
+	if !rootless {
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capget: %w", err)
+		}
+		for _, c := range initCaps {
+			data[c/32].Inheritable |= 1 << (c % 32)
+		}
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capset inheritable: %w", err)
+		}
+		last := lastCap()
+		for c := 0; c <= last; c++ {
+			if slices.Contains(keepCaps, c) {
+				continue
+			}
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+			}
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return start()
 }
 
 func hostname(id string) string {

@@ -32,8 +32,8 @@ var deniedAMD64 = []string{
 const cloneNewMask = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
-// seccompFilter is loaded on the calling thread only (no TSYNC): the caller
-// execs right after, and the filter is inherited by the new image.
+// seccompFilter is loaded on every thread of the init (TSYNC); every
+// process it starts inherits it.
 func seccompFilter() seccomp.Filter {
 	names := append([]string(nil), deniedSyscalls...)
 	if runtime.GOARCH == "amd64" {
@@ -41,6 +41,7 @@ func seccompFilter() seccomp.Filter {
 	}
 	return seccomp.Filter{
 		NoNewPrivs: true,
+		Flag:       seccomp.FilterFlagTSync,
 		Policy: seccomp.Policy{
 			DefaultAction: seccomp.ActionAllow,
 			Syscalls: []seccomp.SyscallGroup{

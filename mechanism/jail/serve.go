@@ -54,19 +54,17 @@ type server struct {
 	early   map[int]unix.WaitStatus
 }
 
-// serveMain is the init after it dropped privileges: pid 1 of the sandbox,
+// serve is the init after it dropped privileges: pid 1 of the sandbox,
 // reaping every orphan and starting commands on request.
-func serveMain() error {
-	var cfg launchConfig
-	if err := json.Unmarshal([]byte(os.Getenv("MANAGOAT_JAIL_CONFIG")), &cfg); err != nil {
-		return fmt.Errorf("serve config: %w", err)
-	}
+func serve(cfg launchConfig) error {
 	// pid 1 of a pid namespace receives from inside only the signals it
 	// handles; ignoring them means a workload cannot stop its init.
 	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
 		syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
 		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO)
-	prewarmThreads(8)
+	if cfg.Pids > 0 {
+		prewarmThreads(8)
+	}
 	sigch := make(chan os.Signal, 64)
 	signal.Notify(sigch, syscall.SIGCHLD)
 	s := &server{cfg: cfg, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
@@ -99,19 +97,24 @@ func serveMain() error {
 // prewarmThreads makes the runtime create n OS threads now and keep them
 // idle. Under a pids cap a workload can exhaust the cgroup's tasks; the Go
 // runtime aborts when it cannot create a thread it needs, so the init must
-// never need a new one later.
+// never need a new one later. Each goroutine holds its thread until all
+// are held, so each gets a thread of its own.
 func prewarmThreads(n int) {
-	var wg sync.WaitGroup
+	var held, wg sync.WaitGroup
+	release := make(chan struct{})
+	held.Add(n)
+	wg.Add(n)
 	for range n {
-		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
-			ts := unix.NsecToTimespec(int64(500 * time.Microsecond))
-			_ = unix.Nanosleep(&ts, nil)
+			held.Done()
+			<-release
 			runtime.UnlockOSThread()
 		}()
 	}
+	held.Wait()
+	close(release)
 	wg.Wait()
 }
 
