@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -433,4 +434,20 @@ func TestJailKill9AndRestart(t *testing.T) {
 	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"again"}}, sandbox.ExecOptions{}); err != nil || string(res.Output) != "again\n" {
 		t.Fatalf("exec after a mechanism stop: %q %v", res.Output, err)
 	}
+}
+
+// TestConformanceOCI: the suite on mechanism/oci with runc (root only).
+func TestConformanceOCI(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("runc")
+	testenv.Require(t, err == nil, "runc is not installed")
+	if testing.Short() {
+		t.Skip("the suite on runc takes about 10 s; run without -short")
+	}
+	p, err := New(Config{StateDir: t.TempDir(), MechanismName: "oci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	sandboxtest.Run(t, shortGrace{p}, fixtures(), sandboxtest.WithDir("/home/sprite"), sandboxtest.WithTimeout(5*time.Second))
 }

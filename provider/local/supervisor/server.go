@@ -434,12 +434,15 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 		spec.Stdin = inR
 	}
 	proc, err := s.b.StartProcess(ctx, spec)
-	outW.Close()
-	errW.Close()
+	// The write ends stay open until the process was waited for: a
+	// mechanism that copies through its own pipes (oci's stderr filter)
+	// writes into them until then.
 	if inR != nil {
 		inR.Close()
 	}
 	if err != nil {
+		outW.Close()
+		errW.Close()
 		w.Close()
 		outR.Close()
 		errR.Close()
@@ -464,7 +467,7 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.run(sess, outR, errR)
+		s.run(sess, outR, errR, outW, errW)
 	}()
 	return response{ID: id, Pid: proc.Pid()}
 }
@@ -570,12 +573,14 @@ func pumpCopy(sess *session, f *os.File, k journal.Kind, max int) {
 // (a background child may hold the pipes open).
 const drainGrace = 250 * time.Millisecond
 
-func (s *server) run(sess *session, outR, errR *os.File) {
+func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 	var pumps sync.WaitGroup
 	pumps.Add(2)
 	go func() { defer pumps.Done(); pump(sess, outR, journal.KindStdout, 1<<20) }()
 	go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
 	code, sig, err := sess.proc.Wait()
+	outW.Close()
+	errW.Close()
 	if err != nil && code == 0 && sig == 0 {
 		s.log.Warn("session wait", "id", sess.id, "err", err)
 		code = -1
