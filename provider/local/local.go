@@ -192,6 +192,7 @@ func New(cfg Config) (*Provider, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Provider{state: state, mech: m, log: log}
+	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint)
 	return p, nil

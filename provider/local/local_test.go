@@ -451,3 +451,37 @@ func TestConformanceOCI(t *testing.T) {
 	t.Cleanup(func() { destroyAll(p) })
 	sandboxtest.Run(t, shortGrace{p}, fixtures(), sandboxtest.WithDir("/home/sprite"), sandboxtest.WithTimeout(5*time.Second))
 }
+
+// Leftovers of a process killed mid-Create or mid-Destroy are swept once
+// they are old enough; a live sandbox is never touched.
+func TestSweep(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "live", sandbox.CreateOptions{})
+	old := time.Now().Add(-2 * sweepAge)
+	// An instance nobody refers to, a record under construction, a trash record.
+	orphan := p.instanceDir("deadbeef00000000")
+	os.MkdirAll(filepath.Join(orphan, "home"), 0o700)
+	newRec := filepath.Join(p.StateDir(), "tmp", "new-0123456789abcdef")
+	os.MkdirAll(newRec, 0o700)
+	young := p.instanceDir("0123456789abcdef")
+	os.MkdirAll(young, 0o700)
+	for _, d := range []string{orphan, newRec} {
+		os.Chtimes(d, old, old)
+	}
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphan instance kept: %v", err)
+	}
+	if _, err := os.Stat(newRec); !os.IsNotExist(err) {
+		t.Fatalf("old record under construction kept: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Fatalf("young instance swept: %v", err)
+	}
+	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("live sandbox harmed: %v %v", res, err)
+	}
+}

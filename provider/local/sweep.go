@@ -1,0 +1,116 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/provider/local/supervisor"
+)
+
+// sweepAge is how old leftovers must be before Sweep removes them, so a
+// creation or destruction in flight in another process is never touched.
+const sweepAge = time.Minute
+
+// Sweep finishes what a process killed in the middle of Create or Destroy
+// left behind: records under construction, destroyed records not yet
+// removed, and instances (disks and mechanism sandboxes) that no sandbox
+// refers to. None of these is visible to ListAllNames; Sweep releases
+// their resources. Only leftovers older than a minute are touched. New
+// calls it.
+func (p *Provider) Sweep(ctx context.Context) error {
+	tmp := filepath.Join(p.state, "tmp")
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return stateErr("sweep", err)
+	}
+	old := func(path string) bool {
+		st, err := os.Lstat(path)
+		return err == nil && time.Since(st.ModTime()) > sweepAge
+	}
+	inFlight := map[string]bool{}
+	for _, e := range ents {
+		path := filepath.Join(tmp, e.Name())
+		switch {
+		case strings.HasPrefix(e.Name(), "trash-"):
+			if !old(path) {
+				inFlight[strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]] = true
+				continue
+			}
+			if r, err := readRecord(path); err == nil {
+				_ = (supervisor.Client{Dir: path}).Shutdown(ctx, true)
+				if m, err := p.mechFor(r); err == nil {
+					_ = m.Destroy(ctx, r.InstanceID)
+				}
+				_ = os.RemoveAll(p.instanceDir(r.InstanceID))
+			}
+			_ = os.RemoveAll(path)
+		case strings.HasPrefix(e.Name(), "new-"):
+			iid := strings.TrimPrefix(e.Name(), "new-")
+			if !old(path) {
+				inFlight[iid] = true
+				continue
+			}
+			_ = os.RemoveAll(path) // the instance is swept below
+		case strings.HasPrefix(e.Name(), "probe-") && old(path):
+			_ = os.Remove(path)
+		}
+	}
+	// Instances no sandbox refers to.
+	used := map[string]bool{}
+	names, err := p.ListAllNames(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if r, _, err := p.load(n); err == nil {
+			used[r.InstanceID] = true
+		}
+	}
+	insts, err := os.ReadDir(filepath.Join(p.state, "instances"))
+	if err != nil {
+		return stateErr("sweep", err)
+	}
+	for _, e := range insts {
+		iid := e.Name()
+		path := p.instanceDir(iid)
+		if used[iid] || inFlight[iid] || !old(path) {
+			continue
+		}
+		// Re-check: a sandbox may have claimed it since the listing.
+		if p.instanceUsed(iid) {
+			continue
+		}
+		_ = p.mech.Destroy(ctx, iid)
+		_ = os.RemoveAll(path)
+	}
+	return nil
+}
+
+func (p *Provider) instanceUsed(iid string) bool {
+	names, err := p.ListAllNames(context.Background())
+	if err != nil {
+		return true
+	}
+	for _, n := range names {
+		if r, _, err := p.load(n); err != nil || r.InstanceID == iid {
+			return true
+		}
+	}
+	return false
+}
+
+func readRecord(dir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
