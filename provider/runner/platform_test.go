@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -605,4 +606,48 @@ func TestHugeFrameClosesSocket(t *testing.T) {
 		t.Fatalf("caller after a huge frame: %v", err)
 	}
 	pl.offline(t)
+}
+
+// GET /api/runners lists the online runners; DELETE /api/runners/<id>
+// closes the runner's socket with 4404 (the daemon re-registers).
+func TestListAndDeleteEndpoints(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	do := func(method, path, key string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(method, pl.ts.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp, []byte(b.String())
+	}
+	resp, body := do("GET", prov.ListPath, token)
+	var list struct {
+		Data []prov.Info `json:"data"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &list) != nil || len(list.Data) != 1 || list.Data[0].ID != id || list.Data[0].Name != "test-runner" {
+		t.Fatalf("list: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := do("GET", prov.ListPath, "wrong"); resp.StatusCode != 401 {
+		t.Fatalf("list without a key: %d", resp.StatusCode)
+	}
+	if resp, _ := do("DELETE", prov.ListPath+"/nope", token); resp.StatusCode != 404 {
+		t.Fatalf("delete unknown: %d", resp.StatusCode)
+	}
+	first := pl.host.Whereis(id)
+	if resp, _ := do("DELETE", prov.ListPath+"/"+id, token); resp.StatusCode != 204 {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	<-first.Done()
+	waitFor(t, "re-registration", 10*time.Second, func() bool {
+		c := pl.host.Whereis(id)
+		return c != nil && c != first
+	})
 }

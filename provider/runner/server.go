@@ -70,8 +70,9 @@ type ServerConfig struct {
 }
 
 // Server is the platform end: an http.Handler for the daemon's WebSocket
-// (wire.Path), the CLI proxy (ProxyPath) and the runner list (ListPath),
-// and a Caller over its Host's connections.
+// (wire.Path), the CLI proxy (ProxyPath), the runner list (GET ListPath) and
+// forgetting a runner (DELETE ListPath/<id>, which closes its socket with
+// 4404), and a Caller over its Host's connections.
 type Server struct {
 	cfg ServerConfig
 	log *slog.Logger
@@ -164,8 +165,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case ListPath:
 		s.serveList(w, r)
 	default:
+		if id, ok := strings.CutPrefix(r.URL.Path, ListPath+"/"); ok && r.Method == http.MethodDelete && !strings.Contains(id, "/") {
+			s.serveDelete(w, r, id)
+			return
+		}
 		http.NotFound(w, r)
 	}
+}
+
+// serveDelete is DELETE /api/runners/<id>: the runner's live socket, if it
+// is the caller's, is closed with 4404 "runner deleted" (204); otherwise 404.
+func (s *Server) serveDelete(w http.ResponseWriter, r *http.Request, id string) {
+	account, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	c := s.cfg.Host.Whereis(id)
+	if c == nil || c.Info().Account != account {
+		httpError(w, http.StatusNotFound, "not_found", "no such runner online")
+		return
+	}
+	c.Close(wire.CloseDeleted, "runner deleted")
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
