@@ -28,8 +28,13 @@
 // next attach or stdin takes it back from the provider, replaying from byte
 // zero (the original kept every journal in memory for the daemon's life,
 // D6). Output the provider replays after such an attach's reply reaches the
-// platform untagged, as live frames; as the attacher is then the session's
-// only listener, every byte still arrives exactly once and in order.
+// platform untagged, as live frames; the platform had no listener left on
+// that session, so every listener still gets every byte exactly once, in
+// order.
+//
+// Keep-alive (the later original's fix for half-open sockets): the daemon
+// pings the platform every PingInterval and reconnects when a ping goes
+// unanswered for PingTimeout.
 //
 // Sessions outlive the socket and the daemon: stopping the daemon detaches
 // its upstream Commands locally and never terminates a session, so with
