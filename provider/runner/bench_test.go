@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/managoat/managoat/provider/fake"
 	prov "github.com/managoat/managoat/provider/runner"
@@ -174,19 +178,66 @@ func BenchmarkStdoutStreaming(b *testing.B) {
 		}
 		return time.Since(start)
 	}
+	// The ceiling the library sets: the same payload as bare coder/websocket
+	// text frames of the size our frames have (base64 of 32 KiB plus JSON),
+	// client to server, with no encoding at all.
+	bare := func() time.Duration {
+		done := make(chan int, 1)
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ws, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				done <- 0
+				return
+			}
+			ws.SetReadLimit(wire.ReadLimit)
+			var buf bytes.Buffer
+			n := 0
+			for n < total {
+				_, rd, err := ws.Reader(context.Background())
+				if err != nil {
+					break
+				}
+				buf.Reset()
+				m, _ := buf.ReadFrom(rd)
+				n += int(m) * 3 / 4
+			}
+			_ = ws.CloseNow()
+			done <- n
+		}))
+		defer ts.Close()
+		start := time.Now()
+		ws, _, err := websocket.Dial(context.Background(), strings.Replace(ts.URL, "http", "ws", 1), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		msg := bytes.Repeat([]byte("x"), base64.StdEncoding.EncodedLen(wire.MaxChunk))
+		for n := 0; n < total; n += wire.MaxChunk {
+			if err := ws.Write(context.Background(), websocket.MessageText, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-done
+		d := time.Since(start)
+		_ = ws.CloseNow()
+		return d
+	}
 	stream()
 	tcp()
+	bare()
 	b.ResetTimer()
-	var ws, raw time.Duration
+	var ws, raw, bws time.Duration
 	for i := 0; i < b.N; i++ {
 		ws += stream()
 		raw += tcp()
+		bws += bare()
 	}
 	b.StopTimer()
 	mbps := func(d time.Duration) float64 { return float64(total) * float64(b.N) / d.Seconds() / (1 << 20) }
 	b.ReportMetric(mbps(ws), "wire-MiB/s")
 	b.ReportMetric(mbps(raw), "tcp-MiB/s")
+	b.ReportMetric(mbps(bws), "bare-ws-MiB/s")
 	b.ReportMetric(100*float64(raw)/float64(ws), "pct-of-tcp")
+	b.ReportMetric(100*float64(bws)/float64(ws), "pct-of-bare-ws")
 	b.SetBytes(total)
 }
 
