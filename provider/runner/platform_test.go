@@ -651,3 +651,71 @@ func TestListAndDeleteEndpoints(t *testing.T) {
 		return c != nil && c != first
 	})
 }
+
+// Invariant 11: stdin totality. not_found and command_exited are
+// ErrCommandExited; a transport failure is WriteFailed; close_stdin
+// tolerates a gone session; Stop is total.
+func TestStdinMapping(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	rd, _, err := dialRaw(t, pl, "raw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.online(t)
+	p := pl.srv.Provider()
+	_, h := rawName(t, id)
+	ctx := context.Background()
+	spawned := make(chan *sandbox.Command, 1)
+	go func() {
+		c, _ := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh"}, sandbox.SpawnOptions{Stdin: true})
+		spawned <- c
+	}()
+	sp := rd.next()
+	rd.send(sprintf(`{"id":%d,"ok":true,"result":{"session_id":"s-5"}}`, sp.ID))
+	c := <-spawned
+	answer := func(reply string, call func() error) error {
+		t.Helper()
+		errc := make(chan error, 1)
+		go func() { errc <- call() }()
+		r := rd.next()
+		if r.SessionID != "s-5" || r.Name != h.Name {
+			t.Fatalf("request %+v", r)
+		}
+		rd.send(sprintf(reply, r.ID))
+		return <-errc
+	}
+	write := func() error { return c.WriteStdin(ctx, []byte("x")) }
+	closeIn := func() error { return c.CloseStdin(ctx) }
+	if err := answer(`{"id":%d,"ok":false,"error":"not_found","detail":""}`, write); !errors.Is(err, sandbox.ErrCommandExited) {
+		t.Errorf("not_found: %v", err)
+	}
+	if err := answer(`{"id":%d,"ok":false,"error":"command_exited","detail":""}`, write); !errors.Is(err, sandbox.ErrCommandExited) {
+		t.Errorf("command_exited: %v", err)
+	}
+	var inv *sandbox.InvalidError
+	if err := answer(`{"id":%d,"ok":false,"error":"invalid","detail":"bad"}`, write); !errors.As(err, &inv) {
+		t.Errorf("invalid: %v", err)
+	}
+	if err := answer(`{"id":%d,"ok":false,"error":"not_found","detail":""}`, closeIn); err != nil {
+		t.Errorf("close_stdin not_found: %v", err)
+	}
+	if err := answer(`{"id":%d,"ok":false,"error":"command_exited","detail":""}`, closeIn); err != nil {
+		t.Errorf("close_stdin command_exited: %v", err)
+	}
+	// No answer within the caller's deadline: WriteFailed{runner_timeout}.
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	var wf *sandbox.WriteFailedError
+	if err := c.WriteStdin(tctx, []byte("x")); !errors.As(err, &wf) || !isReason(err, prov.ReasonTimeout) {
+		t.Errorf("timeout: %v", err)
+	}
+	rd.next() // the unanswered stdin
+	_ = c.Stop()
+	_ = c.Stop()
+	if r := rd.next(); r.Op != wire.OpDetach || r.ID != 0 {
+		t.Fatalf("stop: %+v", r)
+	}
+	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sandbox.ErrCommandExited) {
+		t.Errorf("after stop: %v", err)
+	}
+}
