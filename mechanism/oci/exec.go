@@ -146,8 +146,11 @@ type execution struct {
 	hostPid int // the runtime exec process (group leader)
 }
 
-// running checks that id is a running sandbox of this mechanism.
-func (m *Mechanism) running(ctx context.Context, id string) (*sandbox, *ccgroup, error) {
+// running loads a sandbox to run a command in, and its cgroup (nil when
+// its init is not there). Whether the container runs is left to the
+// runtime's exec (one runtime call per command); explain says why it
+// could not run.
+func (m *Mechanism) running(id string) (*sandbox, *ccgroup, error) {
 	if err := mechanism.ValidateID(id); err != nil {
 		return nil, nil, mechanism.CouldNotRun("invalid id", err)
 	}
@@ -161,18 +164,20 @@ func (m *Mechanism) running(ctx context.Context, id string) (*sandbox, *ccgroup,
 	if m.rt.path() == "" {
 		return nil, nil, mechanism.CouldNotRun(m.refuseRuntime().Error(), mechanism.ErrNotRunning)
 	}
-	st, err := m.state(ctx, id)
-	if err != nil {
-		if errors.Is(err, errNoContainer) {
-			return nil, nil, mechanism.CouldNotRun("sandbox "+id+" is not running", mechanism.ErrNotRunning)
-		}
-		return nil, nil, mechanism.CouldNotRun("runtime state", err)
+	return sb, m.cgroupOf(sb), nil
+}
+
+// explain turns a runtime exec that failed before the command started
+// into a *CouldNotRunError, naming a sandbox that is not running.
+func (m *Mechanism) explain(id string, err error) error {
+	st, serr := m.state(context.Background(), id)
+	switch {
+	case errors.Is(serr, errNoContainer):
+		return mechanism.CouldNotRun("sandbox "+id+" is not running", mechanism.ErrNotRunning)
+	case serr == nil && st.Status != "running":
+		return mechanism.CouldNotRun("sandbox "+id+" is "+st.Status, mechanism.ErrNotRunning)
 	}
-	if st.Status != "running" {
-		return nil, nil, mechanism.CouldNotRun("sandbox "+id+" is "+st.Status, mechanism.ErrNotRunning)
-	}
-	cg, _ := containerCgroup(st.Pid)
-	return sb, cg, nil
+	return err
 }
 
 // workdir resolves a working directory (default Home; relative to Home).
@@ -249,7 +254,7 @@ func (m *Mechanism) spawn(ctx context.Context, id string, cg *ccgroup, argv, env
 	if rtOut == "" {
 		rtOut = fmt.Sprintf("exit %d before the command started", ex.code)
 	}
-	return nil, mechanism.CouldNotRun(m.rt.name+" exec: "+rtOut, nil)
+	return nil, m.explain(id, mechanism.CouldNotRun(m.rt.name+" exec: "+rtOut, nil))
 }
 
 // signal sends sig to the command's process group inside the container.
@@ -310,7 +315,7 @@ func (ex *execution) stop(sig syscall.Signal) {
 // Execute implements mechanism.Mechanism: the runtime's exec enters the
 // running container; see the package doc for the outcomes.
 func (m *Mechanism) Execute(ctx context.Context, id string, argv []string, opts mechanism.ExecOptions) (mechanism.Completion, error) {
-	sb, cg, err := m.running(ctx, id)
+	sb, cg, err := m.running(id)
 	if err != nil {
 		return mechanism.Completion{}, err
 	}
@@ -437,7 +442,7 @@ func (p *process) Wait() (mechanism.ExitState, error) {
 // that removes the start marker). The sandbox's wall-clock budget does not
 // apply.
 func (m *Mechanism) StartProcess(ctx context.Context, id string, spec mechanism.ProcessSpec) (mechanism.Process, error) {
-	sb, cg, err := m.running(ctx, id)
+	sb, cg, err := m.running(id)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -307,7 +308,9 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 		return err
 	}
 	defer log.Close()
-	cmd := m.command(ctx, "create", "--bundle", m.bundle(sb.ID), sb.ID)
+	pidFile := filepath.Join(m.dir(sb.ID), "init.pid")
+	_ = os.Remove(pidFile)
+	cmd := m.command(ctx, "create", "--bundle", m.bundle(sb.ID), "--pid-file", pidFile, sb.ID)
 	// The container's init inherits create's stdio: a file, never a pipe
 	// (a pipe would be held open by the container for its whole life).
 	cmd.Stdout, cmd.Stderr = log, log
@@ -382,40 +385,77 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 	}
 	m.setBooting(id, true)
 	defer m.setBooting(id, false)
-	st, err := m.state(ctx, id)
-	switch {
-	case err == nil && st.Status == "running":
-		return nil
-	case err == nil && st.Status == "created":
-	case err == nil || errors.Is(err, errNoContainer):
-		if err == nil {
-			if derr := m.deleteContainer(ctx, id); derr != nil {
-				return derr
-			}
-		}
-		m.removeCgroups(ctx, sb)
-		if err := m.create(ctx, sb); err != nil {
-			return err
-		}
-	default:
-		return err
-	}
+	// The common case is a created container (Provision, or a Start after
+	// Stop that recreated it): start it at once and ask the runtime's state
+	// only when that fails.
 	if _, err := m.run(ctx, "start", id); err != nil {
-		_ = m.deleteContainer(context.Background(), id)
-		return err
+		st, serr := m.state(ctx, id)
+		switch {
+		case serr == nil && st.Status == "running":
+			return nil
+		case serr == nil && st.Status == "created":
+			return err
+		case serr == nil || errors.Is(serr, errNoContainer):
+			if serr == nil {
+				if derr := m.deleteContainer(ctx, id); derr != nil {
+					return derr
+				}
+			}
+			m.removeCgroups(ctx, sb)
+			if err := m.create(ctx, sb); err != nil {
+				return err
+			}
+			if _, err := m.run(ctx, "start", id); err != nil {
+				_ = m.deleteContainer(context.Background(), id)
+				return err
+			}
+		default:
+			return serr
+		}
 	}
-	st, err = m.state(ctx, id)
+	pid, err := m.initPid(id)
+	if err == nil {
+		err = m.verify(pid, sb.Spec)
+	}
 	if err != nil {
 		_ = m.deleteContainer(context.Background(), id)
 		return err
 	}
-	if st.Status != "running" {
-		_ = m.deleteContainer(context.Background(), id)
-		return fmt.Errorf("oci: %s started %s but it is %s", m.rt.name, id, st.Status)
+	return nil
+}
+
+// initPid is the host pid of the container's init (or of gVisor's
+// sandbox), written by the runtime at create.
+func (m *Mechanism) initPid(id string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(m.dir(id), "init.pid"))
+	if err != nil {
+		return 0, err
 	}
-	if err := m.verify(st.Pid, sb.Spec); err != nil {
-		_ = m.deleteContainer(context.Background(), id)
-		return err
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("oci: bad init.pid %q", b)
+	}
+	return pid, nil
+}
+
+// cgroupOf returns the running container's cgroup, or nil when its init
+// is gone (or the pid now belongs to a process outside the container).
+func (m *Mechanism) cgroupOf(sb *sandbox) *ccgroup {
+	pid, err := m.initPid(sb.ID)
+	if err != nil {
+		return nil
+	}
+	cg, err := containerCgroup(pid)
+	if err != nil {
+		return nil
+	}
+	for _, d := range cg.v1 {
+		if filepath.Base(d) == sb.Cgroup {
+			return cg
+		}
+	}
+	if filepath.Base(cg.v2) == sb.Cgroup {
+		return cg
 	}
 	return nil
 }

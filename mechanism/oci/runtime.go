@@ -185,3 +185,4 @@ func (m *Mechanism) deleteContainer(ctx context.Context, id string) error {
 	}
 	return err
 }
+
