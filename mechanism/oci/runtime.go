@@ -185,4 +185,3 @@ func (m *Mechanism) deleteContainer(ctx context.Context, id string) error {
 	}
 	return err
 }
-
