@@ -220,7 +220,18 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	for name, p := range benchProviders(b) {
+	ps := benchProviders(b)
+	for _, mech := range []string{"trusted", "jail"} {
+		if _, ok := ps[mech]; !ok {
+			continue
+		}
+		p, err := New(Config{StateDir: b.TempDir(), MechanismName: mech, LazySupervisor: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps[mech+"-lazy"] = p
+	}
+	for name, p := range ps {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			var ours, base, create time.Duration

@@ -113,6 +113,13 @@ type Config struct {
 	MechanismName string
 	// Logger receives the provider's logs; nil discards them.
 	Logger *slog.Logger
+	// LazySupervisor makes Create start the mechanism's sandbox in this
+	// process and leave the supervisor for the first operation that needs
+	// it (Spawn, Attach's stdin, Suspend, Resume, TerminateSession):
+	// create, exec and destroy of an ephemeral sandbox then start no
+	// supervisor at all. Get reports such a sandbox running from the
+	// mechanism's own status while no supervisor runs.
+	LazySupervisor bool
 }
 
 // DefaultStateDir is $MANAGOAT_HOME, else /var/lib/managoat for root, else
@@ -141,6 +148,7 @@ type Provider struct {
 	mech  mechanism.Mechanism
 	log   *slog.Logger
 	caps  sandbox.Capabilities
+	lazy  bool
 }
 
 var (
@@ -191,7 +199,7 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{state: state, mech: m, log: log}
+	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor}
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint)
@@ -222,6 +230,8 @@ type record struct {
 	Mechanism  string         `json:"mechanism"`
 	Limits     sandbox.Limits `json:"limits"`
 	CreatedAt  time.Time      `json:"created_at"`
+	// Lazy: created without a supervisor (Config.LazySupervisor).
+	Lazy bool `json:"lazy,omitempty"`
 }
 
 func (p *Provider) sandboxDir(name string) string { return filepath.Join(p.state, "sandboxes", name) }
@@ -330,7 +340,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		undoInstance()
 	}
 	tmp := filepath.Join(p.state, "tmp", "new-"+iid)
-	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC()}
+	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		undo()
@@ -352,7 +362,11 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		return nil, stateErr("create record", err)
 	}
 	dir := p.sandboxDir(name)
-	if err := supervisor.Launch(ctx, dir); err != nil {
+	start := func() error { return supervisor.Launch(ctx, dir) }
+	if p.lazy {
+		start = func() error { return p.mech.Start(ctx, iid) }
+	}
+	if err := start(); err != nil {
 		// Creation failed: leave nothing behind.
 		_ = p.destroy(context.WithoutCancel(ctx), name)
 		return nil, mechErr("start", err)
@@ -425,6 +439,8 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	raw["mechanism_status"] = ms
 	_, suspended := os.Stat(filepath.Join(dir, supervisor.SuspendedName))
 	switch {
+	case errors.Is(perr, supervisor.ErrNoSupervisor) && r.Lazy && ms == mechanism.StatusRunning:
+		status, raw["state"] = sandbox.StatusRunning, "running"
 	case errors.Is(perr, supervisor.ErrNoSupervisor):
 		status, raw["state"] = sandbox.StatusSuspended, "stopped"
 	case perr != nil:
@@ -553,6 +569,20 @@ func (p *Provider) ensureRunning(ctx context.Context, r *record, dir string) err
 	return nil
 }
 
+// ensureExecutable is ensureRunning for Exec: a lazily created sandbox
+// whose mechanism sandbox runs, with no supervisor and not suspended, needs
+// nothing more.
+func (p *Provider) ensureExecutable(ctx context.Context, r *record, m mechanism.Mechanism, dir string) error {
+	if r.Lazy {
+		if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); errors.Is(err, os.ErrNotExist) {
+			if st, err := m.Status(ctx, r.InstanceID); err == nil && st == mechanism.StatusRunning {
+				return nil
+			}
+		}
+	}
+	return p.ensureRunning(ctx, r, dir)
+}
+
 // supErr maps a supervisor client error into the taxonomy.
 func supErr(err error) error {
 	var se *supervisor.Error
@@ -589,11 +619,19 @@ func supErr(err error) error {
 // Suspend stops every live session's processes (SIGSTOP), keeping them and
 // the disk; Resume continues them. A stopped sandbox is already parked.
 func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
-	_, dir, err := p.handle(h)
+	r, dir, err := p.handle(h)
 	if err != nil {
 		return err
 	}
 	err = supervisor.Client{Dir: dir}.Suspend(ctx)
+	if errors.Is(err, supervisor.ErrNoSupervisor) && r.Lazy {
+		// A lazily created sandbox runs without a supervisor: start one
+		// so the suspension is recorded and undone by Resume.
+		if err := supervisor.Launch(ctx, dir); err != nil {
+			return mechErr("start", err)
+		}
+		err = supervisor.Client{Dir: dir}.Suspend(ctx)
+	}
 	if errors.Is(err, supervisor.ErrNoSupervisor) {
 		return nil
 	}
@@ -868,7 +906,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	if err != nil {
 		return sandbox.ExecResult{}, mechErr("exec", err)
 	}
-	if err := p.ensureRunning(ctx, r, dir); err != nil {
+	if err := p.ensureExecutable(ctx, r, m, dir); err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)

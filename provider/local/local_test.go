@@ -485,3 +485,31 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("live sandbox harmed: %v %v", res, err)
 	}
 }
+
+// TestConformanceTrustedLazy: the suite with Config.LazySupervisor.
+func TestConformanceTrustedLazy(t *testing.T) {
+	dir := t.TempDir()
+	p, err := New(Config{StateDir: dir, MechanismName: "trusted", LazySupervisor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	ctx := context.Background()
+	h, err := p.Create(ctx, "lazy", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := supervisorPid(ctx, p, h); !errors.Is(err, supervisor.ErrNoSupervisor) {
+		t.Fatalf("a lazy Create started a supervisor: %v", err)
+	}
+	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v %v", res, err)
+	}
+	if _, err := supervisorPid(ctx, p, h); !errors.Is(err, supervisor.ErrNoSupervisor) {
+		t.Fatalf("a lazy Exec started a supervisor: %v", err)
+	}
+	if info, err := p.Get(ctx, h); err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get = %v %v", info, err)
+	}
+	sandboxtest.Run(t, homeWriter{p}, fixtures())
+}
