@@ -143,3 +143,31 @@ func TestDestroyEndsAttachedSessions(t *testing.T) {
 		t.Fatalf("get after destroy: %v", err)
 	}
 }
+
+// A caller that cancels (or times out) never takes the runner's socket
+// down for everyone else.
+func TestCancelledCallersKeepTheSocket(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	conn := pl.host.Whereis(id)
+	p := pl.srv.Provider()
+	h, err := p.Create(context.Background(), namer(id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*50*time.Microsecond)
+		_ = p.WriteFile(ctx, h, "big", big, sandbox.WriteFileOptions{})
+		cancel()
+	}
+	if _, err := p.Get(context.Background(), h); err != nil {
+		t.Fatalf("after cancelled callers: %v", err)
+	}
+	if pl.host.Whereis(id) != conn {
+		t.Fatal("the socket was replaced: a cancelled caller closed it")
+	}
+}

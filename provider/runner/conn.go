@@ -174,8 +174,12 @@ func ctxErr(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (c *Conn) write(ctx context.Context, b []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, c.writeTimeout)
+// write sends one frame. It deliberately ignores the caller's context:
+// coder/websocket closes the whole connection when a write's context ends
+// mid-frame, and one caller's cancel must not cut off every other caller.
+// Only a socket stuck for WriteTimeout is given up (and closed).
+func (c *Conn) write(_ context.Context, b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.writeTimeout)
 	defer cancel()
 	return c.ws.Write(ctx, websocket.MessageText, b)
 }
