@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -512,4 +513,39 @@ func TestConformanceTrustedLazy(t *testing.T) {
 		t.Fatalf("Get = %v %v", info, err)
 	}
 	sandboxtest.Run(t, homeWriter{p}, fixtures())
+}
+
+// Exec returns the whole output, past the mechanism's 1 MiB capture cap,
+// in order with stderr when merged.
+func TestExecLargeOutput(t *testing.T) {
+	ps := map[string]*Provider{"trusted": newTrusted(t)}
+	if os.Geteuid() == 0 {
+		ps["jail"] = newJail(t)
+	}
+	for name, p := range ps {
+		ctx := context.Background()
+		h, err := p.Create(ctx, "big", sandbox.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "head -c 3000000 /dev/zero; echo end >&2"}}, sandbox.ExecOptions{StderrToStdout: true})
+		// Two pipes: the order across stdout and stderr is the order the
+		// chunks were read, which a scheduler may change.
+		if err != nil || len(res.Output) != 3000004 || !bytes.Contains(res.Output, []byte("end\n")) {
+			t.Fatalf("%s: exec output %d bytes, %v", name, len(res.Output), err)
+		}
+		var iv *sandbox.InvalidError
+		if _, err := p.Exec(ctx, h, sandbox.Cmd{Name: "no-such-binary-xyz"}, sandbox.ExecOptions{}); !errors.As(err, &iv) {
+			t.Fatalf("%s: exec of a missing binary = %v, want Invalid (never an exit code)", name, err)
+		}
+		if c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "no-such-binary-xyz"}, sandbox.SpawnOptions{}); !errors.As(err, &iv) {
+			if c != nil {
+				c.Stop()
+			}
+			t.Fatalf("%s: spawn of a missing binary = %v, want Invalid", name, err)
+		}
+		if ss, _ := p.ListSessions(ctx, h); len(ss) != 0 {
+			t.Fatalf("%s: a session that never started is listed: %+v", name, ss)
+		}
+	}
 }
