@@ -137,9 +137,12 @@ func TestRetryAndBackoffReset(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if k%2 == 0 {
+			switch {
+			case k%2 == 0:
 				_ = ws.Close(websocket.StatusNormalClosure, "bye")
-			} else {
+			case k == 7:
+				_ = ws.Close(wire.CloseDuplicate, "a runner named laptop is already connected")
+			default:
 				_ = ws.Close(wire.CloseDeleted, "runner deleted")
 			}
 		}
@@ -167,10 +170,10 @@ func TestRetryAndBackoffReset(t *testing.T) {
 		{1, 5 * time.Millisecond, false, "already connected"},
 		{2, 10 * time.Millisecond, false, "already connected"},
 		{3, 20 * time.Millisecond, false, "HTTP 502"},
-		{0, 5 * time.Millisecond, true, ""},             // k=4: clean close resets
-		{1, 5 * time.Millisecond, false, "was deleted"}, // k=5: 4404 is retryable
-		{0, 5 * time.Millisecond, true, ""},             // k=6
-		{1, 5 * time.Millisecond, false, "re-register"}, // k=7
+		{0, 5 * time.Millisecond, true, ""},                   // k=4: clean close resets
+		{1, 5 * time.Millisecond, false, "was deleted"},       // k=5: 4404 is retryable
+		{0, 5 * time.Millisecond, true, ""},                   // k=6
+		{1, 5 * time.Millisecond, false, "already connected"}, // k=7: 4409 is retryable
 	}
 	for i, w := range want {
 		r := rs[i]
