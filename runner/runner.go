@@ -343,3 +343,34 @@ func (d *Daemon) Held() int {
 	defer d.mu.Unlock()
 	return len(d.sessions)
 }
+
+// DefaultName derives a runner name from a hostname, as the original did:
+// lowercase; cut at the first '.' (unless it leads); every run of characters
+// outside [a-z0-9._-] becomes '-'; leading and trailing '-', '.', '_'
+// trimmed; "runner" when nothing is left; at most 63 bytes.
+func DefaultName(hostname string) string {
+	h := strings.ToLower(hostname)
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	var b strings.Builder
+	dash := false
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			b.WriteByte(c)
+			dash = false
+		} else if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	n := strings.Trim(b.String(), "-._")
+	if n == "" {
+		n = "runner"
+	}
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
+}

@@ -626,3 +626,19 @@ func TestDetachedSessionLeavesMemory(t *testing.T) {
 		t.Fatalf("held %d after attach", d.Held())
 	}
 }
+
+func TestDefaultName(t *testing.T) {
+	for in, want := range map[string]string{
+		"MacBook-Pro.local":           "macbook-pro",
+		"Jane's Laptop":               "jane-s-laptop",
+		".hidden":                     "hidden",
+		"__":                          "runner",
+		"":                            "runner",
+		"a b  c":                      "a-b-c",
+		"x" + strings.Repeat("y", 80): "x" + strings.Repeat("y", 62),
+	} {
+		if got := runner.DefaultName(in); got != want {
+			t.Errorf("DefaultName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
