@@ -37,7 +37,9 @@
 // Spawn asks the sandbox's supervisor to start the command; the supervisor
 // owns the command's pipes and appends every chunk of stdout and stderr, in
 // the order it read them, to the session's journal (see package journal),
-// then the exit status. Spawn and Attach both read that journal from byte
+// then the exit status. (stdout and stderr are two pipes: a write to each
+// within microseconds of the other may be recorded in either order; the
+// order within each stream is exact.) Spawn and Attach both read that journal from byte
 // zero and then tail it, so every attacher, however many at once, gets the
 // whole output exactly once, and a caller that exited can come back and
 // Attach. A kill -9 of every managoat process loses no byte already
