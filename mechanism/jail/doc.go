@@ -31,29 +31,41 @@
 // tree, the manager writing its pid into cgroup.procs on v1), the limits are
 // read back and verified in force, and the sandbox is killed if they are
 // not. Every command is a descendant of the init, so every command is born
-// inside. The init then builds a tmpfs root of read-only, nosuid binds of
+// inside. The sandbox's root is a tmpfs of read-only, nosuid binds of
 // the host's /usr, /bin, /sbin, /lib* (links kept where the host is
 // merged-/usr), a generated /etc (passwd, group, hosts, resolv.conf,
 // nsswitch.conf) plus harmless read-only entries (ld.so.cache, ssl,
 // alternatives, ...; never shadow or keys), the home directory at
 // /home/sprite (read-write, nosuid, nodev), a private tmpfs /tmp, a fresh
 // /proc (kcore, keys, timer_list masked; sys, sysrq-trigger read-only), and
-// a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm);
-// pivot_roots into it, brings lo up (the only interface: network deny-all),
-// and drops privileges on one thread: every capability out of the bounding
-// set except SETUID, SETGID and KILL, no_new_privs, a Landlock ruleset
-// allowing writes only under /home/sprite, /tmp, /dev/shm and the harmless
-// devices (and scoping abstract unix sockets), and a seccomp deny-list in
-// the shape of a container runtime's default (mount, ptrace, kexec, bpf,
+// a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm),
+// with lo up (the only interface: network deny-all).
+//
+// As root, the manager starts the init from a locked OS thread that it
+// then discards: that thread enters new mount, uts, ipc and network
+// namespaces, cuts its bounding set to SETUID, SETGID and KILL, puts
+// SYS_ADMIN and NET_ADMIN in its inheritable set and sets no_new_privs,
+// then clones the init into a new pid and cgroup namespace, and builds the
+// root's tree, hostname and lo while the init's runtime starts. The init
+// pivot_roots into the tree, mounts /proc, and drops privileges on every
+// one of its threads (psx broadcasts: permitted, effective, inheritable
+// and so ambient down to the bounding set; the Landlock ruleset; the
+// seccomp filter with TSYNC): no_new_privs, a bounding set of SETUID,
+// SETGID and KILL (nothing without root), a Landlock ruleset allowing
+// writes only under /home/sprite, /tmp, /dev/shm and the harmless devices
+// (and scoping abstract unix sockets), and a seccomp deny-list in the
+// shape of a container runtime's default (mount, ptrace, kexec, bpf,
 // keyctl, module loading, namespaces, clocks, swap, reboot, perf, ...;
-// clone with namespace flags is EPERM, clone3 is ENOSYS). That thread
-// execs the init's serve stage, which inherits exactly that state, stays pid
-// 1 of the sandbox, reaps orphans and starts commands on request over a
-// unixpacket control socket. Commands run as uid:gid 1000:1000 ("sprite";
-// Config.UID/GID) with no capabilities (CapEff, CapPrm and CapAmb zero;
-// the bounding set keeps the three the init needs, unusable under
-// no_new_privs); without root they are uid 0 of a user namespace mapped to
-// the caller, with no capabilities.
+// clone with namespace flags is EPERM, clone3 is ENOSYS). Without root
+// the init builds the namespaces itself and drops its bounding set the
+// same way. The init then stays pid 1 of the sandbox, reaps orphans and
+// starts commands on request over a unixpacket control socket; every
+// command inherits that state. Commands run as uid:gid 1000:1000
+// ("sprite"; Config.UID/GID) with no capabilities (CapEff, CapPrm and
+// CapAmb zero; the bounding set keeps the three the init needs, unusable
+// under no_new_privs); without root they are uid 0 of a user namespace
+// mapped to the caller, with no capabilities. The binary starts once per
+// sandbox.
 //
 // Limits: memory (memory.limit_in_bytes or memory.max, swap capped too when
 // the host has it), pids (pids.max, counting the init's own threads, about

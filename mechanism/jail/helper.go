@@ -37,6 +37,9 @@ type launchConfig struct {
 	UID, GID int      // the workload's uid/gid when not rootless
 	Env      []string // default environment of every command
 	Pids     int64    // the sandbox's pids cap, 0 for none
+	// TreeBuilt: the manager built the mount tree, hostname and lo in
+	// the namespaces the init was born in (as root); the init only enters.
+	TreeBuilt bool
 }
 
 // Init must be the first call in main of every binary that uses this
@@ -79,9 +82,10 @@ func report(err error) {
 }
 
 // initMain runs as pid 1 of the sandbox's new namespaces, as root there.
-// It waits until the manager placed it in its cgroups, builds the root,
-// drops privileges on every one of its threads and serves: one start of
-// the binary per sandbox.
+// It waits until the manager placed it in its cgroups (and, as root, built
+// the root's tree while the init started up), enters the root, drops
+// privileges on every one of its threads and serves: one start of the
+// binary per sandbox.
 func initMain() error {
 	f := os.NewFile(fdConfig, "config")
 	var cfg launchConfig
@@ -89,7 +93,24 @@ func initMain() error {
 		return fmt.Errorf("read launch config: %w", err)
 	}
 	f.Close()
-	if err := buildRoot(cfg); err != nil {
+	if !cfg.TreeBuilt {
+		if err := buildNamespaces(cfg); err != nil {
+			return err
+		}
+	}
+	if err := enterRoot(cfg); err != nil {
+		return err
+	}
+	if err := dropPrivileges(cfg); err != nil {
+		return err
+	}
+	return serve(cfg)
+}
+
+// buildNamespaces fills the mount, uts and network namespaces of the
+// calling thread: the root's tree, the hostname, lo up.
+func buildNamespaces(cfg launchConfig) error {
+	if err := buildTree(cfg); err != nil {
 		return err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -98,10 +119,7 @@ func initMain() error {
 	if err := mechanism.LoopbackUp(); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
-	if err := dropPrivileges(cfg); err != nil {
-		return err
-	}
-	return serve(cfg)
+	return nil
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
@@ -148,7 +166,10 @@ var etcBinds = []string{
 	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
 }
 
-func buildRoot(cfg launchConfig) error {
+// buildTree builds the sandbox's root under cfg.Root in the calling
+// thread's (private) mount namespace: everything but what must be done
+// from inside the new pid namespace (see enterRoot).
+func buildTree(cfg launchConfig) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -288,21 +309,27 @@ func buildRoot(cfg launchConfig) error {
 	if err := os.Mkdir(r+"/proc", 0o555); err != nil {
 		return err
 	}
-	// Pivot.
-	old := r + "/.old"
-	if err := os.Mkdir(old, 0o700); err != nil {
+	if err := mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
 		return err
 	}
-	if err := unix.PivotRoot(r, old); err != nil {
+	return mount("", r, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m")
+}
+
+// enterRoot pivots into the root buildTree built and mounts what belongs
+// to the sandbox's pid namespace (/proc), then makes the root read-only.
+func enterRoot(cfg launchConfig) error {
+	// pivot_root(".", ".") stacks the old root on the new one; detaching
+	// it leaves the new root, with no directory for the old one.
+	if err := unix.Chdir(cfg.Root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
 	}
-	if err := unix.Chdir("/"); err != nil {
-		return err
-	}
-	if err := unix.Unmount("/.old", unix.MNT_DETACH); err != nil {
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach old root: %w", err)
 	}
-	if err := os.Remove("/.old"); err != nil {
+	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
 	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
@@ -322,10 +349,7 @@ func buildRoot(cfg launchConfig) error {
 			}
 		}
 	}
-	if err := mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
-		return err
-	}
-	return mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m")
+	return nil
 }
 
 // keepCaps are what the init keeps when the workload runs as another uid:

@@ -462,8 +462,20 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		defer unix.Close(fd)
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
+	lc := launchConfig{
+		Root: filepath.Join(dir, "root"), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
+		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
+	}
+	var tree *launchConfig
+	if !j.rootless {
+		// The starting thread enters the other namespaces and builds them.
+		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
+		lc.TreeBuilt = true
+		tree = &lc
+	}
 	cmd.SysProcAttr = sys
-	if err := startOnDiscardedThread(cmd, j.rootless); err != nil {
+	built, err := startInit(cmd, j.rootless, tree)
+	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
 	pid := cmd.Process.Pid
@@ -492,9 +504,10 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 			return fmt.Errorf("limits not in force, sandbox killed: %w", err)
 		}
 	}
-	lc := launchConfig{
-		Root: filepath.Join(dir, "root"), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
-		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
+	if built != nil {
+		if err := <-built; err != nil {
+			return fmt.Errorf("build the sandbox's root: %w", err)
+		}
 	}
 	if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
 		return fmt.Errorf("send launch config: %w", err)
@@ -530,31 +543,62 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 // up (NET_ADMIN).
 var initCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 
-// startOnDiscardedThread starts the init from a locked OS thread that the
-// runtime throws away afterwards (its credentials are changed for good).
-// As root, that thread first puts initCaps in its inheritable set, cuts
-// its bounding set to keepCaps and sets no_new_privs: the init, exec'd as
-// root, gets bounding set ∪ inheritable, so it is born with its final
-// bounding set and no_new_privs, and later has only its permitted,
-// effective and inheritable sets to lower on each of its threads.
-func startOnDiscardedThread(cmd *exec.Cmd, rootless bool) error {
-	ch := make(chan error, 1)
+// startInit starts the init from a locked OS thread that the runtime
+// throws away afterwards (its credentials and namespaces are changed for
+// good). See prepareInitThread. As root, that thread also enters new
+// mount, uts, ipc and network namespaces before the start, so the init
+// (cloned into a new pid and cgroup namespace only) is born sharing them;
+// then, while the init's runtime starts up, the thread builds the
+// sandbox's mount tree, hostname and lo there (buildNamespaces with tree),
+// and reports on the returned channel. With tree nil (rootless: a user
+// namespace cannot be entered by one thread of a process), the init
+// builds them itself and the channel is nil.
+func startInit(cmd *exec.Cmd, rootless bool, tree *launchConfig) (<-chan error, error) {
+	started := make(chan error, 1)
+	var built chan error
+	if tree != nil {
+		built = make(chan error, 1)
+	}
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
 			// Never the main thread: the runtime keeps it, state and all.
-			err := startOnDiscardedThread(cmd, rootless)
+			b, err := startInit(cmd, rootless, tree)
 			runtime.UnlockOSThread()
-			ch <- err
+			started <- err
+			if err == nil && b != nil {
+				built <- <-b
+			}
 			return
 		}
 		// Return without UnlockOSThread: the thread ends with the goroutine.
-		ch <- prepareInitThread(rootless, cmd.Start)
+		err := prepareInitThread(rootless)
+		if err == nil && tree != nil {
+			if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET); err != nil {
+				err = fmt.Errorf("unshare: %w", err)
+			}
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
+		started <- err
+		if err == nil && tree != nil {
+			built <- buildNamespaces(*tree)
+		}
 	}()
-	return <-ch
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return built, nil
 }
 
-func prepareInitThread(rootless bool, start func() error) error {
+// prepareInitThread, as root, puts initCaps in the calling thread's
+// inheritable set, cuts its bounding set to keepCaps and sets
+// no_new_privs: an init exec'd from it as root gets bounding set ∪
+// inheritable, so it is born with its final bounding set and
+// no_new_privs, and later has only its permitted, effective and
+// inheritable sets to lower on each of its threads.
+func prepareInitThread(rootless bool) error {
 	if !rootless {
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 		var data [2]unix.CapUserData
@@ -580,7 +624,7 @@ func prepareInitThread(rootless bool, start func() error) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	return start()
+	return nil
 }
 
 func hostname(id string) string {
