@@ -719,7 +719,12 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return nil, err
 	}
-	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: c.Argv(), Env: opts.Env, Dir: opts.Dir, Stdin: opts.Stdin})
+	m, err := p.mechFor(r)
+	if err != nil {
+		return nil, mechErr("spawn", err)
+	}
+	argv, env := p.command(r, m, c.Argv(), opts.Env)
+	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String()})
 	if err != nil {
 		return nil, supErr(err)
 	}
@@ -914,7 +919,8 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd, stream := sandbox.NewCommand(p, "", nil)
-	eo := mechanism.ExecOptions{Env: opts.Env, Dir: opts.Dir, LimitBytes: 1,
+	argv, env := p.command(r, m, c.Argv(), opts.Env)
+	eo := mechanism.ExecOptions{Env: env, Dir: opts.Dir, LimitBytes: 1,
 		OnOutput: func(s mechanism.Stream, chunk []byte) {
 			if s == mechanism.Stderr {
 				stream.Stderr(chunk)
@@ -931,7 +937,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		comp, err := m.Execute(ctx, r.InstanceID, c.Argv(), eo)
+		comp, err := m.Execute(ctx, r.InstanceID, argv, eo)
 		var le *mechanism.LimitExceededError
 		switch {
 		case err == nil:

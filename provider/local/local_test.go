@@ -549,3 +549,33 @@ func TestExecLargeOutput(t *testing.T) {
 		}
 	}
 }
+
+// On trusted, /home/sprite in the command line means the sandbox's home,
+// and PATH starts with the home's tool directories (runner spec §2.3, §2.4).
+func TestTrustedCommandMapping(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "map", sandbox.CreateOptions{})
+	home := p.HostPath(h, "/home/sprite")
+	res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", `echo /home/sprite/x; echo "$PATH"; echo "$npm_config_prefix"`}}, sandbox.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Output)), "\n")
+	if len(lines) != 3 || lines[0] != home+"/x" || !strings.HasPrefix(lines[1], home+"/.local/bin:"+home+"/.npm-global/bin:"+home+"/.bun/bin:") || lines[2] != home+"/.npm-global" {
+		t.Fatalf("output %q", res.Output)
+	}
+	res, err = p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", `echo "$PATH"`}}, sandbox.ExecOptions{Env: []string{"PATH=/bin"}})
+	if err != nil || string(res.Output) != "/bin\n" {
+		t.Fatalf("caller's PATH must win: %q %v", res.Output, err)
+	}
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "ls", Args: []string{"/home/sprite"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range c.Events() {
+	}
+	if ss, _ := p.ListSessions(ctx, h); len(ss) != 1 || ss[0].Command != "ls /home/sprite" {
+		t.Fatalf("sessions %+v", ss)
+	}
+}

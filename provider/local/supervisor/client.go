@@ -115,11 +115,14 @@ type SpawnRequest struct {
 	Env   []string
 	Dir   string
 	Stdin bool
+	// Command is the command line the session reports (ListSessions);
+	// "" means Argv joined by spaces.
+	Command string
 }
 
 // Spawn starts a session and returns its id once the process started.
 func (c Client) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
-	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin})
+	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command})
 	return resp.ID, err
 }
 

@@ -14,6 +14,8 @@ type request struct {
 	Env   []string `json:"env,omitempty"`
 	Dir   string   `json:"dir,omitempty"`
 	Stdin bool     `json:"stdin,omitempty"`
+	// Command is the command line sessions report; "" means Argv joined.
+	Command string `json:"command,omitempty"`
 
 	// session-addressed operations
 	ID     string `json:"id,omitempty"`

@@ -454,7 +454,11 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 		}
 		return fail(codeUnavailable, err)
 	}
-	meta := SessionMeta{ID: id, Command: strings.Join(req.Argv, " "), Argv: req.Argv,
+	line := req.Command
+	if line == "" {
+		line = strings.Join(req.Argv, " ")
+	}
+	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv,
 		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin}
 	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin,
 		changed: make(chan struct{}), exited: make(chan struct{})}
