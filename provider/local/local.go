@@ -66,6 +66,14 @@
 // reflinks where the filesystem allows. DestroyOnce is Destroy under a
 // bound, confirmed by the record's absence.
 //
+// Every command's PATH starts with the home's .local/bin, .npm-global/bin
+// and .bun/bin (npm_config_prefix is the home's .npm-global), and on a
+// mechanism whose sandboxes see host paths (trusted) /home/sprite in the
+// command line is rewritten to the sandbox's home, as the runner's trusted
+// mode did; the caller's Env overrides both. A command that cannot start is
+// Invalid{could_not_run}, never exit 127 (the trusted runner's 127 was a
+// command that did not run reported as an exit code).
+//
 // ApplyNetworkPolicy goes through the mechanism's egress update: Allow []
 // is the mechanism's deny-all; a mechanism that cannot allow specific
 // destinations (the jail: its network namespace has only lo) refuses a
