@@ -1,11 +1,14 @@
 package oci
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/managoat/managoat/mechanism"
@@ -183,45 +186,68 @@ var etcBinds = []string{
 // directory, recreated as the same symlink when a link (merged /usr).
 var runtimeDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
 
-// writeBundle writes the bundle (config.json and the rootfs skeleton) at
-// dir; the sandbox directory is later renamed so dir's final path is
-// finalDir (the config uses only paths relative to the bundle or absolute
-// host paths that do not move).
-func writeBundle(dir, finalDir string, sb *sandbox, rt runtimeInfo) error {
-	_ = finalDir
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := os.MkdirAll(rootfs, 0o755); err != nil {
-		return err
-	}
-	var mounts []ociMount
+// hostLayout is what the host offers the root: which runtime trees and
+// /etc entries exist, and as what. It decides the rootfs skeleton (shared
+// by every sandbox of a mechanism, keyed by the layout) and the mounts.
+type hostLayout struct {
+	Links    map[string]string `json:"links"`    // top-level path -> symlink target
+	Dirs     []string          `json:"dirs"`     // top-level dirs bound read-only
+	EtcLinks map[string]string `json:"etcLinks"` // /etc entry -> symlink target
+	EtcDirs  []string          `json:"etcDirs"`
+	EtcFiles []string          `json:"etcFiles"`
+}
+
+func scanHost() hostLayout {
+	h := hostLayout{Links: map[string]string{}, EtcLinks: map[string]string{}}
 	for _, p := range runtimeDirs {
 		st, err := os.Lstat(p)
-		if err != nil {
-			continue
-		}
-		dst := filepath.Join(rootfs, p)
-		if st.Mode()&os.ModeSymlink != 0 {
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(p); err == nil {
+				h.Links[p] = t
 			}
-			if err := os.Symlink(t, dst); err != nil {
-				return err
+		case st.IsDir():
+			h.Dirs = append(h.Dirs, p)
+		}
+	}
+	for _, name := range etcBinds {
+		st, err := os.Lstat("/etc/" + name)
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink("/etc/" + name); err == nil {
+				h.EtcLinks[name] = t
 			}
-			continue
+		case st.IsDir():
+			h.EtcDirs = append(h.EtcDirs, name)
+		case st.Mode().IsRegular():
+			h.EtcFiles = append(h.EtcFiles, name)
 		}
-		if !st.IsDir() {
-			continue
-		}
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+	}
+	return h
+}
+
+func (h hostLayout) key() string {
+	b, _ := json.Marshal(h)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// buildRootfs writes the read-only skeleton at dir: the merged-/usr links,
+// mount points, and the generated /etc. Nothing in it is per sandbox.
+func buildRootfs(dir string, h hostLayout) error {
+	for p, t := range h.Links {
+		if err := os.Symlink(t, filepath.Join(dir, p)); err != nil {
 			return err
 		}
-		mounts = append(mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
-	etc := filepath.Join(rootfs, "etc")
-	if err := os.MkdirAll(etc, 0o755); err != nil {
-		return err
+	for _, d := range append(h.Dirs, "/etc", mechanism.Home, "/tmp", "/proc", "/dev", "/sys", "/run", "/var", "/root") {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
 	}
+	etc := filepath.Join(dir, "etc")
 	gen := map[string]string{
 		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
@@ -235,43 +261,74 @@ func writeBundle(dir, finalDir string, sb *sandbox, rt runtimeInfo) error {
 			return err
 		}
 	}
-	for _, name := range etcBinds {
-		src := "/etc/" + name
-		st, err := os.Lstat(src)
-		if err != nil {
-			continue
-		}
-		dst := filepath.Join(etc, name)
-		if st.Mode()&os.ModeSymlink != 0 {
-			t, _ := os.Readlink(src)
-			if err := os.Symlink(t, dst); err != nil {
-				return err
-			}
-			continue
-		}
-		if st.IsDir() {
-			if err := os.Mkdir(dst, 0o755); err != nil {
-				return err
-			}
-		} else if err := os.WriteFile(dst, nil, 0o644); err != nil {
-			return err
-		}
-		mounts = append(mounts, ociMount{Destination: "/etc/" + name, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-	}
-	for _, d := range []string{"home/sprite", "tmp", "proc", "dev", "sys", "run", "var", "root"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+	for name, t := range h.EtcLinks {
+		if err := os.Symlink(t, filepath.Join(etc, name)); err != nil {
 			return err
 		}
 	}
-	if err := os.Chmod(filepath.Join(rootfs, "root"), 0o700); err != nil {
+	for _, name := range h.EtcDirs {
+		if err := os.Mkdir(filepath.Join(etc, name), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, name := range h.EtcFiles {
+		if err := os.WriteFile(filepath.Join(etc, name), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "root"), 0o700); err != nil {
 		return err
 	}
 	// runc gives a tmpfs the mode of the directory it is mounted on.
-	if err := os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777|os.ModeSticky); err != nil {
+	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777|os.ModeSticky); err != nil {
 		return err
 	}
-	if err := os.Symlink("/tmp", filepath.Join(rootfs, "var", "tmp")); err != nil {
+	return os.Symlink("/tmp", filepath.Join(dir, "var", "tmp"))
+}
+
+// rootfs returns the shared rootfs for the host's current layout, building
+// it on first use (in a temporary directory renamed into place).
+func (m *Mechanism) rootfs(h hostLayout) (string, error) {
+	dir := filepath.Join(m.base, "rootfs-"+h.key())
+	m.rootfsMu.Lock()
+	defer m.rootfsMu.Unlock()
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(m.base, "tmp"), "rootfs-")
+	if err != nil {
+		return "", err
+	}
+	if err := buildRootfs(tmp, h); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("oci: build rootfs: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr == nil {
+			return dir, nil // another process built it
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// writeBundle writes the bundle's config.json at dir, over the shared
+// rootfs (absolute path) with the host layout h.
+func writeBundle(dir, rootfs string, h hostLayout, sb *sandbox, rt runtimeInfo) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
+	}
+	var mounts []ociMount
+	for _, p := range h.Dirs {
+		mounts = append(mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	for _, name := range append(slices.Clone(h.EtcDirs), h.EtcFiles...) {
+		mounts = append(mounts, ociMount{Destination: "/etc/" + name, Type: "bind", Source: "/etc/" + name, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	mounts = append([]ociMount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -295,7 +352,7 @@ func writeBundle(dir, finalDir string, sb *sandbox, rt runtimeInfo) error {
 			Rlimits:         rlimits(),
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: "rootfs", Readonly: true},
+		Root:     ociRoot{Path: rootfs, Readonly: true},
 		Hostname: hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{

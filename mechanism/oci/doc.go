@@ -21,7 +21,9 @@
 // reports in a state this package does not know, or a runtime that cannot
 // answer, is StatusUnknown, never absent.
 //
-// The root is built like the jail's, with no image: read-only binds of the
+// The root is built like the jail's, with no image: a skeleton directory
+// shared by every sandbox of the mechanism (built once per host layout, so
+// Provision writes only a config.json), read-only binds of the
 // host's /usr, /bin, /lib* and /opt (the merged-/usr symlinks recreated as
 // symlinks), a generated /etc (passwd, group, hosts, resolv.conf, ...) plus
 // read-only binds of harmless host /etc entries and nothing secret, a

@@ -46,14 +46,15 @@ type Config struct {
 // Mechanism is a mechanism.Mechanism that runs each sandbox as a container
 // of an OCI runtime driven through its command line.
 type Mechanism struct {
-	cfg     Config
-	rt      runtimeInfo
-	base    string // <StateDir>/<runtime name>
-	root    string // the runtime's --root
-	prober  mechanism.Prober
-	mu      sync.Mutex
-	locks   map[string]*sync.Mutex
-	booting map[string]bool
+	cfg      Config
+	rt       runtimeInfo
+	base     string // <StateDir>/<runtime name>
+	root     string // the runtime's --root
+	prober   mechanism.Prober
+	mu       sync.Mutex
+	rootfsMu sync.Mutex
+	locks    map[string]*sync.Mutex
+	booting  map[string]bool
 }
 
 var _ mechanism.Mechanism = (*Mechanism)(nil)
@@ -284,7 +285,12 @@ func (m *Mechanism) writeSandbox(sb *sandbox) (err error) {
 	} else if st, err := os.Stat(sb.HomeDir); err != nil || !st.IsDir() {
 		return mechanism.Invalid("HomeDir", fmt.Sprintf("%s is not a directory", sb.HomeDir))
 	}
-	if err := writeBundle(filepath.Join(tmp, "bundle"), filepath.Join(final, "bundle"), sb, m.rt); err != nil {
+	h := scanHost()
+	rootfs, err := m.rootfs(h)
+	if err != nil {
+		return err
+	}
+	if err := writeBundle(filepath.Join(tmp, "bundle"), rootfs, h, sb, m.rt); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(sb, "", "  ")

@@ -20,6 +20,10 @@ import (
 
 var runtimes = []string{"runc", "runsc"}
 
+// tid makes an id unique to this test process (tests of other packages
+// drive the mechanism on the same machine concurrently).
+func tid(name string) string { return fmt.Sprintf("%s-%d", name, os.Getpid()) }
+
 func newMech(t *testing.T, runtime, dir string) *oci.Mechanism {
 	t.Helper()
 	m, err := oci.New(oci.Config{Runtime: runtime, StateDir: dir})
@@ -164,17 +168,17 @@ func TestRestartKeepsListAndStatus(t *testing.T) {
 			requireRuntime(t, rt)
 			dir := t.TempDir()
 			m := newMech(t, rt, dir)
-			started(t, m, "keep", mechanism.Spec{})
+			started(t, m, tid("keep"), mechanism.Spec{})
 			// A second mechanism on the same state dir sees the running sandbox
 			// (a restart of the managing process).
 			m2 := newMech(t, rt, dir)
-			if l, err := m2.ListRunning(context.Background()); err != nil || !slices.Equal(l, []string{"keep"}) {
+			if l, err := m2.ListRunning(context.Background()); err != nil || !slices.Equal(l, []string{tid("keep")}) {
 				t.Fatalf("after restart ListRunning = %v, %v", l, err)
 			}
-			if s, _ := m2.Status(context.Background(), "keep"); s != mechanism.StatusRunning {
+			if s, _ := m2.Status(context.Background(), tid("keep")); s != mechanism.StatusRunning {
 				t.Fatalf("after restart status %s", s)
 			}
-			c, err := m2.Execute(context.Background(), "keep", []string{"echo", "hi"}, mechanism.ExecOptions{})
+			c, err := m2.Execute(context.Background(), tid("keep"), []string{"echo", "hi"}, mechanism.ExecOptions{})
 			if err != nil || string(c.Stdout) != "hi\n" {
 				t.Fatalf("execute after restart: %+v %v", c, err)
 			}
@@ -192,9 +196,9 @@ func TestExecute(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			m := newMech(t, rt, t.TempDir())
-			started(t, m, "ex", mechanism.Spec{Env: []string{"A=spec", "B=spec"}})
+			started(t, m, tid("ex"), mechanism.Spec{Env: []string{"A=spec", "B=spec"}})
 			ctx := context.Background()
-			c, err := m.Execute(ctx, "ex", []string{"sh", "-c", `echo "$A $B $HOME $(pwd)"; cat; printf err >&2; exit 3`},
+			c, err := m.Execute(ctx, tid("ex"), []string{"sh", "-c", `echo "$A $B $HOME $(pwd)"; cat; printf err >&2; exit 3`},
 				mechanism.ExecOptions{Env: []string{"B=call"}, Dir: "/tmp", Stdin: strings.NewReader("input\n")})
 			if err != nil || c.ExitStatus != 3 || string(c.Stdout) != "spec call /home/sprite /tmp\ninput\n" || string(c.Stderr) != "err" {
 				t.Fatalf("completion %+v (stdout %q stderr %q), %v", c, c.Stdout, c.Stderr, err)
@@ -202,54 +206,62 @@ func TestExecute(t *testing.T) {
 			// The managing process's environment is not inherited.
 			os.Setenv("MANAGOAT_OCI_SECRET", "leak")
 			defer os.Unsetenv("MANAGOAT_OCI_SECRET")
-			if c, _ := m.Execute(ctx, "ex", []string{"env"}, mechanism.ExecOptions{}); bytes.Contains(c.Stdout, []byte("leak")) {
+			if c, _ := m.Execute(ctx, tid("ex"), []string{"env"}, mechanism.ExecOptions{}); bytes.Contains(c.Stdout, []byte("leak")) {
 				t.Errorf("host environment leaked: %s", c.Stdout)
+			}
+			// The seccomp deny-list (runc; on runsc the workload's calls are
+			// gVisor's, see the package doc).
+			if rt == "runc" {
+				c, _ := m.Execute(ctx, tid("ex"), []string{"sh", "-c", "unshare -U true 2>&1; echo rc=$?"}, mechanism.ExecOptions{})
+				if !bytes.Contains(c.Stdout, []byte("Operation not permitted")) {
+					t.Errorf("unshare in the container: %q", c.Stdout)
+				}
 			}
 			// Could not run: missing binary, missing dir, absent sandbox.
 			for _, argv := range [][]string{{"no-such-binary"}, {"/bin/no-such"}} {
-				if _, err := m.Execute(ctx, "ex", argv, mechanism.ExecOptions{}); !errors.Is(err, mechanism.ErrCouldNotRun) {
+				if _, err := m.Execute(ctx, tid("ex"), argv, mechanism.ExecOptions{}); !errors.Is(err, mechanism.ErrCouldNotRun) {
 					t.Errorf("%v: %v", argv, err)
 				}
 			}
-			if _, err := m.Execute(ctx, "ex", []string{"true"}, mechanism.ExecOptions{Dir: "/nope"}); !errors.Is(err, mechanism.ErrCouldNotRun) {
+			if _, err := m.Execute(ctx, tid("ex"), []string{"true"}, mechanism.ExecOptions{Dir: "/nope"}); !errors.Is(err, mechanism.ErrCouldNotRun) {
 				t.Errorf("missing dir: %v", err)
 			}
 			if _, err := m.Execute(ctx, "absent", []string{"true"}, mechanism.ExecOptions{}); !errors.Is(err, mechanism.ErrNotFound) {
 				t.Errorf("absent: %v", err)
 			}
 			// A forged marker from the command is just output.
-			c, err = m.Execute(ctx, "ex", []string{"sh", "-c", "echo managoat-x:notfound >&2; exit 127"}, mechanism.ExecOptions{})
+			c, err = m.Execute(ctx, tid("ex"), []string{"sh", "-c", "echo managoat-x:notfound >&2; exit 127"}, mechanism.ExecOptions{})
 			if err != nil || c.ExitStatus != 127 {
 				t.Errorf("exit 127 with text: %+v %v", c, err)
 			}
 			// Cancel: could not run, the process group is gone.
 			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			defer cancel()
-			_, err = m.Execute(cctx, "ex", []string{"sh", "-c", "sleep 30 & sleep 30"}, mechanism.ExecOptions{})
+			_, err = m.Execute(cctx, tid("ex"), []string{"sh", "-c", "sleep 30 & sleep 30"}, mechanism.ExecOptions{})
 			if !errors.Is(err, mechanism.ErrCouldNotRun) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("canceled: %v", err)
 			}
-			c, _ = m.Execute(ctx, "ex", []string{"sh", "-c", "ps -e -o comm= | grep -c sleep"}, mechanism.ExecOptions{})
+			c, _ = m.Execute(ctx, tid("ex"), []string{"sh", "-c", "ps -e -o comm= | grep -c sleep"}, mechanism.ExecOptions{})
 			if strings.TrimSpace(string(c.Stdout)) != "1" { // the init's own sleep
 				t.Errorf("sleeps left after cancel: %q", c.Stdout)
 			}
 			// Stop: could not run afterwards; Start brings the same home back.
-			if _, err := m.Execute(ctx, "ex", []string{"sh", "-c", "echo kept > $HOME/f"}, mechanism.ExecOptions{}); err != nil {
+			if _, err := m.Execute(ctx, tid("ex"), []string{"sh", "-c", "echo kept > $HOME/f"}, mechanism.ExecOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.Stop(ctx, "ex"); err != nil {
+			if err := m.Stop(ctx, tid("ex")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.Execute(ctx, "ex", []string{"true"}, mechanism.ExecOptions{}); !errors.Is(err, mechanism.ErrNotRunning) {
+			if _, err := m.Execute(ctx, tid("ex"), []string{"true"}, mechanism.ExecOptions{}); !errors.Is(err, mechanism.ErrNotRunning) {
 				t.Errorf("stopped: %v", err)
 			}
-			if err := m.Start(ctx, "ex"); err != nil {
+			if err := m.Start(ctx, tid("ex")); err != nil {
 				t.Fatal(err)
 			}
-			if c, err := m.Execute(ctx, "ex", []string{"cat", "f"}, mechanism.ExecOptions{}); err != nil || string(c.Stdout) != "kept\n" {
+			if c, err := m.Execute(ctx, tid("ex"), []string{"cat", "f"}, mechanism.ExecOptions{}); err != nil || string(c.Stdout) != "kept\n" {
 				t.Errorf("home after restart: %q %v", c.Stdout, err)
 			}
-			if u, err := m.Usage(ctx, "ex"); err != nil || u.MemoryBytes <= 0 || u.DiskBytes <= 0 {
+			if u, err := m.Usage(ctx, tid("ex")); err != nil || u.MemoryBytes <= 0 || u.DiskBytes <= 0 {
 				t.Errorf("usage %+v %v", u, err)
 			}
 		})
@@ -269,11 +281,11 @@ func TestStartProcess(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			requireRuntime(t, rt)
 			m := newMech(t, rt, t.TempDir())
-			started(t, m, "sp", mechanism.Spec{Limits: mechanism.Limits{WallClock: time.Second}})
+			started(t, m, tid("sp"), mechanism.Spec{Limits: mechanism.Limits{WallClock: time.Second}})
 			ctx := context.Background()
 			r, w, _ := os.Pipe()
 			var out, errb syncBuf
-			p, err := m.StartProcess(ctx, "sp", mechanism.ProcessSpec{
+			p, err := m.StartProcess(ctx, tid("sp"), mechanism.ProcessSpec{
 				Argv: []string{"sh", "-c", "echo ready; echo e >&2; sleep 2; exec cat"}, Stdin: r, Stdout: &out, Stderr: &errb})
 			r.Close()
 			if err != nil {
@@ -294,7 +306,7 @@ func TestStartProcess(t *testing.T) {
 				t.Fatalf("wait %+v %v; out %q err %q", st, err, out.String(), errb.String())
 			}
 			// Signal reaches the process group.
-			p, err = m.StartProcess(ctx, "sp", mechanism.ProcessSpec{Argv: []string{"sh", "-c", "sleep 60 & wait"}})
+			p, err = m.StartProcess(ctx, tid("sp"), mechanism.ProcessSpec{Argv: []string{"sh", "-c", "sleep 60 & wait"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,7 +317,7 @@ func TestStartProcess(t *testing.T) {
 			if st, err := p.Wait(); err != nil || st.Code != 128+int(syscall.SIGTERM) {
 				t.Errorf("after SIGTERM: %+v %v", st, err)
 			}
-			if _, err := m.StartProcess(ctx, "sp", mechanism.ProcessSpec{Argv: []string{"nope-binary"}}); !errors.Is(err, mechanism.ErrCouldNotRun) {
+			if _, err := m.StartProcess(ctx, tid("sp"), mechanism.ProcessSpec{Argv: []string{"nope-binary"}}); !errors.Is(err, mechanism.ErrCouldNotRun) {
 				t.Errorf("missing binary: %v", err)
 			}
 		})
@@ -319,16 +331,16 @@ func TestConcurrentProvisionOneSandbox(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = m.Provision(context.Background(), "race", mechanism.Spec{}) }()
+		go func() { defer wg.Done(); errs[i] = m.Provision(context.Background(), tid("race"), mechanism.Spec{}) }()
 	}
 	wg.Wait()
-	defer m.Destroy(context.Background(), "race")
+	defer m.Destroy(context.Background(), tid("race"))
 	for _, err := range errs {
 		if err != nil {
 			t.Errorf("provision: %v", err)
 		}
 	}
-	if err := m.Provision(context.Background(), "race", mechanism.Spec{Env: []string{"X=1"}}); !errors.Is(err, mechanism.ErrExists) {
+	if err := m.Provision(context.Background(), tid("race"), mechanism.Spec{Env: []string{"X=1"}}); !errors.Is(err, mechanism.ErrExists) {
 		t.Errorf("different spec: %v", err)
 	}
 }
@@ -353,7 +365,10 @@ func TestZNoLeftoverCgroups(t *testing.T) {
 		if err != nil {
 			return filepath.SkipDir
 		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), "managoat-oci-") {
+		// Only this test process's sandboxes: other packages' tests use the
+		// mechanism on the same machine at the same time.
+		mine := strings.HasSuffix(d.Name(), fmt.Sprintf("-%d", os.Getpid())) || strings.Contains(d.Name(), fmt.Sprintf("-%d-", os.Getpid()))
+		if d.IsDir() && strings.HasPrefix(d.Name(), "managoat-oci-") && mine {
 			left = append(left, p)
 			return filepath.SkipDir
 		}
