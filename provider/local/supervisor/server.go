@@ -486,28 +486,14 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 		return
 	}
 	fallback := false
-	var last time.Time // when the last record was appended
 	for !fallback {
 		eof := false
 		var serr error
-		lingered := time.Duration(0)
 		err := rc.Read(func(fd uintptr) bool {
 			avail, e := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
 			if e != nil {
 				serr = e
 				return true
-			}
-			// While output streams (the last record is fresh), let a
-			// small batch grow a little: fewer, larger records cost the
-			// supervisor and every follower less. Output after a pause is
-			// never held back.
-			for avail > 0 && avail < coalesceBelow && lingered < coalesceMax && time.Since(last) < coalesceMax {
-				time.Sleep(coalesceStep)
-				lingered += coalesceStep
-				if avail, e = unix.IoctlGetInt(int(fd), unix.TIOCINQ); e != nil {
-					serr = e
-					return true
-				}
 			}
 			if avail == 0 {
 				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
@@ -529,7 +515,6 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 				return true
 			}
 			sess.notify()
-			last = time.Now()
 			return true
 		})
 		if err != nil || serr != nil || eof {
@@ -538,14 +523,6 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	}
 	pumpCopy(sess, f, k, max)
 }
-
-// Output coalescing while a session streams: a batch under coalesceBelow
-// bytes waits in coalesceStep steps, at most coalesceMax in all.
-const (
-	coalesceBelow = 256 << 10
-	coalesceStep  = 100 * time.Microsecond
-	coalesceMax   = time.Millisecond
-)
 
 // pumpCopy copies one pipe into the journal with read and write. Its
 // buffer starts small and grows while reads fill it, so an idle session
