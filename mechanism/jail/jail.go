@@ -93,9 +93,16 @@ func New(cfg Config) (*Jail, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := os.Mkdir(filepath.Join(cfg.StateDir, ".root"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	return &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:4]), reaps: map[string]chan struct{}{}}, nil
 }
+
+// rootMount is where a starting sandbox's root is mounted, in the
+// sandbox's own mount namespace: one directory serves every sandbox.
+func (j *Jail) rootMount() string { return filepath.Join(j.cfg.StateDir, ".root") }
 
 // Name implements mechanism.Mechanism.
 func (j *Jail) Name() string { return "jail" }
@@ -151,35 +158,76 @@ type state struct {
 func (j *Jail) dir(id string) string { return filepath.Join(j.cfg.StateDir, id) }
 
 func readState(dir string) (*state, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	var st *state
+	var err error
+	for range 2 { // a second read covers a rewrite that raced the first
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(dir, "state.json")); err != nil {
+			return nil, err
+		}
+		st = &state{}
+		if err = json.Unmarshal(b, st); err == nil {
+			break
+		}
+		err = fmt.Errorf("corrupt state %s: %w", dir, err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	var st state
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("corrupt state %s: %w", dir, err)
 	}
 	if st.Mechanism != "jail" {
 		return nil, fmt.Errorf("%s is not a jail sandbox", dir)
 	}
-	return &st, nil
+	return st, nil
 }
 
+// writeState replaces dir/state.json atomically without allocating or
+// freeing an inode (both cost a journal transaction, and a discard where
+// the filesystem is mounted with it): two files, .state-0 and .state-1,
+// take turns; the one state.json is not linked to is rewritten in place,
+// then hard-linked over state.json. A reader holding the other one is
+// never written under.
 func writeState(dir string, st *state) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ".state.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	next := filepath.Join(dir, ".state-0")
+	if cur, err := os.Stat(filepath.Join(dir, "state.json")); err == nil {
+		if fi, err := os.Stat(next); err == nil && os.SameFile(cur, fi) {
+			next = filepath.Join(dir, ".state-1")
+		}
+	}
+	f, err := os.OpenFile(next, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, "state.json"))
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(b)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	link := filepath.Join(dir, ".state-link")
+	if err := os.Link(next, link); errors.Is(err, fs.ErrExist) {
+		_ = os.Remove(link) // left by a writer that died
+		err = os.Link(next, link)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	return os.Rename(link, filepath.Join(dir, "state.json"))
 }
 
-// lock takes an exclusive flock on path, waiting for ctx.
+// lock takes an exclusive flock on the file or directory at path, waiting
+// for ctx. A directory is its own lock: no lock file to create.
 func lock(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +250,7 @@ func lock(ctx context.Context, path string) (func(), error) {
 }
 
 func lockHeld(path string) bool {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
@@ -226,7 +274,7 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := mechanism.Gate(ctx, j, spec, j.cfg.Prober); err != nil {
 		return err
 	}
-	unlock, err := lock(ctx, filepath.Join(j.cfg.StateDir, ".provision.lock"))
+	unlock, err := lock(ctx, j.cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -257,9 +305,6 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 			return err
 		}
 		st.HomeDir, st.OwnHome = filepath.Join(dir, "home"), true
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
-		return err
 	}
 	if err := writeState(tmp, st); err != nil {
 		return err
@@ -333,7 +378,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
 	}
-	unlock, err := lock(ctx, filepath.Join(dir, "lock"))
+	unlock, err := lock(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -463,7 +508,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
 	lc := launchConfig{
-		Root: filepath.Join(dir, "root"), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
+		Root: j.rootMount(), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
 		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
 	}
 	var tree *launchConfig
@@ -676,7 +721,7 @@ func (j *Jail) Stop(ctx context.Context, id string) error {
 	if _, err := os.Stat(dir); err != nil {
 		return nil
 	}
-	unlock, err := lock(ctx, filepath.Join(dir, "lock"))
+	unlock, err := lock(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -752,7 +797,7 @@ func (j *Jail) Status(ctx context.Context, id string) (mechanism.Status, error) 
 	case mechanism.StatusProvisioned, mechanism.StatusStopped:
 		return st.Status, nil
 	case mechanism.StatusStarting, mechanism.StatusStopping:
-		if lockHeld(filepath.Join(dir, "lock")) {
+		if lockHeld(dir) {
 			return st.Status, nil
 		}
 	}
