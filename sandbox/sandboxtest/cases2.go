@@ -348,7 +348,7 @@ func (s *suite) governance(t *testing.T) {
 	t.Run("WriteFile", func(t *testing.T) {
 		h := s.created(t)
 		ctx := s.ctx(t)
-		path := s.cfg.dir + "/managoat-conformance.txt"
+		path := s.cfg.writeDir + "/managoat-conformance.txt"
 		data := []byte("conformance\x00\xffbytes\n")
 		if err := s.reg.WriteFile(ctx, h, path, data, sandbox.WriteFileOptions{Mode: 0o600}); err != nil {
 			t.Fatalf("WriteFile: %v", err)

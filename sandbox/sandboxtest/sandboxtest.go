@@ -83,6 +83,7 @@ type config struct {
 	spawnOpts sandbox.SpawnOptions
 	names     func() string
 	dir       string
+	writeDir  string
 }
 
 // WithTimeout sets the wait for each expected event (default 10 s).
@@ -96,8 +97,13 @@ func WithSpawnOptions(o sandbox.SpawnOptions) Option { return func(c *config) { 
 func WithNames(f func() string) Option { return func(c *config) { c.names = f } }
 
 // WithDir sets the working directory the EnvDir case asks for (default
-// /tmp).
+// /tmp), and the directory the WriteFile case writes into unless
+// WithWriteDir says otherwise.
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithWriteDir sets the directory the WriteFile case writes into (default:
+// the WithDir directory).
+func WithWriteDir(dir string) Option { return func(c *config) { c.writeDir = dir } }
 
 // suite is the state shared by the cases of one Run.
 type suite struct {
@@ -122,6 +128,9 @@ func Run(t *testing.T, p sandbox.Provider, fx Fixtures, opts ...Option) {
 	cfg := config{timeout: 10 * time.Second, dir: "/tmp"}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.writeDir == "" {
+		cfg.writeDir = cfg.dir
 	}
 	if cfg.names == nil {
 		cfg.names = defaultNames()
