@@ -579,3 +579,22 @@ func TestTrustedCommandMapping(t *testing.T) {
 		t.Fatalf("sessions %+v", ss)
 	}
 }
+
+// A session's process starts with no signal ignored (the supervisor must
+// not pass on its own dispositions): Ctrl-C and SIGTERM reach it.
+func TestSessionSignalsNotIgnored(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "sig", sandbox.CreateOptions{})
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "grep", Args: []string{"SigIgn", "/proc/self/status"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for ev := range c.Events() {
+		out += string(ev.Data)
+	}
+	if out != "SigIgn:\t0000000000000000\n" {
+		t.Fatalf("session's ignored signals: %q", out)
+	}
+}

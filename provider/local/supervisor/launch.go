@@ -180,7 +180,15 @@ func stage1(dir string, answer func(string)) int {
 }
 
 func stage2(dir string, build func(string) (Backend, error), answer func(string)) int {
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
+	// SIGHUP and SIGINT are caught and dropped, never ignored: an ignored
+	// signal would be inherited by every session's process (a shell there
+	// could not be interrupted). SIGPIPE keeps Go's default (EPIPE).
+	drop := make(chan os.Signal, 8)
+	signal.Notify(drop, syscall.SIGHUP, syscall.SIGINT)
+	go func() {
+		for range drop {
+		}
+	}()
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
 	b, err := build(dir)
