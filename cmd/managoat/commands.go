@@ -101,15 +101,22 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *name == "" {
-		*name = randomName("run-")
-	}
-	if err := sandbox.ValidateName(*name); err != nil {
-		return usageError{err.Error()}
-	}
 	reg, p, err := openProvider(g.provider)
 	if err != nil {
 		return err
+	}
+	if *name == "" {
+		// A provider that routes by name (the runner) mints its own.
+		if m, ok := p.(minter); ok {
+			if *name, err = m.Mint(ctx); err != nil {
+				return wrap("mint a name", err)
+			}
+		} else {
+			*name = randomName("run-")
+		}
+	}
+	if err := sandbox.ValidateName(*name); err != nil {
+		return usageError{err.Error()}
 	}
 	sp := startSpinner("creating sandbox " + *name)
 	h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
@@ -152,11 +159,16 @@ func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c san
 	return code, err
 }
 
+// minter is a provider that routes by name and mints its own (the runner).
+type minter interface {
+	Mint(context.Context) (string, error)
+}
+
 func cmdCreate(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("create")
 	var lf limitFlags
 	lf.add(fs)
-	pos, rest, err := positionals(fs, args, 1, "NAME")
+	pos, rest, err := parseN(fs, args, 1)
 	if err != nil {
 		return err
 	}
@@ -167,17 +179,31 @@ func cmdCreate(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	reg, h, err := handleFor(g, pos[0])
+	reg, p, err := openProvider(g.provider)
 	if err != nil {
 		return err
 	}
-	sp := startSpinner("creating sandbox " + h.Name)
-	_, err = reg.Create(ctx, h.Provider, h.Name, sandbox.CreateOptions{Limits: limits})
+	var name string
+	switch m, ok := p.(minter); {
+	case len(pos) == 1:
+		name = pos[0]
+	case ok:
+		if name, err = m.Mint(ctx); err != nil {
+			return wrap("mint a name", err)
+		}
+	default:
+		return usageError{"missing NAME"}
+	}
+	if err := sandbox.ValidateName(name); err != nil {
+		return usageError{err.Error()}
+	}
+	sp := startSpinner("creating sandbox " + name)
+	_, err = reg.Create(ctx, p.Name(), name, sandbox.CreateOptions{Limits: limits})
 	sp.Stop()
 	if err != nil {
 		return wrap("create", err)
 	}
-	fmt.Println(h.Name)
+	fmt.Println(name)
 	return nil
 }
 

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+)
+
+// managoatEnv runs the binary with extra environment.
+func managoatEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+// TestLocalSessionOutlivesCLI: spawn --detach from one process, attach
+// from another, and see every byte and the real exit code; ls and rm
+// tell the truth afterwards.
+func TestLocalSessionOutlivesCLI(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if out, e, code := managoatEnv(t, env, "create", "e2e-box"); code != 0 {
+		t.Fatalf("create: %d %s %s", code, out, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "e2e-box") })
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "e2e-box", "--", "sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.1; done; echo err >&2; exit 7")
+	if code != 0 || strings.TrimSpace(id) == "" {
+		t.Fatalf("spawn --detach: %d %q %s", code, id, e)
+	}
+	out, errOut, code := managoatEnv(t, env, "attach", "e2e-box", strings.TrimSpace(id))
+	if code != 7 || out != "line 1\nline 2\nline 3\n" || errOut != "err\n" {
+		t.Fatalf("attach: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	if out, _, _ := managoatEnv(t, env, "ls"); !strings.Contains(out, "e2e-box") {
+		t.Fatalf("ls: %q", out)
+	}
+	if _, e, code := managoatEnv(t, env, "attach", "e2e-box", "no-such-session"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Fatalf("attach unknown: %d %q", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "rm", "e2e-box"); code != 0 {
+		t.Fatalf("rm: %d %s", code, e)
+	}
+	if out, _, _ := managoatEnv(t, env, "ls"); strings.Contains(out, "e2e-box") {
+		t.Fatalf("ls after rm: %q", out)
+	}
+}
+
+// TestServeRunnerRoundTrip: a platform, a runner dialling into it, and a
+// CLI process running a command on the runner through the platform.
+func TestServeRunnerRoundTrip(t *testing.T) {
+	testenv.RequireRoot(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	env := append(os.Environ(), "MANAGOAT_HOME="+t.TempDir(), "MANAGOAT_RUNNER_TOKEN=tok-e2e", "MANAGOAT_URL=http://"+addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func(args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, binary, args...)
+		c.Env = env
+		c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
+		c.WaitDelay = 10 * time.Second
+		pr, err := c.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for s := bufio.NewScanner(pr); s.Scan(); {
+				t.Log(args[0], ":", s.Text())
+			}
+		}()
+		return c
+	}
+	serve := start("serve", "--listen", addr)
+	defer serve.Wait()
+	rn := start("runner", "--url", "http://"+addr, "--name", "e2e")
+	defer rn.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, e, code := managoatEnv(t, env[len(os.Environ()):], "--provider", "runner", "run", "--", "sh", "-c", "echo via runner; exit 5")
+		if code == 5 && out == "via runner\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run through the runner: exit %d stdout %q stderr %q", code, out, e)
+		}
+		time.Sleep(200 * time.Millisecond) // polling for the runner to connect
+	}
+	cancel()
+}

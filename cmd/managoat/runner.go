@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/managoat/managoat/provider/local"
+	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/runner"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Environment variables of the runner commands.
+const (
+	envRunnerToken = "MANAGOAT_RUNNER_TOKEN" // the platform's static token (serve, runner, --provider runner)
+	envPlatformURL = "MANAGOAT_URL"          // where --provider runner finds the platform
+)
+
+func init() {
+	register("runner", "--url URL --token T [--name N] [--root DIR]   the self-hosted runner daemon", cmdRunner)
+	register("serve", "--listen ADDR [--token-file F]   a platform that runners dial into", cmdServe)
+	registerProvider("runner", func() (sandbox.Provider, error) {
+		url := os.Getenv(envPlatformURL)
+		if url == "" {
+			url = "http://127.0.0.1:8080"
+		}
+		tok := strings.TrimSpace(os.Getenv(envRunnerToken))
+		if tok == "" {
+			return nil, fmt.Errorf("%s is not set: the token of the platform at %s", envRunnerToken, url)
+		}
+		return runnerprov.NewProvider(runnerprov.NewClient(url, tok), runnerprov.ProviderOptions{}), nil
+	})
+}
+
+func readToken(flagValue, file string) (string, error) {
+	switch {
+	case flagValue != "":
+		return strings.TrimSpace(flagValue), nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if t := strings.TrimSpace(os.Getenv(envRunnerToken)); t != "" {
+		return t, nil
+	}
+	return "", usageError{"a token is required: --token, --token-file, or " + envRunnerToken}
+}
+
+func cmdRunner(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("runner")
+	url := fs.String("url", "", "the platform's base URL")
+	token := fs.String("token", "", "the platform's token (or "+envRunnerToken+")")
+	tokenFile := fs.String("token-file", "", "a file holding the token")
+	name := fs.String("name", "", "this runner's name (default from the hostname)")
+	root := fs.String("root", "", "where this runner keeps its sandboxes")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noMore(fs.Args()); err != nil {
+		return err
+	}
+	if *url == "" {
+		return usageError{"--url is required"}
+	}
+	tok, err := readToken(*token, *tokenFile)
+	if err != nil {
+		return err
+	}
+	if *name == "" {
+		host, _ := os.Hostname()
+		*name = runner.DefaultName(host)
+	}
+	if *root == "" {
+		*root = filepath.Join(local.DefaultStateDir(), "runners", *name)
+	}
+	p, err := local.New(local.Config{StateDir: *root, MechanismName: g.mechanism})
+	if err != nil {
+		return wrap("runner", err)
+	}
+	fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, *url)
+	err = runner.Run(ctx, runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		OnDisconnect: func(attempt int, delay time.Duration, err error) {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "managoat runner: disconnected (%v); reconnecting in %v\n", err, delay)
+			}
+		}})
+	var perm *runner.PermanentError
+	switch {
+	case errors.As(err, &perm):
+		return fmt.Errorf("runner: the platform refused this runner for good: %w", err)
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(os.Stderr, "managoat runner: stopped")
+		return nil
+	}
+	return wrap("runner", err)
+}
+
+func cmdServe(ctx context.Context, g *globals, args []string) error {
+	fs := g.flagSet("serve")
+	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
+	tokenFile := fs.String("token-file", "", "a file holding the token (default "+envRunnerToken+")")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noMore(fs.Args()); err != nil {
+		return err
+	}
+	tok, err := readToken("", *tokenFile)
+	if err != nil {
+		return err
+	}
+	srv := runnerprov.NewServer(runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	mux := http.NewServeMux()
+	mux.Handle("/api/runners", srv)
+	mux.Handle("/api/runners/", srv)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return wrap("serve", err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s (runners dial /api/runners/ws)\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return wrap("serve", err)
+	case <-ctx.Done():
+	}
+	srv.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return wrap("serve", hs.Shutdown(sctx))
+}
