@@ -212,7 +212,8 @@ func New(cfg Config) (*Provider, error) {
 	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor}
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
-		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint)
+		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
+		sandbox.CapTTY)
 	return p, nil
 }
 
@@ -721,9 +722,6 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if c.Name == "" {
 		return nil, sandbox.Invalid("command", "empty command name")
 	}
-	if opts.TTY {
-		return nil, sandbox.ErrNotSupported
-	}
 	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return nil, err
 	}
@@ -732,11 +730,12 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 		return nil, mechErr("spawn", err)
 	}
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
-	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String()})
+	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String(),
+		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols})
 	if err != nil {
 		return nil, supErr(err)
 	}
-	return p.follow(dir, id, true), nil
+	return p.follow(dir, id, opts.Stdin || opts.TTY), nil
 }
 
 // cmdState is a Command's private state.
@@ -836,7 +835,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	}
 	out := make([]sandbox.Session, 0, len(ms))
 	for _, m := range ms {
-		s := sandbox.Session{ID: m.ID, Command: m.Command, CreatedAt: m.CreatedAt}
+		s := sandbox.Session{ID: m.ID, Command: m.Command, CreatedAt: m.CreatedAt, TTY: m.TTY}
 		if st, err := os.Stat(supervisor.JournalPath(dir, m.ID)); err == nil {
 			s.LastActivityAt = st.ModTime().UTC()
 		}

@@ -598,3 +598,54 @@ func TestSessionSignalsNotIgnored(t *testing.T) {
 		t.Fatalf("session's ignored signals: %q", out)
 	}
 }
+
+// A TTY session runs on a pseudo-terminal of the asked size; its output
+// (the terminal's, echo included) is stdout; CloseStdin is an EOT.
+func TestTTY(t *testing.T) {
+	ps := map[string]*Provider{"trusted": newTrusted(t)}
+	if os.Geteuid() == 0 {
+		ps["jail"] = newJail(t)
+	}
+	for name, p := range ps {
+		ctx := context.Background()
+		h, _ := p.Create(ctx, "tty", sandbox.CreateOptions{})
+		c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "test -t 0 && test -t 1 && test -t 2 && echo isatty; stty size; echo err >&2"}},
+			sandbox.SpawnOptions{TTY: true, TTYRows: 30, TTYCols: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		var last sandbox.Event
+		for ev := range c.Events() {
+			if ev.Kind == sandbox.Stderr {
+				t.Errorf("%s: a stderr event in TTY mode", name)
+			}
+			out += string(ev.Data)
+			last = ev
+		}
+		if out != "isatty\r\n30 100\r\nerr\r\n" || last.Kind != sandbox.Exit || last.Code != 0 {
+			t.Fatalf("%s: tty output %q, last %v", name, out, last)
+		}
+		c, err = p.Spawn(ctx, h, sandbox.Cmd{Name: "cat"}, sandbox.SpawnOptions{TTY: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteStdin(ctx, []byte("hi\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CloseStdin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out = ""
+		for ev := range c.Events() {
+			out += string(ev.Data)
+			last = ev
+		}
+		if out != "hi\r\nhi\r\n" || last.Kind != sandbox.Exit || last.Code != 0 {
+			t.Fatalf("%s: cat on a tty: %q, last %v", name, out, last)
+		}
+		if ss, _ := p.ListSessions(ctx, h); len(ss) != 2 || !ss[0].TTY {
+			t.Fatalf("%s: sessions %+v", name, ss)
+		}
+	}
+}

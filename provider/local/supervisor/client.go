@@ -115,6 +115,10 @@ type SpawnRequest struct {
 	Env   []string
 	Dir   string
 	Stdin bool
+	// TTY runs the command on a pseudo-terminal of Rows×Cols (default
+	// 24×80): its output is all stdout, stdin is the terminal's input.
+	TTY        bool
+	Rows, Cols int
 	// Command is the command line the session reports (ListSessions);
 	// "" means Argv joined by spaces.
 	Command string
@@ -122,7 +126,7 @@ type SpawnRequest struct {
 
 // Spawn starts a session and returns its id once the process started.
 func (c Client) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
-	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command})
+	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols})
 	return resp.ID, err
 }
 

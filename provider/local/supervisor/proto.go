@@ -14,6 +14,9 @@ type request struct {
 	Env   []string `json:"env,omitempty"`
 	Dir   string   `json:"dir,omitempty"`
 	Stdin bool     `json:"stdin,omitempty"`
+	TTY   bool     `json:"tty,omitempty"`
+	Rows  int      `json:"rows,omitempty"`
+	Cols  int      `json:"cols,omitempty"`
 	// Command is the command line sessions report; "" means Argv joined.
 	Command string `json:"command,omitempty"`
 
@@ -77,6 +80,7 @@ type SessionMeta struct {
 	// so a later supervisor can tell the process from a recycled pid.
 	StartTicks uint64 `json:"start_ticks,omitempty"`
 	Stdin      bool   `json:"stdin,omitempty"`
+	TTY        bool   `json:"tty,omitempty"`
 }
 
 func (m SessionMeta) marshal() []byte {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/provider/local/journal"
@@ -123,6 +124,7 @@ type session struct {
 	stdin      *os.File
 	stdinWired bool
 	finished   bool     // the process exited (guarded by stdinMu)
+	tty        bool     // stdin is a pty master: closing it is an EOT
 	stdinRef   *os.File // the same file as stdin, never reset (for deadlines)
 
 	mu      sync.Mutex
@@ -405,62 +407,38 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if err != nil {
 		return fail(codeInternal, err)
 	}
-	outR, outW, err := os.Pipe()
+	io, err := openStdio(req)
 	if err != nil {
 		w.Close()
 		return fail(codeInternal, err)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		w.Close()
-		outR.Close()
-		outW.Close()
-		return fail(codeInternal, err)
-	}
-	_, _ = unix.FcntlInt(outR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
-	var inR, inW *os.File
-	if req.Stdin {
-		if inR, inW, err = os.Pipe(); err != nil {
-			w.Close()
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			return fail(codeInternal, err)
-		}
-	}
-	spec := ProcessSpec{Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdout: outW, Stderr: errW}
-	if inR != nil {
-		spec.Stdin = inR
+	spec := ProcessSpec{Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdout: io.outW, Stderr: io.errW}
+	if io.inR != nil {
+		spec.Stdin = io.inR
 	}
 	proc, err := s.b.StartProcess(ctx, spec)
 	// The write ends stay open until the process was waited for: a
 	// mechanism that copies through its own pipes (oci's stderr filter)
 	// writes into them until then.
-	if inR != nil {
-		inR.Close()
+	if io.inR != nil && !io.tty {
+		io.inR.Close()
 	}
 	if err != nil {
-		outW.Close()
-		errW.Close()
+		io.closeAll()
 		w.Close()
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
 		if errors.Is(err, ErrCouldNotRun) {
 			return fail(codeCouldNotRun, err)
 		}
 		return fail(codeUnavailable, err)
 	}
+	outR, errR, outW, errW, inW := io.outR, io.errR, io.outW, io.errW, io.inW
 	line := req.Command
 	if line == "" {
 		line = strings.Join(req.Argv, " ")
 	}
 	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv,
-		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin}
-	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin,
+		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin, TTY: req.TTY}
+	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
 		changed: make(chan struct{}), exited: make(chan struct{})}
 	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
 		s.log.Warn("session meta", "id", id, "err", err)
@@ -481,8 +459,8 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 // splice is refused it falls back to read and write.
 func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	rc, err := f.SyscallConn()
-	if err != nil {
-		pumpCopy(sess, f, k, max)
+	if st, serr := f.Stat(); err != nil || serr != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		pumpCopy(sess, f, k, max) // splice needs a pipe (a pty is not one)
 		return
 	}
 	fallback := false
@@ -556,12 +534,17 @@ const drainGrace = 250 * time.Millisecond
 
 func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 	var pumps sync.WaitGroup
-	pumps.Add(2)
+	pumps.Add(1)
 	go func() { defer pumps.Done(); pump(sess, outR, journal.KindStdout, 1<<20) }()
-	go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
+	if errR != nil {
+		pumps.Add(1)
+		go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
+	}
 	code, sig, err := sess.proc.Wait()
 	outW.Close()
-	errW.Close()
+	if errW != outW {
+		errW.Close()
+	}
 	if err != nil && code == 0 && sig == 0 {
 		s.log.Warn("session wait", "id", sess.id, "err", err)
 		code = -1
@@ -572,11 +555,19 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 	case <-drained:
 	case <-time.After(drainGrace):
 		_ = outR.SetReadDeadline(time.Now())
-		_ = errR.SetReadDeadline(time.Now())
+		if errR != nil {
+			_ = errR.SetReadDeadline(time.Now())
+		}
 		<-drained
 	}
-	outR.Close()
-	errR.Close()
+	if sess.tty {
+		outR = nil // the pty master is also stdin: closed below
+	} else {
+		outR.Close()
+	}
+	if errR != nil {
+		errR.Close()
+	}
 	// Stdin answers "exited" from before anyone can read the exit record.
 	// A write blocked on a pipe a leftover child holds is cut short.
 	if sess.stdinRef != nil {
@@ -665,6 +656,14 @@ func (s *server) closeStdin(req *request) response {
 	}
 	sess.stdinMu.Lock()
 	defer sess.stdinMu.Unlock()
+	if sess.tty {
+		// A terminal has no end of file to close: EOT (^D) makes a
+		// reading program see one, as at a keyboard.
+		if sess.stdin != nil && !sess.finished {
+			_, _ = sess.stdin.Write([]byte{4})
+		}
+		return response{}
+	}
 	if sess.stdin != nil {
 		sess.stdin.Close()
 		sess.stdin = nil
@@ -915,4 +914,55 @@ func sockAddr(path string) (string, func(), error) {
 		return "", nil, err
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path)), func() { d.Close() }, nil
+}
+
+// stdio is a session's descriptors: pipes, or a pty for a TTY session
+// (then the slave is stdin, stdout and stderr, the master both the output
+// and the input end).
+type stdio struct {
+	tty                              bool
+	outR, outW, errR, errW, inR, inW *os.File
+}
+
+func openStdio(req *request) (*stdio, error) {
+	if req.TTY {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return nil, err
+		}
+		rows, cols := req.Rows, req.Cols
+		if rows <= 0 {
+			rows = 24
+		}
+		if cols <= 0 {
+			cols = 80
+		}
+		_ = pty.Setsize(master, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
+		return &stdio{tty: true, outR: master, outW: slave, errW: slave, inR: slave, inW: master}, nil
+	}
+	io := &stdio{}
+	var err error
+	if io.outR, io.outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if io.errR, io.errW, err = os.Pipe(); err != nil {
+		io.closeAll()
+		return nil, err
+	}
+	_, _ = unix.FcntlInt(io.outR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+	if req.Stdin {
+		if io.inR, io.inW, err = os.Pipe(); err != nil {
+			io.closeAll()
+			return nil, err
+		}
+	}
+	return io, nil
+}
+
+func (io *stdio) closeAll() {
+	for _, f := range []*os.File{io.outR, io.outW, io.errR, io.errW, io.inR, io.inW} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
