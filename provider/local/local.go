@@ -66,6 +66,13 @@
 // reflinks where the filesystem allows. DestroyOnce is Destroy under a
 // bound, confirmed by the record's absence.
 //
+// SpawnOptions.TTY runs the session on a pseudo-terminal (TTYRows×TTYCols,
+// default 24×80): the slave is the command's stdin, stdout and stderr, so
+// all output arrives as stdout, echo included; CloseStdin sends an EOT
+// (^D). The mechanisms start the process without making the terminal its
+// controlling terminal, so a ^C written to stdin does not signal it (use
+// TerminateSession).
+//
 // Every command's PATH starts with the home's .local/bin, .npm-global/bin
 // and .bun/bin (npm_config_prefix is the home's .npm-global), and on a
 // mechanism whose sandboxes see host paths (trusted) /home/sprite in the
