@@ -228,8 +228,12 @@ func scanHost() hostLayout {
 	return h
 }
 
+// rootfsVersion changes when the skeleton's content does.
+const rootfsVersion = "3"
+
 func (h hostLayout) key() string {
 	b, _ := json.Marshal(h)
+	b = append(b, rootfsVersion...)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:6])
 }
@@ -283,7 +287,20 @@ func buildRootfs(dir string, h hostLayout) error {
 	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777|os.ModeSticky); err != nil {
 		return err
 	}
-	return os.Symlink("/tmp", filepath.Join(dir, "var", "tmp"))
+	if err := os.Symlink("/tmp", filepath.Join(dir, "var", "tmp")); err != nil {
+		return err
+	}
+	if runtime.GOARCH != "amd64" {
+		return nil
+	}
+	elf, err := filterExecELF()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(filterExecPath)), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, filterExecPath), elf, 0o755)
 }
 
 // rootfs returns the shared rootfs for the host's current layout, building

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,16 +25,18 @@ const waitDelay = 500 * time.Millisecond
 // prelude runs inside the container before the command: it resolves the
 // executable against the command's PATH (so a missing binary is "could not
 // run", never exit 127), writes "<nonce>:<pid>" on stderr and execs the
-// command in its own place, so the pid is the command's. A runtime failure
+// command in its own place, so the pid is the command's (on gVisor through
+// the filter-exec helper, which loads the seccomp filter first). A runtime failure
 // (container gone, bad working directory) never prints the nonce, which is
 // random per call, so the tenant cannot forge the marker before it runs.
-const prelude = `n=$1; shift
+const prelude = `n=$1; x=$2; shift 2
 case $1 in
-*/*) [ -f "$1" ] && [ -x "$1" ] || { echo "$n:notfound" >&2; exit 127; } ;;
-*) f=; IFS=:; for d in $PATH; do if [ -f "$d/$1" ] && [ -x "$d/$1" ]; then f=1; break; fi; done; unset IFS
-   [ -n "$f" ] || { echo "$n:notfound" >&2; exit 127; } ;;
+*/*) p=$1 ;;
+*) p=; IFS=:; for d in $PATH; do if [ -f "$d/$1" ] && [ -x "$d/$1" ]; then p=$d/$1; break; fi; done; unset IFS ;;
 esac
+[ -n "$p" ] && [ -f "$p" ] && [ -x "$p" ] || { echo "$n:notfound" >&2; exit 127; }
 echo "$n:$$" >&2
+[ -z "$x" ] || exec "$x" "$p" "$@"
 exec "$@"`
 
 // markerFilter is the stderr writer of a runtime exec: it holds back what
@@ -199,7 +202,11 @@ func (m *Mechanism) spawn(ctx context.Context, id string, cg *ccgroup, argv, env
 		return nil, mechanism.CouldNotRun("empty argv", mechanism.Invalid("argv", "empty"))
 	}
 	nonce := "managoat-" + randHex(12)
-	full := append([]string{"/bin/sh", "-c", prelude, "managoat-exec", nonce}, argv...)
+	helper := ""
+	if m.rt.gvisor && runtime.GOARCH == "amd64" {
+		helper = filterExecPath
+	}
+	full := append([]string{"/bin/sh", "-c", prelude, "managoat-exec", nonce, helper}, argv...)
 	spec, err := processSpec(full, env, dir)
 	if err != nil {
 		return nil, mechanism.CouldNotRun("process spec", err)
