@@ -96,6 +96,9 @@ func OpenAppend(path string) (*Writer, error) {
 	return &Writer{f: f, size: st.Size()}, nil
 }
 
+// Name is the journal's file name.
+func (w *Writer) Name() string { return w.f.Name() }
+
 // Size is the journal's committed length: every record before it is whole.
 func (w *Writer) Size() int64 {
 	w.mu.Lock()

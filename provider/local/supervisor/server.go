@@ -464,7 +464,16 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 		return
 	}
 	fallback := false
+	small := false // the last record was small: output is trickling in
 	for !fallback {
+		if small && coalesce > 0 {
+			// Let a stream of small writes gather into a larger record:
+			// every journal write has a fixed cost (the file's mtime and
+			// size), so a few large ones beat many small ones. The pipe
+			// holds 1 MiB, so a fast writer never blocks meanwhile.
+			time.Sleep(coalesce)
+		}
+		small = false
 		eof := false
 		var serr error
 		err := rc.Read(func(fd uintptr) bool {
@@ -484,6 +493,7 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 			if avail > max {
 				avail = max
 			}
+			small = avail < 64<<10
 			if _, e := sess.w.AppendSplice(k, int(fd), avail); e != nil {
 				if errors.Is(e, unix.EINVAL) || errors.Is(e, unix.ENOSYS) {
 					fallback = true
@@ -501,6 +511,9 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	}
 	pumpCopy(sess, f, k, max)
 }
+
+// coalesce is the pause after a small record while output streams.
+var coalesce = 200 * time.Microsecond
 
 // pumpCopy copies one pipe into the journal with read and write. Its
 // buffer starts small and grows while reads fill it, so an idle session
