@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 		return
 	}
 	MaybeRunSupervisor()
+	if dir := os.Getenv(envChild); dir != "" {
+		childSpawnAndDie(dir)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -647,5 +650,74 @@ func TestTTY(t *testing.T) {
 		if ss, _ := p.ListSessions(ctx, h); len(ss) != 2 || !ss[0].TTY {
 			t.Fatalf("%s: sessions %+v", name, ss)
 		}
+	}
+}
+
+// envChild makes the test binary a short-lived client: it creates a
+// sandbox, spawns a session, prints the session id and kills itself.
+const envChild = "MANAGOAT_LOCAL_TEST_CHILD"
+
+func childSpawnAndDie(stateDir string) {
+	p, err := New(Config{StateDir: stateDir, MechanismName: "trusted"})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	h, err := p.Create(ctx, "child", sandbox.CreateOptions{})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	<-c.Events()
+	fmt.Println("session", c.SessionID)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// The process that spawned a session is killed with kill -9; another
+// process attaches, replays from byte zero and talks to the session.
+func TestSessionOutlivesKilledProcess(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+dir)
+	out, _ := cmd.Output() // killed by SIGKILL: an error is expected
+	id, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "session ")
+	if !ok {
+		t.Fatalf("child said %q", out)
+	}
+	p, err := New(Config{StateDir: dir, MechanismName: "trusted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	ctx := context.Background()
+	h := sandbox.BuildHandle(Name, "child")
+	if info, err := p.Get(ctx, h); err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get after the creator died = %+v, %v", info, err)
+	}
+	a, err := p.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if err := a.WriteStdin(ctx, []byte("still here\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	var last sandbox.Event
+	for ev := range a.Events() {
+		got += string(ev.Data)
+		last = ev
+	}
+	if got != "ready\nstill here\n" || last.Kind != sandbox.Exit || last.Code != 0 {
+		t.Fatalf("attach after kill -9 of the creator: %q, last %v", got, last)
 	}
 }
