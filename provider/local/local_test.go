@@ -304,7 +304,11 @@ func TestUnenforceableLimitRefused(t *testing.T) {
 
 // Suspend stops the sessions' processes; Resume continues them.
 func TestSuspendStopsProcesses(t *testing.T) {
-	p := newTrusted(t)
+	t.Run("trusted", func(t *testing.T) { testSuspend(t, newTrusted(t)) })
+	t.Run("jail", func(t *testing.T) { testSuspend(t, newJail(t)) })
+}
+
+func testSuspend(t *testing.T, p *Provider) {
 	ctx := context.Background()
 	h, _ := p.Create(ctx, "susp", sandbox.CreateOptions{})
 	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
