@@ -460,6 +460,15 @@ func (m *Mechanism) StartProcess(ctx context.Context, id string, spec mechanism.
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	if m.rt.gvisor {
+		// gVisor writes a donated regular file at its own offset, over
+		// what the file already holds: copy through a pipe instead.
+		if f, ok := stdout.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+				stdout = struct{ io.Writer }{f}
+			}
+		}
+	}
 	before := cg.stats()
 	env := mergeEnv(baseEnv(), sb.Spec.Env, spec.Env)
 	ex, err := m.spawn(ctx, id, cg, spec.Argv, env, workdir(spec.Dir), spec.Stdin, stdout, stderr)

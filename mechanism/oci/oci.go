@@ -316,6 +316,11 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 	defer log.Close()
 	pidFile := filepath.Join(m.dir(sb.ID), "init.pid")
 	_ = os.Remove(pidFile)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, runtimeTimeout)
+		defer cancel()
+	}
 	cmd := m.command(ctx, "create", "--bundle", m.bundle(sb.ID), "--pid-file", pidFile, sb.ID)
 	// The container's init inherits create's stdio: a file, never a pipe
 	// (a pipe would be held open by the container for its whole life).

@@ -77,11 +77,21 @@ func (m *Mechanism) command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// runtimeTimeout bounds a runtime subcommand when the caller set no deadline.
+const runtimeTimeout = 2 * time.Minute
+
 // run runs a short runtime subcommand and returns its stdout; an error
 // carries its stderr.
 func (m *Mechanism) run(ctx context.Context, args ...string) ([]byte, error) {
 	if m.rt.path() == "" {
 		return nil, m.refuseRuntime()
+	}
+	// A wedged runtime (a sandbox that stopped answering its control
+	// socket) must not hang the caller forever.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, runtimeTimeout)
+		defer cancel()
 	}
 	cmd := m.command(ctx, args...)
 	var out, errb bytes.Buffer
