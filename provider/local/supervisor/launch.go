@@ -27,7 +27,8 @@ const (
 const LaunchTimeout = 30 * time.Second
 
 // Launch makes sure a supervisor serves the sandbox directory dir: if none
-// answers, it re-executes this binary (os.Executable) as one, detached in
+// answers, it re-executes this binary (/proc/<pid>/exe, so a binary that was
+// replaced or deleted since it started still works) as one, detached in
 // its own session, and returns once it accepts connections. The binary's
 // main must call MaybeRun (through provider/local) first thing.
 func Launch(ctx context.Context, dir string) error {
@@ -35,9 +36,14 @@ func Launch(ctx context.Context, dir string) error {
 	if _, err := c.Ping(ctx); err == nil {
 		return nil
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("supervisor: %w", err)
+	// This process's own executable, even if its file was replaced since
+	// (an upgrade, or go run's temporary binary); it stays valid while we
+	// wait for the answer below.
+	exe := fmt.Sprintf("/proc/%d/exe", os.Getpid())
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("supervisor: %w", err)
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -154,11 +160,7 @@ func MaybeRun(build func(dir string) (Backend, error)) {
 }
 
 func stage1(dir string, answer func(string)) int {
-	exe, err := os.Executable()
-	if err != nil {
-		answer("err " + err.Error())
-		return 1
-	}
+	exe := "/proc/self/exe"
 	logf, err := os.OpenFile(filepath.Join(dir, LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		answer("err " + err.Error())

@@ -41,7 +41,16 @@ func (p plainProc) Wait() (int, int, error) {
 
 func (b plainBackend) Start(context.Context) error { return nil }
 func (b plainBackend) StartProcess(_ context.Context, s ProcessSpec) (Process, error) {
-	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	name := s.Argv[0]
+	if !strings.Contains(name, "/") {
+		for _, d := range []string{"/usr/bin", "/bin"} {
+			if _, err := os.Stat(filepath.Join(d, name)); err == nil {
+				name = filepath.Join(d, name)
+				break
+			}
+		}
+	}
+	cmd := exec.Command(name, s.Argv[1:]...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, s.Env...)
 	cmd.Dir = s.Dir
 	if s.Stdin != nil {
@@ -266,5 +275,21 @@ func TestDirRemovedSupervisorExits(t *testing.T) {
 			t.Fatal("supervisor did not exit after its directory was removed")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Without setsid(1) on PATH, the binary's own first stage detaches the
+// supervisor.
+func TestLaunchWithoutSetsid(t *testing.T) {
+	t.Setenv("PATH", "/nonexistent")
+	c := newSandbox(t)
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"echo", "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col collected
+	if o, err := c.Follow(ctx, id, col.emit); err != nil || !o.Exited || col.out.String() != "hi\n" {
+		t.Fatalf("%+v %v %q", o, err, col.out.String())
 	}
 }
