@@ -42,11 +42,13 @@ func report(b *testing.B, ms []mechanism.Mechanism, per []time.Duration, unit st
 
 // BenchmarkStartToFirstOutput: Provision, Start, then Execute of `echo hi`
 // until its first output chunk arrives, per mechanism, in the same loop;
-// the ratios are against the jail.
+// the ratios are against the jail. The steps are reported too (each OCI
+// step is one runtime invocation: create, start, exec).
 func BenchmarkStartToFirstOutput(b *testing.B) {
 	ms := benchMechs(b)
 	ctx := context.Background()
 	total := make([]time.Duration, len(ms))
+	steps := make([][3]time.Duration, len(ms))
 	n := 0
 	for b.Loop() {
 		for i, m := range ms {
@@ -55,9 +57,11 @@ func BenchmarkStartToFirstOutput(b *testing.B) {
 			if err := m.Provision(ctx, id, mechanism.Spec{}); err != nil {
 				b.Fatal(err)
 			}
+			t1 := time.Now()
 			if err := m.Start(ctx, id); err != nil {
 				b.Fatal(err)
 			}
+			t2 := time.Now()
 			var once sync.Once
 			var first time.Duration
 			_, err := m.Execute(ctx, id, []string{"echo", "hi"}, mechanism.ExecOptions{OnOutput: func(mechanism.Stream, []byte) {
@@ -67,6 +71,9 @@ func BenchmarkStartToFirstOutput(b *testing.B) {
 				b.Fatalf("%s: %v (first output %v)", m.Name(), err, first)
 			}
 			total[i] += first
+			steps[i][0] += t1.Sub(t0)
+			steps[i][1] += t2.Sub(t1)
+			steps[i][2] += first - t2.Sub(t0)
 			if err := m.Destroy(ctx, id); err != nil {
 				b.Fatal(err)
 			}
@@ -75,8 +82,16 @@ func BenchmarkStartToFirstOutput(b *testing.B) {
 	}
 	for i := range total {
 		total[i] /= time.Duration(n)
+		for j := range steps[i] {
+			steps[i][j] /= time.Duration(n)
+		}
 	}
 	report(b, ms, total, "start")
+	for i, m := range ms {
+		for j, step := range []string{"provision", "startcall", "exec"} {
+			b.ReportMetric(float64(steps[i][j].Microseconds())/1000, "ms-"+step+"/"+m.Name())
+		}
+	}
 }
 
 // BenchmarkExecuteTrue: Execute of /bin/true in a running sandbox, per
