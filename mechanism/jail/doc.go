@@ -31,8 +31,8 @@
 // tree, the manager writing its pid into cgroup.procs on v1), the limits are
 // read back and verified in force, and the sandbox is killed if they are
 // not. Every command is a descendant of the init, so every command is born
-// inside. The sandbox's root is a tmpfs of read-only, nosuid binds of
-// the host's /usr, /bin, /sbin, /lib* (links kept where the host is
+// inside. The sandbox's root is a tmpfs of read-only, nosuid binds of the
+// host's /usr, /bin, /sbin, /lib* (links kept where the host is
 // merged-/usr), a generated /etc (passwd, group, hosts, resolv.conf,
 // nsswitch.conf) plus harmless read-only entries (ld.so.cache, ssl,
 // alternatives, ...; never shadow or keys), the home directory at
@@ -41,24 +41,33 @@
 // a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm),
 // with lo up (the only interface: network deny-all).
 //
-// As root, the manager starts the init from a locked OS thread that it
-// then discards: that thread enters new mount, uts, ipc and network
-// namespaces, cuts its bounding set to SETUID, SETGID and KILL, puts
-// SYS_ADMIN and NET_ADMIN in its inheritable set and sets no_new_privs,
-// then clones the init into a new pid and cgroup namespace, and builds the
-// root's tree, hostname and lo while the init's runtime starts. The init
-// pivot_roots into the tree, mounts /proc, and drops privileges on every
-// one of its threads (psx broadcasts: permitted, effective, inheritable
-// and so ambient down to the bounding set; the Landlock ruleset; the
-// seccomp filter with TSYNC): no_new_privs, a bounding set of SETUID,
-// SETGID and KILL (nothing without root), a Landlock ruleset allowing
-// writes only under /home/sprite, /tmp, /dev/shm and the harmless devices
-// (and scoping abstract unix sockets), and a seccomp deny-list in the
-// shape of a container runtime's default (mount, ptrace, kexec, bpf,
-// keyctl, module loading, namespaces, clocks, swap, reboot, perf, ...;
-// clone with namespace flags is EPERM, clone3 is ENOSYS). Without root
-// the init builds the namespaces itself and drops its bounding set the
-// same way. The init then stays pid 1 of the sandbox, reaps orphans and
+// As root, on a kernel whose procfs takes the pidns mount option (6.18+),
+// the init is born restricted: the manager starts it from a locked OS
+// thread that it then discards, which enters new mount, uts, ipc and
+// network namespaces, creates /tmp, /dev/shm and /dev/pts detached,
+// builds the Landlock ruleset on their inodes, the home directory's and
+// the devices', cuts its bounding set to SETUID, SETGID and KILL, clears
+// its inheritable set, sets no_new_privs, restricts itself with the
+// ruleset, and clones the init into a new pid and cgroup namespace: exec'd
+// as root, the init has exactly SETUID, SETGID and KILL, no_new_privs and
+// the ruleset, on every thread it will ever have. While its runtime starts,
+// a second discarded thread joins its mount, uts and network namespaces,
+// builds the root's tree (binds made read-only in one recursive
+// mount_setattr), the hostname and lo, mounts a proc for the init's pid
+// namespace, and pivot_roots the namespace into the root, which moves the
+// init with it. The init checks what it was born with and loads the
+// seccomp filter on all its threads (TSYNC). On older kernels the init is
+// born with SYS_ADMIN in its inheritable set, pivots and mounts /proc
+// itself, and lowers its capabilities and applies Landlock on every thread
+// with psx broadcasts; without root it builds its namespaces inside a new
+// user namespace and drops its bounding set the same way. Either way:
+// no_new_privs, a bounding set of SETUID, SETGID and KILL (nothing without
+// root), a Landlock ruleset allowing writes only under /home/sprite, /tmp,
+// /dev/shm and the harmless devices (and scoping abstract unix sockets),
+// and a seccomp deny-list in the shape of a container runtime's default
+// (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
+// swap, reboot, perf, ...; clone with namespace flags is EPERM, clone3 is
+// ENOSYS). The init then stays pid 1 of the sandbox, reaps orphans and
 // starts commands on request over a unixpacket control socket; every
 // command inherits that state. Commands run as uid:gid 1000:1000
 // ("sprite"; Config.UID/GID) with no capabilities (CapEff, CapPrm and

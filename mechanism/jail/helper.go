@@ -40,6 +40,9 @@ type launchConfig struct {
 	// TreeBuilt: the manager built the mount tree, hostname and lo in
 	// the namespaces the init was born in (as root); the init only enters.
 	TreeBuilt bool
+	// Entered: the init was born restricted and pivoted into its root by
+	// the manager (startRestricted); it only loads seccomp and serves.
+	Entered bool
 }
 
 // Init must be the first call in main of every binary that uses this
@@ -93,8 +96,20 @@ func initMain() error {
 		return fmt.Errorf("read launch config: %w", err)
 	}
 	f.Close()
+	if cfg.Entered {
+		if err := unix.Chdir("/"); err != nil {
+			return err
+		}
+		if err := checkRestricted(keepCaps); err != nil {
+			return err
+		}
+		if err := seccomp.LoadFilter(seccompFilter()); err != nil {
+			return fmt.Errorf("seccomp: %w", err)
+		}
+		return serve(cfg)
+	}
 	if !cfg.TreeBuilt {
-		if err := buildNamespaces(cfg); err != nil {
+		if err := buildNamespaces(cfg, nil); err != nil {
 			return err
 		}
 	}
@@ -109,8 +124,8 @@ func initMain() error {
 
 // buildNamespaces fills the mount, uts and network namespaces of the
 // calling thread: the root's tree, the hostname, lo up.
-func buildNamespaces(cfg launchConfig) error {
-	if err := buildTree(cfg); err != nil {
+func buildNamespaces(cfg launchConfig, det *detached) error {
+	if err := buildTree(cfg, det); err != nil {
 		return err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -120,6 +135,80 @@ func buildNamespaces(cfg launchConfig) error {
 		return fmt.Errorf("lo up: %w", err)
 	}
 	return nil
+}
+
+// detached holds the sandbox's writable file systems created before the
+// init is started (their inodes carry its Landlock rules), not yet
+// attached anywhere: startRestricted makes them, buildTree moves them into
+// the tree. A nil *detached mounts fresh ones instead.
+type detached struct {
+	tmp, shm, pts int
+}
+
+// newDetached creates /tmp and /dev/shm tmpfs and a /dev/pts devpts
+// instance, detached.
+func newDetached() (*detached, error) {
+	d := &detached{-1, -1, -1}
+	var err error
+	if d.tmp, err = fsmountFD("tmpfs", [][2]string{{"mode", "1777"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err == nil {
+		if d.shm, err = fsmountFD("tmpfs", [][2]string{{"mode", "1777"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err == nil {
+			d.pts, err = fsmountFD("devpts", [][2]string{{"newinstance", ""}, {"ptmxmode", "0666"}, {"mode", "0620"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+		}
+	}
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *detached) close() {
+	if d == nil {
+		return
+	}
+	for _, fd := range []int{d.tmp, d.shm, d.pts} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// place attaches fd at dst, or without one (d nil) mounts fstype there.
+func (d *detached) place(fd int, dst, fstype string, flags uintptr, data string) error {
+	if d == nil {
+		return mount(fstype, dst, fstype, flags, data)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach %s on %s: %w", fstype, dst, err)
+	}
+	return nil
+}
+
+// fsmountFD creates a detached mount of a new fstype instance.
+func fsmountFD(fstype string, params [][2]string, attrs int) (int, error) {
+	fs, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(fs)
+	for _, p := range params {
+		if p[1] == "" {
+			err = unix.FsconfigSetFlag(fs, p[0])
+		} else {
+			err = unix.FsconfigSetString(fs, p[0], p[1])
+		}
+		if err != nil {
+			return -1, fmt.Errorf("%s option %s: %w", fstype, p[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("create %s: %w", fstype, err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	return m, nil
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
@@ -137,23 +226,12 @@ func roBind(src, dst string) error {
 	return mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
 
-// bindTarget creates an empty file or directory at dst matching src.
-func bindTarget(src, dst string) error {
-	st, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
+// bindTarget creates an empty file or directory at dst matching st.
+func bindTarget(st os.FileInfo, dst string) error {
 	if st.IsDir() {
-		return os.MkdirAll(dst, 0o755)
+		return os.Mkdir(dst, 0o755)
 	}
-	fh, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return fh.Close()
+	return os.WriteFile(dst, nil, 0o644)
 }
 
 // etcBinds are the host /etc entries a workload may need; nothing secret
@@ -168,8 +246,12 @@ var etcBinds = []string{
 
 // buildTree builds the sandbox's root under cfg.Root in the calling
 // thread's (private) mount namespace: everything but what must be done
-// from inside the new pid namespace (see enterRoot).
-func buildTree(cfg launchConfig) error {
+// from inside the new pid namespace, or with it (/proc). Every directory
+// and file is made first, then the host's runtime is bound in and made
+// read-only, nosuid and nodev with the root in one recursive
+// mount_setattr (one remount per bind where the kernel lacks it), then
+// the writable mounts and /dev go on top.
+func buildTree(cfg launchConfig, det *detached) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -177,6 +259,7 @@ func buildTree(cfg launchConfig) error {
 	if err := mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
 		return err
 	}
+	var binds [][2]string // host source, target
 	// Runtime: /usr and the top-level links or directories into it.
 	for _, p := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
 		st, err := os.Lstat(p)
@@ -200,9 +283,7 @@ func buildTree(cfg launchConfig) error {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			return err
 		}
-		if err := roBind(p, dst); err != nil {
-			return err
-		}
+		binds = append(binds, [2]string{p, dst})
 	}
 	// /etc: generated files plus harmless read-only binds.
 	etc := r + "/etc"
@@ -236,31 +317,18 @@ func buildTree(cfg launchConfig) error {
 			}
 			continue
 		}
-		if err := bindTarget(src, dst); err != nil {
+		if err := bindTarget(st, dst); err != nil {
 			return err
 		}
-		if err := roBind(src, dst); err != nil {
-			return err
-		}
+		binds = append(binds, [2]string{src, dst})
 	}
-	// Home, /tmp, /var/tmp, /run.
+	// Mount points of the writable mounts, /dev and /proc; /var/tmp, /run.
 	home := r + mechanism.Home
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return err
 	}
-	if err := mount(cfg.HomeDir, home, "", unix.MS_BIND, ""); err != nil {
+	if err := os.Mkdir(r+"/tmp", 0o1777); err != nil {
 		return err
-	}
-	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return err
-	}
-	for _, d := range []string{"/tmp"} {
-		if err := os.Mkdir(r+d, 0o1777); err != nil {
-			return err
-		}
-		if err := mount("tmpfs", r+d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-			return err
-		}
 	}
 	if err := os.MkdirAll(r+"/var", 0o755); err != nil {
 		return err
@@ -268,22 +336,51 @@ func buildTree(cfg launchConfig) error {
 	if err := os.Symlink("/tmp", r+"/var/tmp"); err != nil {
 		return err
 	}
-	if err := os.Mkdir(r+"/run", 0o755); err != nil {
-		return err
+	for _, d := range []string{"/run", "/dev", "/proc"} {
+		if err := os.Mkdir(r+d, 0o755); err != nil {
+			return err
+		}
 	}
 	if err := os.Mkdir(r+"/root", 0o700); err != nil {
 		return err
 	}
-	// /dev: a tmpfs with the harmless character devices bound from the host.
-	dev := r + "/dev"
-	if err := os.Mkdir(dev, 0o755); err != nil {
+	// The runtime, read-only with the root.
+	for _, b := range binds {
+		if err := mount(b[0], b[1], "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr); err != nil {
+		if err != unix.ENOSYS {
+			return fmt.Errorf("mount_setattr %s: %w", r, err)
+		}
+		for _, b := range binds {
+			if err := mount("", b[1], "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+				return err
+			}
+		}
+		if err := mount("", r, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
+			return err
+		}
+	}
+	// Home and /tmp, writable.
+	if err := mount(cfg.HomeDir, home, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
+	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return err
+	}
+	if err := det.place(det.tmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	// /dev: a tmpfs with the harmless character devices bound from the host.
+	dev := r + "/dev"
 	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
 		return err
 	}
 	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if err := bindTarget("/dev/"+d, dev+"/"+d); err != nil {
+		if err := os.WriteFile(dev+"/"+d, nil, 0o644); err != nil {
 			return err
 		}
 		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
@@ -300,56 +397,25 @@ func buildTree(cfg launchConfig) error {
 			return err
 		}
 	}
-	if err := mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := det.place(det.pts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	if err := mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := det.place(det.shm, dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	if err := os.Mkdir(r+"/proc", 0o555); err != nil {
-		return err
-	}
-	if err := mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
-		return err
-	}
-	return mount("", r, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m")
+	return mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k")
 }
 
 // enterRoot pivots into the root buildTree built and mounts what belongs
-// to the sandbox's pid namespace (/proc), then makes the root read-only.
+// to the sandbox's pid namespace (/proc).
 func enterRoot(cfg launchConfig) error {
-	// pivot_root(".", ".") stacks the old root on the new one; detaching
-	// it leaves the new root, with no directory for the old one.
-	if err := unix.Chdir(cfg.Root); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach old root: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
+	if err := pivot(cfg.Root); err != nil {
 		return err
 	}
 	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
-	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"} {
-		if _, err := os.Stat(p); err == nil {
-			if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
-				return err
-			}
-		}
-	}
-	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
-		if _, err := os.Stat(p); err == nil {
-			if err := roBind(p, p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return maskProc("")
 }
 
 // keepCaps are what the init keeps when the workload runs as another uid:
@@ -421,42 +487,11 @@ func dropPrivileges(cfg launchConfig) error {
 			return fmt.Errorf("no_new_privs: %w", err)
 		}
 	}
-	// Landlock: writes only under home, /tmp, /dev/shm and the harmless
-	// devices. Reads and execution are confined by the mount view.
-	abi, err := ll.LandlockGetABIVersion()
+	rfd, err := landlockRuleset("")
 	if err != nil {
-		return fmt.Errorf("landlock: %w", err)
-	}
-	access := mechanism.LandlockWriteAccess(abi)
-	attr := &ll.RulesetAttr{HandledAccessFS: access}
-	if abi >= 6 {
-		attr.Scoped = ll.ScopeAbstractUnixSocket
-	}
-	rfd, err := ll.LandlockCreateRuleset(attr, 0)
-	if err != nil {
-		return fmt.Errorf("landlock ruleset: %w", err)
+		return err
 	}
 	defer unix.Close(rfd)
-	rules := map[string]uint64{
-		mechanism.Home: access, "/tmp": access, "/dev/shm": access,
-	}
-	fileAccess := access &^ uint64(ll.AccessFSRemoveDir|ll.AccessFSRemoveFile|ll.AccessFSMakeChar|ll.AccessFSMakeDir|
-		ll.AccessFSMakeReg|ll.AccessFSMakeSock|ll.AccessFSMakeFifo|ll.AccessFSMakeBlock|ll.AccessFSMakeSym|ll.AccessFSRefer)
-	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom"} {
-		rules[d] = fileAccess
-	}
-	rules["/dev/pts"] = fileAccess
-	for p, a := range rules {
-		pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("landlock rule %s: %w", p, err)
-		}
-		err = ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: a, ParentFd: pfd}, 0)
-		unix.Close(pfd)
-		if err != nil {
-			return fmt.Errorf("landlock rule %s: %w", p, err)
-		}
-	}
 	if err := ll.AllThreadsLandlockRestrictSelf(rfd, 0); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
 	}
@@ -465,6 +500,61 @@ func dropPrivileges(cfg launchConfig) error {
 	}
 	return nil
 }
+
+// landlockRuleset is the sandbox's Landlock ruleset, for the root mounted
+// at root ("" once pivoted): writes only under home, /tmp, /dev/shm and
+// the harmless devices, abstract unix sockets scoped. Reads and execution
+// are confined by the mount view.
+func landlockRuleset(root string) (int, error) {
+	return newRuleset(func(p string) (int, error) {
+		return unix.Open(root+p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	})
+}
+
+// newRuleset builds the ruleset with open returning an O_PATH descriptor
+// of each sandbox path a rule is on (rules are on inodes: any path to the
+// same directory or device will do).
+func newRuleset(open func(sandboxPath string) (int, error)) (int, error) {
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return -1, fmt.Errorf("landlock: %w", err)
+	}
+	access := mechanism.LandlockWriteAccess(abi)
+	attr := &ll.RulesetAttr{HandledAccessFS: access}
+	if abi >= 6 {
+		attr.Scoped = ll.ScopeAbstractUnixSocket
+	}
+	rfd, err := ll.LandlockCreateRuleset(attr, 0)
+	if err != nil {
+		return -1, fmt.Errorf("landlock ruleset: %w", err)
+	}
+	fileAccess := access &^ uint64(ll.AccessFSRemoveDir|ll.AccessFSRemoveFile|ll.AccessFSMakeChar|ll.AccessFSMakeDir|
+		ll.AccessFSMakeReg|ll.AccessFSMakeSock|ll.AccessFSMakeFifo|ll.AccessFSMakeBlock|ll.AccessFSMakeSym|ll.AccessFSRefer)
+	rules := []struct {
+		path   string
+		access uint64
+	}{
+		{mechanism.Home, access}, {"/tmp", access}, {"/dev/shm", access}, {"/dev/pts", fileAccess},
+		{"/dev/null", fileAccess}, {"/dev/zero", fileAccess}, {"/dev/full", fileAccess},
+		{"/dev/tty", fileAccess}, {"/dev/random", fileAccess}, {"/dev/urandom", fileAccess},
+	}
+	for _, r := range rules {
+		pfd, err := open(r.path)
+		if err != nil {
+			unix.Close(rfd)
+			return -1, fmt.Errorf("landlock rule %s: %w", r.path, err)
+		}
+		err = ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: r.access, ParentFd: pfd}, 0)
+		unix.Close(pfd)
+		if err != nil {
+			unix.Close(rfd)
+			return -1, fmt.Errorf("landlock rule %s: %w", r.path, err)
+		}
+	}
+	return rfd, nil
+}
+
+func landlockRestrictSelf(rfd int) error { return ll.LandlockRestrictSelf(rfd, 0) }
 
 func lastCap() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")

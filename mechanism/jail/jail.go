@@ -15,8 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -512,6 +510,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
 	}
 	var tree *launchConfig
+	born := !j.rootless && procPidnsOption()
 	if !j.rootless {
 		// The starting thread enters the other namespaces and builds them.
 		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
@@ -519,11 +518,23 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		tree = &lc
 	}
 	cmd.SysProcAttr = sys
-	built, err := startInit(cmd, j.rootless, tree)
+	var built <-chan error
+	var det *detached
+	if born {
+		lc.Entered = true
+		det, err = startRestricted(cmd, lc)
+	} else {
+		built, err = startInit(cmd, j.rootless, tree)
+	}
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
 	pid := cmd.Process.Pid
+	if born {
+		// Another thread enters the init's mount namespace, mounts its
+		// /proc and pivots it into its root, while this one places it.
+		built = enterForInit(pid, lc, det)
+	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	defer func() {
@@ -580,95 +591,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	}
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock
-	return nil
-}
-
-// initCaps are the capabilities the init needs until its root is built,
-// besides keepCaps: mounts, pivot_root and sethostname (SYS_ADMIN) and lo
-// up (NET_ADMIN).
-var initCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
-
-// startInit starts the init from a locked OS thread that the runtime
-// throws away afterwards (its credentials and namespaces are changed for
-// good). See prepareInitThread. As root, that thread also enters new
-// mount, uts, ipc and network namespaces before the start, so the init
-// (cloned into a new pid and cgroup namespace only) is born sharing them;
-// then, while the init's runtime starts up, the thread builds the
-// sandbox's mount tree, hostname and lo there (buildNamespaces with tree),
-// and reports on the returned channel. With tree nil (rootless: a user
-// namespace cannot be entered by one thread of a process), the init
-// builds them itself and the channel is nil.
-func startInit(cmd *exec.Cmd, rootless bool, tree *launchConfig) (<-chan error, error) {
-	started := make(chan error, 1)
-	var built chan error
-	if tree != nil {
-		built = make(chan error, 1)
-	}
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// Never the main thread: the runtime keeps it, state and all.
-			b, err := startInit(cmd, rootless, tree)
-			runtime.UnlockOSThread()
-			started <- err
-			if err == nil && b != nil {
-				built <- <-b
-			}
-			return
-		}
-		// Return without UnlockOSThread: the thread ends with the goroutine.
-		err := prepareInitThread(rootless)
-		if err == nil && tree != nil {
-			if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET); err != nil {
-				err = fmt.Errorf("unshare: %w", err)
-			}
-		}
-		if err == nil {
-			err = cmd.Start()
-		}
-		started <- err
-		if err == nil && tree != nil {
-			built <- buildNamespaces(*tree)
-		}
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return built, nil
-}
-
-// prepareInitThread, as root, puts initCaps in the calling thread's
-// inheritable set, cuts its bounding set to keepCaps and sets
-// no_new_privs: an init exec'd from it as root gets bounding set ∪
-// inheritable, so it is born with its final bounding set and
-// no_new_privs, and later has only its permitted, effective and
-// inheritable sets to lower on each of its threads.
-func prepareInitThread(rootless bool) error {
-	if !rootless {
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			return fmt.Errorf("capget: %w", err)
-		}
-		for _, c := range initCaps {
-			data[c/32].Inheritable |= 1 << (c % 32)
-		}
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			return fmt.Errorf("capset inheritable: %w", err)
-		}
-		last := lastCap()
-		for c := 0; c <= last; c++ {
-			if slices.Contains(keepCaps, c) {
-				continue
-			}
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-			}
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
 	return nil
 }
 

@@ -1,0 +1,396 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+)
+
+// How the init is started. Three paths, from the fastest:
+//
+//   - root, on a kernel whose procfs takes the pidns mount option (6.18+):
+//     startRestricted. The init is born restricted and does almost
+//     nothing but serve.
+//   - root otherwise: startInit with a tree. The init is born with
+//     SYS_ADMIN in its inheritable set, enters its root and drops
+//     privileges on every thread (psx).
+//   - rootless: startInit without a tree; the init builds its namespaces
+//     itself inside a new user namespace and drops privileges (psx).
+
+// onDiscardedThread runs f on a locked OS thread that the runtime throws
+// away afterwards (f changes its credentials or namespaces for good).
+func onDiscardedThread(f func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Never the main thread: the runtime keeps it, state and all.
+			onDiscardedThread(f)
+			runtime.UnlockOSThread()
+			close(done)
+			return
+		}
+		defer close(done)
+		f() // the goroutine returns locked: the thread ends with it
+	}()
+	<-done
+}
+
+var (
+	pidnsOnce sync.Once
+	pidnsOK   bool
+)
+
+// procPidnsOption reports whether procfs accepts the pidns mount option
+// (Linux 6.18): a proc instance for another process's pid namespace can
+// then be mounted from outside it. Needs CAP_SYS_ADMIN.
+func procPidnsOption() bool {
+	pidnsOnce.Do(func() {
+		fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fs)
+		ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(ns)
+		pidnsOK = unix.FsconfigSetFd(fs, "pidns", ns) == nil
+	})
+	return pidnsOK
+}
+
+// startRestricted starts the init born restricted (root, procfs pidns
+// option). On a discarded thread: enter new mount, uts, ipc and network
+// namespaces; create the sandbox's writable file systems detached (their
+// inodes, with the home directory's and the devices', are what the
+// Landlock ruleset is on); give the thread what the init must be born
+// with (restrictThread: bounding set keepCaps, nothing inheritable,
+// no_new_privs, the ruleset) and clone the init from it into a new pid
+// and cgroup namespace: exec'd as root it gets exactly keepCaps, and it
+// inherits the rest, on every thread it will ever have. Only seccomp is
+// left to the init (one TSYNC load). The tree, hostname, lo, /proc and
+// the pivot are enterForInit's, while the init's runtime starts up; it
+// takes over det.
+func startRestricted(cmd *exec.Cmd, lc launchConfig) (det *detached, err error) {
+	onDiscardedThread(func() {
+		if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("unshare: %w", err)
+			return
+		}
+		// Nothing mounted in this namespace propagates to the host.
+		if err = mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return
+		}
+		if det, err = newDetached(); err != nil {
+			return
+		}
+		var rfd int
+		rfd, err = newRuleset(func(p string) (int, error) {
+			switch p {
+			case mechanism.Home:
+				return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
+			case "/tmp":
+				return unix.Dup(det.tmp)
+			case "/dev/shm":
+				return unix.Dup(det.shm)
+			case "/dev/pts":
+				return unix.Dup(det.pts)
+			}
+			return unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0) // the host's device, bound later
+		})
+		if err != nil {
+			return
+		}
+		defer unix.Close(rfd)
+		if err = restrictThread(keepCaps, rfd); err != nil {
+			return
+		}
+		err = cmd.Start()
+	})
+	if err != nil {
+		det.close()
+		return nil, err
+	}
+	return det, nil
+}
+
+// restrictThread gives the calling thread what a process it execs as root
+// inherits: a bounding set of keep, nothing inheritable (which clears the
+// ambient set), no_new_privs, and the Landlock ruleset rfd. Root's exec
+// then grants exactly the bounding set. The thread keeps its own permitted
+// and effective sets: creating the init's pid and cgroup namespaces needs
+// SYS_ADMIN.
+func restrictThread(keep []int, rfd int) error {
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		if c == unix.CAP_SETPCAP || slices.Contains(keep, c) {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if !slices.Contains(keep, unix.CAP_SETPCAP) {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SETPCAP, 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop CAP_SETPCAP from the bounding set: %w", err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := landlockRestrictSelf(rfd); err != nil {
+		return fmt.Errorf("landlock restrict: %w", err)
+	}
+	return nil
+}
+
+// capData is keep as permitted and effective, with nothing inheritable.
+func capData(keep []int) *[2]unix.CapUserData {
+	var data [2]unix.CapUserData
+	for _, c := range keep {
+		data[c/32].Permitted |= 1 << (c % 32)
+		data[c/32].Effective |= 1 << (c % 32)
+	}
+	return &data
+}
+
+// enterForInit, on a discarded thread that joins the init's mount, uts
+// and network namespaces: builds the root's tree (attaching det), the
+// hostname and lo, mounts a proc for the init's pid namespace at the
+// root's /proc (the pidns option), masks it, and pivots the namespace into
+// the root, which moves the init's root with it. The init is restricted
+// already; it only chdirs to / once told to go on. The result comes on the
+// returned channel; det is closed.
+func enterForInit(pid int, lc launchConfig, det *detached) <-chan error {
+	ch := make(chan error, 1)
+	go onDiscardedThread(func() {
+		defer det.close()
+		ch <- enterNamespace(pid, lc, det)
+	})
+	return ch
+}
+
+func enterNamespace(pid int, lc launchConfig, det *detached) error {
+	ns := map[string]int{"mnt": -1, "pid": -1, "uts": -1, "net": -1}
+	defer func() {
+		for _, fd := range ns {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	for k := range ns {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/"+k, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		ns[k] = fd
+	}
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	for _, k := range []string{"mnt", "uts", "net"} {
+		if err := unix.Setns(ns[k], 0); err != nil {
+			return fmt.Errorf("join the init's %s namespace: %w", k, err)
+		}
+	}
+	if err := buildNamespaces(lc, det); err != nil {
+		return err
+	}
+	return mountProcFor(ns["pid"], lc.Root)
+}
+
+// mountProcFor mounts a proc of pid namespace pidns at root/proc, masks
+// it, and pivots into root.
+func mountProcFor(pidns int, root string) error {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen proc: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetFd(fs, "pidns", pidns); err != nil {
+		return fmt.Errorf("proc pidns: %w", err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("proc: %w", err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsmount proc: %w", err)
+	}
+	defer unix.Close(m)
+	if err := unix.MoveMount(m, "", unix.AT_FDCWD, root+"/proc", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount proc: %w", err)
+	}
+	if err := maskProc(root); err != nil {
+		return err
+	}
+	return pivot(root)
+}
+
+// maskProc hides or freezes the host-facing entries of the proc mounted at
+// root/proc.
+func maskProc(root string) error {
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"} {
+		if _, err := os.Stat(root + p); err == nil {
+			if err := mount("/dev/null", root+p, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
+		if _, err := os.Stat(root + p); err == nil {
+			if err := roBind(root+p, root+p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pivot makes root the root of the calling thread's mount namespace (and
+// of every process there whose root was the old one). pivot_root(".", ".")
+// stacks the old root on the new one; detaching it leaves the new root,
+// with no directory for the old one.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// checkRestricted verifies, in an init born restricted, that the calling
+// thread has exactly keep (per the mode) and no_new_privs; the rest was
+// inherited with it. An init that is not restricted never serves.
+func checkRestricted(keep []int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var got [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &got[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	want := capData(keep)
+	for i := range got {
+		if got[i].Permitted != want[i].Permitted || got[i].Effective != want[i].Effective || got[i].Inheritable != 0 {
+			return fmt.Errorf("init born with capabilities %+v, want %+v", got, *want)
+		}
+	}
+	if nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err != nil || nnp != 1 {
+		return errors.New("init born without no_new_privs")
+	}
+	return nil
+}
+
+// initCaps are the capabilities the init needs until its root is built,
+// besides keepCaps: mounts, pivot_root and sethostname (SYS_ADMIN) and lo
+// up (NET_ADMIN).
+var initCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+
+// startInit starts the init from a locked OS thread that the runtime
+// throws away afterwards (its credentials and namespaces are changed for
+// good). See prepareInitThread. As root, that thread also enters new
+// mount, uts, ipc and network namespaces before the start, so the init
+// (cloned into a new pid and cgroup namespace only) is born sharing them;
+// then, while the init's runtime starts up, the thread builds the
+// sandbox's mount tree, hostname and lo there (buildNamespaces with tree),
+// and reports on the returned channel. With tree nil (rootless: a user
+// namespace cannot be entered by one thread of a process), the init
+// builds them itself and the channel is nil.
+func startInit(cmd *exec.Cmd, rootless bool, tree *launchConfig) (<-chan error, error) {
+	started := make(chan error, 1)
+	var built chan error
+	if tree != nil {
+		built = make(chan error, 1)
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Never the main thread: the runtime keeps it, state and all.
+			b, err := startInit(cmd, rootless, tree)
+			runtime.UnlockOSThread()
+			started <- err
+			if err == nil && b != nil {
+				built <- <-b
+			}
+			return
+		}
+		// Return without UnlockOSThread: the thread ends with the goroutine.
+		err := prepareInitThread(rootless)
+		if err == nil && tree != nil {
+			if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET); err != nil {
+				err = fmt.Errorf("unshare: %w", err)
+			}
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
+		started <- err
+		if err == nil && tree != nil {
+			built <- buildNamespaces(*tree, nil)
+		}
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return built, nil
+}
+
+// prepareInitThread, as root, puts initCaps in the calling thread's
+// inheritable set, cuts its bounding set to keepCaps and sets
+// no_new_privs: an init exec'd from it as root gets bounding set ∪
+// inheritable, so it is born with its final bounding set and
+// no_new_privs, and later has only its permitted, effective and
+// inheritable sets to lower on each of its threads.
+func prepareInitThread(rootless bool) error {
+	if !rootless {
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capget: %w", err)
+		}
+		for _, c := range initCaps {
+			data[c/32].Inheritable |= 1 << (c % 32)
+		}
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capset inheritable: %w", err)
+		}
+		last := lastCap()
+		for c := 0; c <= last; c++ {
+			if slices.Contains(keepCaps, c) {
+				continue
+			}
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+			}
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
+}
