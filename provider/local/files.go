@@ -198,6 +198,71 @@ func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts
 	return id, nil
 }
 
+// CreateCheckpointOnce is the bounded checkpoint creation correlated to a
+// host operation id: the checkpoint is "op-<OperationID>", made once (an
+// operation id already used answers its checkpoint again), within
+// opts.Timeout (default 30 s, at most 120 s; expiry is
+// Unavailable{checkpoint_timeout} and leaves no checkpoint).
+func (p *Provider) CreateCheckpointOnce(ctx context.Context, h *sandbox.Handle, opts sandbox.CheckpointOnceOptions) (string, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return "", err
+	}
+	if !validOperationID(opts.OperationID) {
+		return "", sandbox.Invalid("checkpoint_operation_id", "operation id must match ^[A-Za-z0-9_-]{1,128}$")
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	if timeout < time.Millisecond || timeout > 120*time.Second {
+		return "", sandbox.Invalid("checkpoint_timeout", "timeout must be between 1 ms and 120 s")
+	}
+	r, _, err := p.load(h.Name)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	id := "op-" + opts.OperationID
+	dir := p.checkpointsDir(r.InstanceID)
+	final := filepath.Join(dir, id)
+	if st, err := os.Stat(final); err == nil && st.IsDir() {
+		return id, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", stateErr("checkpoint", err)
+	}
+	tmp := filepath.Join(dir, "."+id+"-"+newID())
+	if err := copyTree(ctx, p.homeDir(r.InstanceID), tmp); err != nil {
+		os.RemoveAll(tmp)
+		if ctx.Err() != nil {
+			return "", sandbox.Unavailable("checkpoint_timeout", err)
+		}
+		return "", stateErr("checkpoint", err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, id+".comment"), []byte("sandbox-operation:"+opts.OperationID), 0o600)
+	if err := os.Rename(tmp, final); err != nil {
+		os.RemoveAll(tmp)
+		if st, serr := os.Stat(final); serr == nil && st.IsDir() {
+			return id, nil // a concurrent call of the same operation made it
+		}
+		return "", stateErr("checkpoint", err)
+	}
+	return id, nil
+}
+
+func validOperationID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // RestoreCheckpoint replaces the home's contents with checkpoint id's. An
 // unknown id is ErrNotFound; a restore that failed part-way is
 // RestoreFailed.

@@ -63,7 +63,9 @@
 // home only (/home/sprite, or a path relative to it), through os.Root,
 // which refuses "../" and symlink escapes; this holds on trusted too,
 // whose paths are otherwise host paths. Checkpoints copy the home, with
-// reflinks where the filesystem allows. DestroyOnce is Destroy under a
+// reflinks where the filesystem allows; CreateCheckpointOnce names the
+// checkpoint after the host's operation id, so one operation makes one
+// checkpoint. DestroyOnce is Destroy under a
 // bound, confirmed by the record's absence.
 //
 // SpawnOptions.TTY runs the session on a pseudo-terminal (TTYRows×TTYCols,
@@ -169,12 +171,13 @@ type Provider struct {
 }
 
 var (
-	_ sandbox.Provider          = (*Provider)(nil)
-	_ sandbox.CreateNewer       = (*Provider)(nil)
-	_ sandbox.OnceDestroyer     = (*Provider)(nil)
-	_ sandbox.SessionTerminator = (*Provider)(nil)
-	_ sandbox.FileReader        = (*Provider)(nil)
-	_ sandbox.HostPather        = (*Provider)(nil)
+	_ sandbox.Provider              = (*Provider)(nil)
+	_ sandbox.CreateNewer           = (*Provider)(nil)
+	_ sandbox.OnceDestroyer         = (*Provider)(nil)
+	_ sandbox.CheckpointOnceCreator = (*Provider)(nil)
+	_ sandbox.SessionTerminator     = (*Provider)(nil)
+	_ sandbox.FileReader            = (*Provider)(nil)
+	_ sandbox.HostPather            = (*Provider)(nil)
 )
 
 // New returns a provider keeping its sandboxes under cfg.StateDir. It
@@ -220,7 +223,7 @@ func New(cfg Config) (*Provider, error) {
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
-		sandbox.CapTTY)
+		sandbox.CapCreateCheckpointOnce, sandbox.CapTTY)
 	return p, nil
 }
 

@@ -725,3 +725,36 @@ func TestSessionOutlivesKilledProcess(t *testing.T) {
 		t.Fatalf("attach after kill -9 of the creator: %q, last %v", got, last)
 	}
 }
+
+// CreateCheckpointOnce makes one checkpoint per operation id.
+func TestCreateCheckpointOnce(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, _ := p.Create(ctx, "cpo", sandbox.CreateOptions{})
+	p.WriteFile(ctx, h, "f", []byte("v1"), sandbox.WriteFileOptions{})
+	id, err := p.CreateCheckpointOnce(ctx, h, sandbox.CheckpointOnceOptions{OperationID: "op_1"})
+	if err != nil || id == "" {
+		t.Fatal(id, err)
+	}
+	again, err := p.CreateCheckpointOnce(ctx, h, sandbox.CheckpointOnceOptions{OperationID: "op_1"})
+	if err != nil || again != id {
+		t.Fatalf("same operation: %q %v, want %q", again, err, id)
+	}
+	ids, _ := p.Checkpoints(ctx, h)
+	if len(ids) != 1 {
+		t.Fatalf("checkpoints %v", ids)
+	}
+	p.WriteFile(ctx, h, "f", []byte("v2"), sandbox.WriteFileOptions{})
+	if err := p.RestoreCheckpoint(ctx, h, id); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := p.ReadFile(ctx, h, "f"); string(b) != "v1" {
+		t.Fatalf("restored %q", b)
+	}
+	var iv *sandbox.InvalidError
+	for _, o := range []sandbox.CheckpointOnceOptions{{OperationID: ""}, {OperationID: "a b"}, {OperationID: "x", Timeout: 121 * time.Second}, {OperationID: "x", Timeout: -1}} {
+		if _, err := p.CreateCheckpointOnce(ctx, h, o); !errors.As(err, &iv) {
+			t.Errorf("%+v: %v, want Invalid", o, err)
+		}
+	}
+}
