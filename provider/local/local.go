@@ -47,9 +47,10 @@
 // Error{closed_before_exit}, never a made-up exit.
 //
 // Get reports running only when the supervisor answers and the mechanism
-// sees the sandbox running; with no supervisor the sandbox is stopped with
-// its disk kept (StatusSuspended, raw state "stopped"), and the next Exec,
-// Spawn or Resume starts it again.
+// sees the sandbox running (or, for a sandbox made with
+// Config.LazySupervisor, when the mechanism sees it running); with no
+// supervisor the sandbox is stopped with its disk kept (StatusSuspended, raw
+// state "stopped"), and the next Exec, Spawn or Resume starts it again.
 //
 // # Operations
 //
@@ -91,10 +92,16 @@
 // not advertise network_policy, whose suite case needs both. PublicURL is
 // ErrUnsupported: a local sandbox publishes no HTTP endpoint.
 //
-// Where this differs from the original's local provider: sessions survive
-// their caller (the original lost them with the BEAM node), replay is byte
-// exact from a journal rather than a ring buffer, and status comes from the
-// kernel and the supervisor's socket, not from a stored flag.
+// Where this differs from the original runner daemon's local sandboxes
+// (runner-protocol spec §2.6, §2.9): its journals lived in the daemon's
+// memory and sessions died with it; here they are files, owned by a
+// supervisor per sandbox, and outlive every managoat process. Attach reads
+// the journal by byte offset, so the original's duplicated or reordered
+// frames on attach (D2) cannot happen, and no journal is held in memory
+// (D6). Relative paths cannot escape the home (D5). A command that fails to
+// start is not a session with exit 127. Status comes from the kernel and
+// the supervisor's socket, never from a stored flag. Finished sessions are
+// kept (the original pruned beyond 100 per sandbox).
 package local
 
 import (
