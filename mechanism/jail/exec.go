@@ -62,7 +62,9 @@ func (j *Jail) running(id string) (*state, error) {
 		}
 		return nil, mechanism.CouldNotRun("sandbox state unreadable", err)
 	}
-	if st.Status != mechanism.StatusRunning || !alive(st) {
+	// A recorded running sandbox whose init died is found by the dial
+	// (refused): no /proc probe here.
+	if st.Status != mechanism.StatusRunning || st.Socket == "" {
 		return nil, mechanism.CouldNotRun("sandbox "+id+" is not running", mechanism.ErrNotRunning)
 	}
 	return st, nil
@@ -111,26 +113,29 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		conn.Close()
 		return nil, mechanism.CouldNotRun("cannot send the request", err)
 	}
-	buf := make([]byte, 4096)
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetReadDeadline(dl)
+	p := &rproc{conn: conn, initPid: st.InitPid, exit: make(chan reply, 1)}
+	if !req.Collect {
+		buf := make([]byte, 4096)
+		if dl, ok := ctx.Deadline(); ok {
+			_ = conn.SetReadDeadline(dl)
+		}
+		n, err := conn.Read(buf)
+		_ = conn.SetReadDeadline(time.Time{})
+		if err != nil {
+			conn.Close()
+			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", err)
+		}
+		var r reply
+		if err := json.Unmarshal(buf[:n], &r); err != nil || (!r.Started && r.Error == "") {
+			conn.Close()
+			return nil, mechanism.CouldNotRun("bad answer from the sandbox's init", err)
+		}
+		if !r.Started {
+			conn.Close()
+			return nil, mechanism.CouldNotRun(r.Error, nil)
+		}
+		p.nspid = r.Pid
 	}
-	n, err := conn.Read(buf)
-	_ = conn.SetReadDeadline(time.Time{})
-	if err != nil {
-		conn.Close()
-		return nil, mechanism.CouldNotRun("no answer from the sandbox's init", err)
-	}
-	var r reply
-	if err := json.Unmarshal(buf[:n], &r); err != nil || (!r.Started && r.Error == "") {
-		conn.Close()
-		return nil, mechanism.CouldNotRun("bad answer from the sandbox's init", err)
-	}
-	if !r.Started {
-		conn.Close()
-		return nil, mechanism.CouldNotRun(r.Error, nil)
-	}
-	p := &rproc{conn: conn, nspid: r.Pid, initPid: st.InitPid, exit: make(chan reply, 1)}
 	go func() {
 		b := make([]byte, 4096)
 		for {
@@ -283,7 +288,7 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		before = g.Stats()
 	}
 	began := time.Now()
-	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true}, [3]*os.File{in, outW, errW})
+	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true, Collect: true}, [3]*os.File{in, outW, errW})
 	inDone()
 	outW.Close()
 	errW.Close()

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 	"kernel.org/pub/linux/libs/security/libcap/psx"
@@ -90,6 +89,10 @@ func report(err error) {
 // privileges on every one of its threads and serves: one start of the
 // binary per sandbox.
 func initMain() error {
+	prog, err := assembleSeccomp()
+	if err != nil {
+		return err
+	}
 	f := os.NewFile(fdConfig, "config")
 	var cfg launchConfig
 	if err := json.NewDecoder(f).Decode(&cfg); err != nil {
@@ -103,8 +106,8 @@ func initMain() error {
 		if err := checkRestricted(keepCaps); err != nil {
 			return err
 		}
-		if err := seccomp.LoadFilter(seccompFilter()); err != nil {
-			return fmt.Errorf("seccomp: %w", err)
+		if err := prog.load(); err != nil {
+			return err
 		}
 		return serve(cfg)
 	}
@@ -116,7 +119,7 @@ func initMain() error {
 	if err := enterRoot(cfg); err != nil {
 		return err
 	}
-	if err := dropPrivileges(cfg); err != nil {
+	if err := dropPrivileges(cfg, prog); err != nil {
 		return err
 	}
 	return serve(cfg)
@@ -440,7 +443,7 @@ func allThreads(trap, a1, a2, a3 uintptr) error {
 // no_new_privs, the Landlock ruleset, and the seccomp filter
 // (synchronised to all threads by the kernel). Threads created later
 // copy the state of the thread that creates them.
-func dropPrivileges(cfg launchConfig) error {
+func dropPrivileges(cfg launchConfig, prog seccompProgram) error {
 	var keep []int
 	if !cfg.Rootless {
 		keep = keepCaps
@@ -495,10 +498,7 @@ func dropPrivileges(cfg launchConfig) error {
 	if err := ll.AllThreadsLandlockRestrictSelf(rfd, 0); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
 	}
-	if err := seccomp.LoadFilter(seccompFilter()); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	return nil
+	return prog.load()
 }
 
 // landlockRuleset is the sandbox's Landlock ruleset, for the root mounted

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"net"
 	"os"
@@ -156,70 +158,81 @@ type state struct {
 func (j *Jail) dir(id string) string { return filepath.Join(j.cfg.StateDir, id) }
 
 func readState(dir string) (*state, error) {
-	var st *state
 	var err error
-	for range 2 { // a second read covers a rewrite that raced the first
+	for try := range 5 {
 		var b []byte
 		if b, err = os.ReadFile(filepath.Join(dir, "state.json")); err != nil {
 			return nil, err
 		}
-		st = &state{}
-		if err = json.Unmarshal(b, st); err == nil {
-			break
+		var st *state
+		if st, err = decodeState(b); err == nil {
+			if st.Mechanism != "jail" {
+				return nil, fmt.Errorf("%s is not a jail sandbox", dir)
+			}
+			return st, nil
 		}
 		err = fmt.Errorf("corrupt state %s: %w", dir, err)
+		if try > 0 {
+			time.Sleep(200 * time.Microsecond) // a rewrite in progress
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if st.Mechanism != "jail" {
-		return nil, fmt.Errorf("%s is not a jail sandbox", dir)
-	}
-	return st, nil
+	return nil, err
 }
 
-// writeState replaces dir/state.json atomically without allocating or
-// freeing an inode (both cost a journal transaction, and a discard where
-// the filesystem is mounted with it): two files, .state-0 and .state-1,
-// take turns; the one state.json is not linked to is rewritten in place,
-// then hard-linked over state.json. A reader holding the other one is
-// never written under.
+// The state file is one JSON object whose last member is "sum", the CRC-32
+// of the bytes before it, padded with spaces to whole pages. It is
+// rewritten in place (one pwrite), so no inode is allocated or freed (on
+// ext4 each costs a journal transaction, and a discard where mounted with
+// it; a create+rename was ~465 µs here, this ~1 µs); a reader that sees a
+// rewrite half done finds the sum wrong and reads again.
+const (
+	statePage = 4096
+	sumKey    = `,"sum":"`
+)
+
+func decodeState(b []byte) (*state, error) {
+	i := bytes.LastIndex(b, []byte(sumKey))
+	if i < 0 || len(b) < i+len(sumKey)+8 {
+		return nil, errors.New("no checksum")
+	}
+	if fmt.Sprintf("%08x", crc32.ChecksumIEEE(b[:i])) != string(b[i+len(sumKey):i+len(sumKey)+8]) {
+		return nil, errors.New("checksum mismatch")
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 func writeState(dir string, st *state) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	next := filepath.Join(dir, ".state-0")
-	if cur, err := os.Stat(filepath.Join(dir, "state.json")); err == nil {
-		if fi, err := os.Stat(next); err == nil && os.SameFile(cur, fi) {
-			next = filepath.Join(dir, ".state-1")
-		}
+	b = b[:len(b)-1] // drop the closing brace
+	b = fmt.Appendf(b, "%s%08x\"}\n", sumKey, crc32.ChecksumIEEE(b))
+	n := (len(b) + statePage - 1) / statePage * statePage
+	for len(b) < n {
+		b = append(b, ' ')
 	}
-	f, err := os.OpenFile(next, os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, "state.json"), os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Truncate(int64(len(b)))
+	if err == nil && n > statePage {
+		// Larger than one page: a shorter state later leaves no tail.
+		err = f.Truncate(int64(n))
+	} else if err == nil {
+		if fi, serr := f.Stat(); serr == nil && fi.Size() > int64(n) {
+			err = f.Truncate(int64(n))
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
-	}
-	link := filepath.Join(dir, ".state-link")
-	if err := os.Link(next, link); errors.Is(err, fs.ErrExist) {
-		_ = os.Remove(link) // left by a writer that died
-		err = os.Link(next, link)
-		if err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	return os.Rename(link, filepath.Join(dir, "state.json"))
+	return err
 }
 
 // lock takes an exclusive flock on the file or directory at path, waiting
@@ -286,11 +299,11 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	tmp, err := os.MkdirTemp(j.cfg.StateDir, ".provision-")
-	if err != nil {
+	// A directory without state.json reads as absent (Status, List), so
+	// the state is written last and no temporary directory is needed.
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	defer os.RemoveAll(tmp)
 	uid, gid := j.Owner()
 	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
 	if spec.HomeDir != "" {
@@ -299,18 +312,15 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 		}
 		st.HomeDir = spec.HomeDir
 	} else {
-		if err := os.Mkdir(filepath.Join(tmp, "home"), 0o755); err != nil {
+		if err := os.Mkdir(filepath.Join(dir, "home"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 		st.HomeDir, st.OwnHome = filepath.Join(dir, "home"), true
 	}
-	if err := writeState(tmp, st); err != nil {
+	if err := os.Chown(st.HomeDir, uid, gid); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	return os.Chown(st.HomeDir, uid, gid)
+	return writeState(dir, st)
 }
 
 func normSpec(s mechanism.Spec) mechanism.Spec {

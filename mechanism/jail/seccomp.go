@@ -1,9 +1,12 @@
 package jail
 
 import (
+	"fmt"
 	"runtime"
+	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,4 +60,39 @@ func seccompFilter() seccomp.Filter {
 			},
 		},
 	}
+}
+
+// seccompProgram is the assembled filter: the init assembles it while it
+// waits for its root (a few hundred µs), and loads it once there.
+type seccompProgram []unix.SockFilter
+
+func assembleSeccomp() (seccompProgram, error) {
+	f := seccompFilter()
+	insts, err := f.Policy.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assemble seccomp policy: %w", err)
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("assemble seccomp BPF: %w", err)
+	}
+	prog := make(seccompProgram, len(raw))
+	for i, r := range raw {
+		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return prog, nil
+}
+
+// load sets no_new_privs and loads the filter on every thread (TSYNC),
+// as seccomp.LoadFilter does with seccompFilter's flags.
+func (p seccompProgram) load() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	fprog := unix.SockFprog{Len: uint16(len(p)), Filter: &p[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return fmt.Errorf("seccomp: %w", e)
+	}
+	runtime.KeepAlive(p)
+	return nil
 }

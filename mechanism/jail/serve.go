@@ -22,6 +22,7 @@ import (
 //
 //	manager -> init   request{argv, env, dir} + SCM_RIGHTS [stdin, stdout, stderr]
 //	init -> manager   reply{started, pid} or reply{error, notFound}
+//	                  (no started reply when request{collect}: one round trip)
 //	manager -> init   request{signal}           (any number, optional)
 //	init -> manager   reply{exited, code, signal}
 //
@@ -32,8 +33,10 @@ type request struct {
 	Env         []string `json:"env,omitempty"`
 	Dir         string   `json:"dir,omitempty"`
 	KillOnClose bool     `json:"killOnClose,omitempty"`
-	Signal      int      `json:"signal,omitempty"`
-	Ping        bool     `json:"ping,omitempty"`
+	// Collect: send no started reply, only the final one (Execute).
+	Collect bool `json:"collect,omitempty"`
+	Signal  int  `json:"signal,omitempty"`
+	Ping    bool `json:"ping,omitempty"`
 }
 
 type reply struct {
@@ -215,7 +218,9 @@ func (s *server) handle(c *net.UnixConn) {
 		unix.Close(fd)
 	}
 	fds = nil
-	send(c, reply{Started: true, Pid: pid})
+	if !req.Collect {
+		send(c, reply{Started: true, Pid: pid})
+	}
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
