@@ -101,6 +101,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	g.ephemeral = true
 	reg, p, err := openProvider(g.provider)
 	if err != nil {
 		return err

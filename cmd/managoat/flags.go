@@ -15,6 +15,9 @@ import (
 type globals struct {
 	provider  string
 	mechanism string
+	// ephemeral is set by run: the local provider then starts no
+	// supervisor unless the command needs one.
+	ephemeral bool
 }
 
 func (g *globals) flagSet(name string) *flag.FlagSet {
