@@ -249,11 +249,30 @@ func (m *Mechanism) Provision(ctx context.Context, id string, spec mechanism.Spe
 	if err := mechanism.Gate(ctx, m, spec, m.prober); err != nil {
 		return err
 	}
+	if _, err := os.Lstat(m.dir(id)); err == nil {
+		// A sandbox directory without its record: a destroy cut short.
+		if err := m.deleteContainer(ctx, id); err != nil {
+			return err
+		}
+		if err := removeAll(m.dir(id)); err != nil {
+			return err
+		}
+	}
 	sb := &sandbox{Mechanism: m.Name(), ID: id, Spec: normSpec(spec), HomeDir: spec.HomeDir, Cgroup: m.cgroupName(id)}
 	if err := m.writeSandbox(sb); err != nil {
 		return err
 	}
-	if err := m.create(ctx, sb); err != nil {
+	err := m.create(ctx, sb)
+	if err != nil {
+		// A container of this id without a sandbox directory is what a
+		// destroy cut short leaves: remove it and try once more.
+		if _, serr := m.state(ctx, id); serr == nil {
+			if m.deleteContainer(ctx, id) == nil {
+				err = m.create(ctx, sb)
+			}
+		}
+	}
+	if err != nil {
 		m.remove(context.Background(), sb)
 		return err
 	}

@@ -322,6 +322,31 @@ func TestStartProcess(t *testing.T) {
 	}
 }
 
+// A container left in the runtime's root by a destroy cut short (the
+// sandbox directory gone) does not block provisioning the id again.
+func TestProvisionOverStaleContainer(t *testing.T) {
+	requireRuntime(t, "runc")
+	dir := t.TempDir()
+	m := newMech(t, "runc", dir)
+	id := tid("stale")
+	started(t, m, id, mechanism.Spec{})
+	sandboxes, _ := filepath.Glob(filepath.Join(dir, "runc", "sandboxes", id))
+	if len(sandboxes) != 1 {
+		t.Fatalf("sandbox dir not found under %s", dir)
+	}
+	// Keep the bundle (the container needs it to be deleted) but drop the
+	// record that makes it ours.
+	if err := os.Remove(filepath.Join(sandboxes[0], "spec.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Provision(context.Background(), id, mechanism.Spec{}); err != nil {
+		t.Fatalf("provision over a stale container: %v", err)
+	}
+	if s, _ := m.Status(context.Background(), id); s != mechanism.StatusProvisioned {
+		t.Fatalf("status %s", s)
+	}
+}
+
 func TestConcurrentProvisionOneSandbox(t *testing.T) {
 	requireRuntime(t, "runc")
 	m := newMech(t, "runc", t.TempDir())
