@@ -614,6 +614,11 @@ func mapStatus(s string) mechanism.Status {
 // this mechanism's.
 func (m *Mechanism) ListRunning(ctx context.Context) ([]string, error) {
 	if m.rt.path() == "" {
+		// Nothing can run without the runtime, unless it was removed
+		// under sandboxes this mechanism made: then it cannot see.
+		if ents, _ := os.ReadDir(filepath.Join(m.base, "sandboxes")); len(ents) > 0 {
+			return nil, m.refuseRuntime()
+		}
 		return []string{}, nil
 	}
 	list, err := m.list(ctx)
