@@ -199,8 +199,13 @@ type capture struct {
 	truncated bool
 }
 
+// drainBufs are drain's read buffers, pooled: two per Execute otherwise.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
 func drain(r *os.File, c *capture, s mechanism.Stream, sink func(mechanism.Stream, []byte), mu *sync.Mutex) {
-	b := make([]byte, 64<<10)
+	bp := drainBufs.Get().(*[]byte)
+	defer drainBufs.Put(bp)
+	b := *bp
 	for {
 		n, err := r.Read(b)
 		if n > 0 {

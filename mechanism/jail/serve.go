@@ -144,6 +144,10 @@ func (s *server) reap(sigch chan os.Signal) {
 	}
 }
 
+// requestBufs hold one request packet each (argv and environment can be
+// large); pooled so that serving allocates, and collects, next to nothing.
+var requestBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
 func send(c *net.UnixConn, r reply) {
 	b, _ := json.Marshal(r)
 	c.Write(b)
@@ -151,7 +155,9 @@ func send(c *net.UnixConn, r reply) {
 
 func (s *server) handle(c *net.UnixConn) {
 	defer c.Close()
-	buf := make([]byte, 1<<20)
+	bp := requestBufs.Get().(*[]byte)
+	defer requestBufs.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
