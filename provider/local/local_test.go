@@ -460,6 +460,23 @@ func TestConformanceOCI(t *testing.T) {
 	sandboxtest.Run(t, shortGrace{p}, fixtures(), sandboxtest.WithDir("/home/sprite"), sandboxtest.WithTimeout(5*time.Second))
 }
 
+// TestConformanceOCIRunsc: the suite on mechanism/oci with gVisor's runsc
+// (ptrace platform), root only.
+func TestConformanceOCIRunsc(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("runsc")
+	testenv.Require(t, err == nil, "runsc is not installed (apt-get install runsc)")
+	if testing.Short() {
+		t.Skip("the suite on runsc takes about 30 s; run without -short")
+	}
+	p, err := New(Config{StateDir: t.TempDir(), MechanismName: "oci:runsc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	sandboxtest.Run(t, shortGrace{p}, fixtures(), sandboxtest.WithDir("/home/sprite"), sandboxtest.WithTimeout(10*time.Second))
+}
+
 // Leftovers of a process killed mid-Create or mid-Destroy are swept once
 // they are old enough; a live sandbox is never touched.
 func TestSweep(t *testing.T) {
