@@ -61,10 +61,19 @@ type server struct {
 // reaping every orphan and starting commands on request.
 func serve(cfg launchConfig) error {
 	// pid 1 of a pid namespace receives from inside only the signals it
-	// handles; ignoring them means a workload cannot stop its init.
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
+	// handles, so a workload cannot stop its init with them. They are
+	// caught and dropped, not ignored: an ignored signal stays ignored
+	// across exec, so every workload would inherit SIG_IGN for TERM, INT,
+	// PIPE... (a graceful terminate would then always wait out its grace);
+	// a caught one is reset to its default when the workload execs.
+	swallowed := make(chan os.Signal, 16)
+	signal.Notify(swallowed, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
 		syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
 		syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGIO)
+	go func() {
+		for range swallowed {
+		}
+	}()
 	if cfg.Pids > 0 {
 		prewarmThreads(8)
 	}
