@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -112,7 +113,7 @@ func initMain() error {
 		return serve(cfg)
 	}
 	if !cfg.TreeBuilt {
-		if err := buildNamespaces(cfg, nil); err != nil {
+		if err := buildNamespaces(cfg); err != nil {
 			return err
 		}
 	}
@@ -127,10 +128,19 @@ func initMain() error {
 
 // buildNamespaces fills the mount, uts and network namespaces of the
 // calling thread: the root's tree, the hostname, lo up.
-func buildNamespaces(cfg launchConfig, det *detached) error {
-	if err := buildTree(cfg, det); err != nil {
+func buildNamespaces(cfg launchConfig) error {
+	if err := buildTreeBase(cfg); err != nil {
 		return err
 	}
+	if err := finishTree(cfg, nil); err != nil {
+		return err
+	}
+	return buildHost(cfg)
+}
+
+// buildHost sets the hostname and brings lo up in the calling thread's uts
+// and network namespaces.
+func buildHost(cfg launchConfig) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
@@ -247,14 +257,14 @@ var etcBinds = []string{
 	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
 }
 
-// buildTree builds the sandbox's root under cfg.Root in the calling
+// buildTreeBase builds the sandbox's root under cfg.Root in the calling
 // thread's (private) mount namespace: everything but what must be done
 // from inside the new pid namespace, or with it (/proc). Every directory
 // and file is made first, then the host's runtime is bound in and made
 // read-only, nosuid and nodev with the root in one recursive
 // mount_setattr (one remount per bind where the kernel lacks it), then
-// the writable mounts and /dev go on top.
-func buildTree(cfg launchConfig, det *detached) error {
+// home and /dev go on top; finishTree adds the writable file systems.
+func buildTreeBase(cfg launchConfig) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -354,7 +364,15 @@ func buildTree(cfg launchConfig, det *detached) error {
 		}
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr); err != nil {
+	err := unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr)
+	// EBUSY: a file just written here is still open in a process the
+	// manager is forking (its copy of the descriptor table lives until
+	// that child execs). Bounded retry.
+	for i := 0; err == unix.EBUSY && i < 200; i++ {
+		time.Sleep(100 * time.Microsecond)
+		err = unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr)
+	}
+	if err != nil {
 		if err != unix.ENOSYS {
 			return fmt.Errorf("mount_setattr %s: %w", r, err)
 		}
@@ -372,9 +390,6 @@ func buildTree(cfg launchConfig, det *detached) error {
 		return err
 	}
 	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return err
-	}
-	if err := det.place(det.tmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
 	// /dev: a tmpfs with the harmless character devices bound from the host.
@@ -399,6 +414,16 @@ func buildTree(cfg launchConfig, det *detached) error {
 		if err := os.Mkdir(dev+"/"+d, 0o755); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// finishTree puts the writable file systems in the tree buildTreeBase
+// built (det's, or fresh ones when det is nil) and makes /dev read-only.
+func finishTree(cfg launchConfig, det *detached) error {
+	r, dev := cfg.Root, cfg.Root+"/dev"
+	if err := det.place(det.tmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
 	}
 	if err := det.place(det.pts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err

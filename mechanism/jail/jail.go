@@ -529,10 +529,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	}
 	cmd.SysProcAttr = sys
 	var built <-chan error
-	var det *detached
 	if born {
 		lc.Entered = true
-		det, err = startRestricted(cmd, lc)
+		built, err = startRestricted(cmd, lc)
 	} else {
 		built, err = startInit(cmd, j.rootless, tree)
 	}
@@ -540,11 +539,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		return fmt.Errorf("start init: %w", err)
 	}
 	pid := cmd.Process.Pid
-	if born {
-		// Another thread enters the init's mount namespace, mounts its
-		// /proc and pivots it into its root, while this one places it.
-		built = enterForInit(pid, lc, det)
-	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	defer func() {

@@ -71,7 +71,7 @@ func procPidnsOption() bool {
 }
 
 // startRestricted starts the init born restricted (root, procfs pidns
-// option). On a discarded thread: enter new mount, uts, ipc and network
+// option). On a discarded thread T: enter new mount, uts, ipc and network
 // namespaces; create the sandbox's writable file systems detached (their
 // inodes, with the home directory's and the devices', are what the
 // Landlock ruleset is on); give the thread what the init must be born
@@ -79,12 +79,80 @@ func procPidnsOption() bool {
 // no_new_privs, the ruleset) and clone the init from it into a new pid
 // and cgroup namespace: exec'd as root it gets exactly keepCaps, and it
 // inherits the rest, on every thread it will ever have. Only seccomp is
-// left to the init (one TSYNC load). The tree, hostname, lo, /proc and
-// the pivot are enterForInit's, while the init's runtime starts up; it
-// takes over det.
-func startRestricted(cmd *exec.Cmd, lc launchConfig) (det *detached, err error) {
+// left to the init (one TSYNC load).
+//
+// A second discarded thread joins T's mount and uts namespaces as soon as
+// they exist and builds the tree and hostname there while T and then the
+// init's runtime go on (a third makes the network namespace and its lo,
+// which T enters before the clone); once the init exists it attaches the writable file
+// systems, mounts a proc for the init's pid namespace (the pidns option),
+// masks it, and pivot_roots the namespace, which moves the init with it.
+// Its result comes on the returned channel.
+func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
+	type nsFDs struct{ mnt, uts int }
+	type started struct {
+		det *detached
+		pid int
+	}
+	nsCh := make(chan *nsFDs, 1)
+	startedCh := make(chan *started, 1)
+	built := make(chan error, 1)
+	// The network namespace (the slowest to create) and its lo, on a
+	// third discarded thread, meanwhile.
+	type netNS struct {
+		fd  int
+		err error
+	}
+	netCh := make(chan netNS, 1)
+	go onDiscardedThread(func() {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			netCh <- netNS{-1, fmt.Errorf("unshare net: %w", err)}
+			return
+		}
+		if err := mechanism.LoopbackUp(); err != nil {
+			netCh <- netNS{-1, fmt.Errorf("lo up: %w", err)}
+			return
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		netCh <- netNS{fd, err}
+	})
+	netFD := func() (int, error) { n := <-netCh; return n.fd, n.err }
+	go onDiscardedThread(func() {
+		ns := <-nsCh
+		if ns == nil {
+			built <- errors.New("no namespaces")
+			return
+		}
+		err := buildBeside(ns.mnt, ns.uts, lc)
+		for _, fd := range []int{ns.mnt, ns.uts} {
+			unix.Close(fd)
+		}
+		st := <-startedCh
+		if st == nil {
+			built <- errors.New("init not started")
+			return
+		}
+		defer st.det.close()
+		if err == nil {
+			err = finishBeside(st.pid, st.det, lc)
+		}
+		built <- err
+	})
+	var det *detached
+	var err error
 	onDiscardedThread(func() {
-		if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET); err != nil {
+		ns := &nsFDs{-1, -1}
+		defer func() {
+			if ns != nil {
+				for _, fd := range []int{ns.mnt, ns.uts} {
+					if fd >= 0 {
+						unix.Close(fd)
+					}
+				}
+				nsCh <- nil
+			}
+		}()
+		if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC); err != nil {
 			err = fmt.Errorf("unshare: %w", err)
 			return
 		}
@@ -92,6 +160,16 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (det *detached, err error) 
 		if err = mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return
 		}
+		for _, p := range []struct {
+			name string
+			fd   *int
+		}{{"mnt", &ns.mnt}, {"uts", &ns.uts}} {
+			if *p.fd, err = unix.Open("/proc/thread-self/ns/"+p.name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+				return
+			}
+		}
+		nsCh <- ns
+		ns = nil
 		if det, err = newDetached(); err != nil {
 			return
 		}
@@ -116,13 +194,65 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (det *detached, err error) 
 		if err = restrictThread(keepCaps, rfd); err != nil {
 			return
 		}
+		var nfd int
+		if nfd, err = netFD(); err != nil {
+			return
+		}
+		err = unix.Setns(nfd, unix.CLONE_NEWNET)
+		unix.Close(nfd)
+		if err != nil {
+			err = fmt.Errorf("enter the sandbox's network namespace: %w", err)
+			return
+		}
 		err = cmd.Start()
 	})
 	if err != nil {
+		go func() { // the network namespace, if made, is not wanted
+			if fd, err := netFD(); err == nil {
+				unix.Close(fd)
+			}
+		}()
 		det.close()
+		startedCh <- nil
+		<-built
 		return nil, err
 	}
-	return det, nil
+	startedCh <- &started{det, cmd.Process.Pid}
+	return built, nil
+}
+
+// buildBeside joins the mount and uts namespaces (by descriptor) and
+// builds the tree and the hostname there.
+func buildBeside(mnt, uts int, lc launchConfig) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	for _, fd := range []int{mnt, uts} {
+		if err := unix.Setns(fd, 0); err != nil {
+			return fmt.Errorf("join the sandbox's namespaces: %w", err)
+		}
+	}
+	if err := buildTreeBase(lc); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(lc.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	return nil
+}
+
+// finishBeside, in the sandbox's mount namespace once the init exists:
+// attaches det, mounts the init's proc, pivots.
+func finishBeside(pid int, det *detached, lc launchConfig) error {
+	if err := finishTree(lc, det); err != nil {
+		return err
+	}
+	pidns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pidns)
+	return mountProcFor(pidns, lc.Root)
 }
 
 // restrictThread gives the calling thread what a process it execs as root
@@ -172,52 +302,6 @@ func capData(keep []int) *[2]unix.CapUserData {
 		data[c/32].Effective |= 1 << (c % 32)
 	}
 	return &data
-}
-
-// enterForInit, on a discarded thread that joins the init's mount, uts
-// and network namespaces: builds the root's tree (attaching det), the
-// hostname and lo, mounts a proc for the init's pid namespace at the
-// root's /proc (the pidns option), masks it, and pivots the namespace into
-// the root, which moves the init's root with it. The init is restricted
-// already; it only chdirs to / once told to go on. The result comes on the
-// returned channel; det is closed.
-func enterForInit(pid int, lc launchConfig, det *detached) <-chan error {
-	ch := make(chan error, 1)
-	go onDiscardedThread(func() {
-		defer det.close()
-		ch <- enterNamespace(pid, lc, det)
-	})
-	return ch
-}
-
-func enterNamespace(pid int, lc launchConfig, det *detached) error {
-	ns := map[string]int{"mnt": -1, "pid": -1, "uts": -1, "net": -1}
-	defer func() {
-		for _, fd := range ns {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-		}
-	}()
-	for k := range ns {
-		fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/"+k, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		ns[k] = fd
-	}
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare fs: %w", err)
-	}
-	for _, k := range []string{"mnt", "uts", "net"} {
-		if err := unix.Setns(ns[k], 0); err != nil {
-			return fmt.Errorf("join the init's %s namespace: %w", k, err)
-		}
-	}
-	if err := buildNamespaces(lc, det); err != nil {
-		return err
-	}
-	return mountProcFor(ns["pid"], lc.Root)
 }
 
 // mountProcFor mounts a proc of pid namespace pidns at root/proc, masks
@@ -351,7 +435,7 @@ func startInit(cmd *exec.Cmd, rootless bool, tree *launchConfig) (<-chan error, 
 		}
 		started <- err
 		if err == nil && tree != nil {
-			built <- buildNamespaces(*tree, nil)
+			built <- buildNamespaces(*tree)
 		}
 	}()
 	if err := <-started; err != nil {
