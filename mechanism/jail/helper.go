@@ -186,11 +186,20 @@ func (d *detached) close() {
 	}
 }
 
-// place attaches fd at dst, or without one (d nil) mounts fstype there.
-func (d *detached) place(fd int, dst, fstype string, flags uintptr, data string) error {
+// Which of detached's file systems.
+const (
+	detTmp = iota
+	detShm
+	detPts
+)
+
+// place attaches the detached file system which at dst, or without one
+// (d nil) mounts a fresh fstype there.
+func (d *detached) place(which int, dst, fstype string, flags uintptr, data string) error {
 	if d == nil {
 		return mount(fstype, dst, fstype, flags, data)
 	}
+	fd := [...]int{detTmp: d.tmp, detShm: d.shm, detPts: d.pts}[which]
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach %s on %s: %w", fstype, dst, err)
 	}
@@ -422,28 +431,30 @@ func buildTreeBase(cfg launchConfig) error {
 // built (det's, or fresh ones when det is nil) and makes /dev read-only.
 func finishTree(cfg launchConfig, det *detached) error {
 	r, dev := cfg.Root, cfg.Root+"/dev"
-	if err := det.place(det.tmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := det.place(detTmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	if err := det.place(det.pts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := det.place(detPts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	if err := det.place(det.shm, dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := det.place(detShm, dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
 	return mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k")
 }
 
-// enterRoot pivots into the root buildTree built and mounts what belongs
-// to the sandbox's pid namespace (/proc).
+// enterRoot mounts what belongs to the sandbox's pid namespace (/proc)
+// in the tree buildTreeBase built, then pivots into it. /proc is mounted
+// before the pivot: in a user namespace the kernel allows a new proc only
+// while a full one is visible (the host's, until the old root goes).
 func enterRoot(cfg launchConfig) error {
-	if err := pivot(cfg.Root); err != nil {
+	if err := mount("proc", cfg.Root+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
-	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := maskProc(cfg.Root); err != nil {
 		return err
 	}
-	return maskProc("")
+	return pivot(cfg.Root)
 }
 
 // keepCaps are what the init keeps when the workload runs as another uid:

@@ -217,9 +217,10 @@ func (l *Layout) Create(name string, lim Limits) (g *Group, err error) {
 			return nil, fmt.Errorf("cgroup controller %s is not available (layout %s)", c, l.Mode)
 		}
 	}
+	created := g // the named result is nil on error returns
 	defer func() {
 		if err != nil {
-			_ = g.Remove(context.Background())
+			_ = created.Remove(context.Background())
 		}
 	}()
 	if g.V2 != "" {
