@@ -97,8 +97,28 @@
 // home/, init.log); Status probes the recorded init (pid and start time)
 // and its control socket, so Status and ListRunning are right after the
 // managing process restarts, and any process sharing the StateDir may
-// manage the sandboxes. Stop kills the init (the kernel then kills its whole
-// pid namespace) and removes the cgroups; Destroy also removes the files.
+// manage the sandboxes (serialised by flocks on the sandbox directory).
+// Stop kills the init (the kernel then kills its whole pid namespace) and
+// removes the cgroups; Destroy also removes the files.
+//
+// # Cost
+//
+// Start is measured against `unshare --mount --pid --net --fork true` and
+// `bwrap --unshare-all --ro-bind / / true`, Execute against a plain
+// fork+exec (BenchmarkColdStart, BenchmarkExecute). What a start costs, and
+// what was done about it: the binary starts once per sandbox (the init
+// drops no privileges at run time on the main path, it is born with them);
+// the network namespace (~0.5 ms here) is made on its own thread and the
+// tree on another while the init's runtime starts; the runtime's binds are
+// made read-only by one recursive mount_setattr; state.json is rewritten in
+// place (one pwrite; a CRC-32 member lets a reader detect a half-written
+// one) because on an ext4 mounted with discard every inode allocated or
+// freed costs a journal transaction; Execute is one request and one reply
+// and allocates next to nothing. What is left is mostly the init's own
+// start-up as a Go program (exec, the dynamic loader when the binary uses
+// cgo, runtime initialisation: ~1.3-2.7 ms here, ~1 ms less for a static
+// binary) and /bin/true's own exec inside; unshare and bwrap start no
+// runtime and build no /etc or /dev.
 //
 // # Not constructed
 //
