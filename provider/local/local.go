@@ -739,12 +739,15 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if c.Name == "" {
 		return nil, sandbox.Invalid("command", "empty command name")
 	}
-	if err := p.ensureRunning(ctx, r, dir); err != nil {
-		return nil, err
-	}
 	m, err := p.mechFor(r)
 	if err != nil {
 		return nil, mechErr("spawn", err)
+	}
+	if p.directOK(ctx, r, m, dir, opts) {
+		return p.spawnDirect(ctx, r, m, c, opts)
+	}
+	if err := p.ensureRunning(ctx, r, dir); err != nil {
+		return nil, err
 	}
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
 	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String(),
@@ -804,6 +807,9 @@ func commandState(c *sandbox.Command) (*cmdState, error) {
 
 // WriteStdin writes to the session's stdin.
 func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
+	if d, ok := c.Private.(*directState); ok && c.Provider == Name {
+		return d.write(data)
+	}
 	st, err := commandState(c)
 	if err != nil {
 		return err
@@ -820,6 +826,10 @@ func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []by
 
 // CloseStdin closes the session's stdin.
 func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
+	if d, ok := c.Private.(*directState); ok && c.Provider == Name {
+		d.closeStdin()
+		return nil
+	}
 	st, err := commandState(c)
 	if err != nil {
 		return err
@@ -834,6 +844,12 @@ func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 
 // StopCommand detaches this process from the session; the session runs on.
 func (p *Provider) StopCommand(c *sandbox.Command) error {
+	if d, ok := c.Private.(*directState); ok && c != nil {
+		// A direct process lives only as long as its caller attends to it.
+		_ = d.proc.Signal(syscall.SIGKILL)
+		d.closeStdin()
+		return nil
+	}
 	if st, err := commandState(c); err == nil {
 		st.cancel()
 	}

@@ -536,7 +536,9 @@ func TestConformanceTrustedLazy(t *testing.T) {
 	if info, err := p.Get(ctx, h); err != nil || info.Status != sandbox.StatusRunning {
 		t.Fatalf("Get = %v %v", info, err)
 	}
-	sandboxtest.Run(t, homeWriter{p}, fixtures())
+	// A non-detachable spawn takes the direct path (no session to attach),
+	// so the suite asks for detachable spawns, as E2B's does.
+	sandboxtest.Run(t, homeWriter{p}, fixtures(), sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}))
 }
 
 // Exec returns the whole output, past the mechanism's 1 MiB capture cap,

@@ -1,0 +1,92 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/provider/local/supervisor"
+	"github.com/managoat/managoat/sandbox"
+)
+
+func events(t *testing.T, c *sandbox.Command) (out, errOut string, term sandbox.Event) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev, ok := <-c.Events():
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case sandbox.Stdout:
+				out += string(ev.Data)
+			case sandbox.Stderr:
+				errOut += string(ev.Data)
+			default:
+				term = ev
+			}
+		case <-timeout:
+			t.Fatal("command did not end")
+		}
+	}
+}
+
+// TestDirectSpawn: with LazySupervisor a plain spawn runs without any
+// supervisor, keeps the stream rules, stdin, and the exit code.
+func TestDirectSpawn(t *testing.T) {
+	for _, mech := range []string{"trusted", "jail"} {
+		t.Run(mech, func(t *testing.T) {
+			if mech == "jail" {
+				testenv.RequireRoot(t)
+			}
+			p, err := New(Config{StateDir: t.TempDir(), MechanismName: mech, LazySupervisor: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroyAll(p) })
+			ctx := context.Background()
+			h, err := p.Create(ctx, "direct", sandbox.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := sandbox.NewRegistry(p)
+			c, err := reg.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2; read x; echo got $x; exit 3"}}, sandbox.SpawnOptions{Stdin: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WriteStdin(ctx, []byte("ping\n")); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, term := events(t, c)
+			if out != "out\ngot ping\n" || errOut != "err\n" || term.Kind != sandbox.Exit || term.Code != 3 {
+				t.Fatalf("stdout %q stderr %q terminal %+v", out, errOut, term)
+			}
+			if err := c.WriteStdin(ctx, []byte("late")); !errors.Is(err, sandbox.ErrCommandExited) {
+				t.Fatalf("write after exit = %v", err)
+			}
+			if _, err := supervisorPid(ctx, p, h); !errors.Is(err, supervisor.ErrNoSupervisor) {
+				t.Fatalf("a direct spawn started a supervisor: %v", err)
+			}
+			// Stop ends a direct process: it has no session to come back to.
+			c, err = reg.Spawn(ctx, h, sandbox.Cmd{Name: "sleep", Args: []string{"60"}}, sandbox.SpawnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Stop()
+			if _, err := reg.Spawn(ctx, h, sandbox.Cmd{Name: "no-such-binary-xyz"}, sandbox.SpawnOptions{}); err == nil {
+				t.Fatal("a missing binary spawned")
+			}
+			// A detachable spawn still goes through the supervisor.
+			c, err = reg.Spawn(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.SpawnOptions{Detachable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, term := events(t, c); term.Kind != sandbox.Exit || term.Code != 0 || c.SessionID == "" {
+				t.Fatalf("detachable spawn: %+v session %q", term, c.SessionID)
+			}
+		})
+	}
+}
