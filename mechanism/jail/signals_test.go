@@ -21,7 +21,7 @@ func TestWorkloadSignalsAreDefault(t *testing.T) {
 	if got := strings.TrimSpace(string(c.Stdout)); got != "143" {
 		t.Fatalf("a TERMed sleep ended with %q, want 143", got)
 	}
-	run(t, j, "sigs", "kill -TERM 1; kill -INT 1; kill -HUP 1; kill -PIPE 1; true")
+	run(t, j, "sigs", "for s in TERM INT HUP QUIT PIPE USR1 USR2 ALRM VTALRM PROF XCPU XFSZ WINCH IO PWR URG TSTP TTIN TTOU CONT; do kill -$s 1; done; true")
 	if c := run(t, j, "sigs", "echo alive"); strings.TrimSpace(string(c.Stdout)) != "alive" {
 		t.Fatalf("the init did not survive signals from inside: %q", c.Stdout)
 	}
