@@ -199,3 +199,35 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("reprovision with another spec: %v", err)
 	}
 }
+
+// TestStartFailsCleanly: a start that fails half way (the home directory
+// vanished after provision) reports the error, leaves the sandbox not
+// running, and leaves no goroutine behind (goleak in TestMain) nor a
+// cgroup; the next start after the home is back works.
+func TestStartFailsCleanly(t *testing.T) {
+	j := newJail(t)
+	ctx := context.Background()
+	home := filepath.Join(t.TempDir(), "h")
+	if err := j.Provision(ctx, "f", mechanism.Spec{HomeDir: home}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), "f") })
+	if err := os.Remove(home); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, "f"); err == nil {
+		t.Fatal("start without a home directory succeeded")
+	}
+	if s, _ := j.Status(ctx, "f"); s == mechanism.StatusRunning {
+		t.Fatalf("status after a failed start = %s", s)
+	}
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, "f"); err != nil {
+		t.Fatalf("start once the home is back: %v", err)
+	}
+	if c, err := j.Execute(ctx, "f", []string{"true"}, mechanism.ExecOptions{}); err != nil || c.ExitStatus != 0 {
+		t.Fatalf("execute after a failed then good start: %+v %v", c, err)
+	}
+}

@@ -84,10 +84,10 @@ func procPidnsOption() bool {
 // A second discarded thread joins T's mount and uts namespaces as soon as
 // they exist and builds the tree and hostname there while T and then the
 // init's runtime go on (a third makes the network namespace and its lo,
-// which T enters before the clone); once the init exists it attaches the writable file
-// systems, mounts a proc for the init's pid namespace (the pidns option),
-// masks it, and pivot_roots the namespace, which moves the init with it.
-// Its result comes on the returned channel.
+// which T enters before the clone); once the init exists it attaches the
+// writable file systems, mounts a proc for the init's pid namespace (the
+// pidns option), masks it, and pivot_roots the namespace, which moves the
+// init with it. Its result comes on the returned channel.
 func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
 	type nsFDs struct{ mnt, uts int }
 	type started struct {
@@ -195,7 +195,9 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
 			return
 		}
 		var nfd int
-		if nfd, err = netFD(); err != nil {
+		nfd, err = netFD()
+		netCh <- netNS{-1, errors.New("taken")} // for the failure path below
+		if err != nil {
 			return
 		}
 		err = unix.Setns(nfd, unix.CLONE_NEWNET)
