@@ -192,8 +192,17 @@ const (
 
 func decodeState(b []byte) (*state, error) {
 	i := bytes.LastIndex(b, []byte(sumKey))
-	if i < 0 || len(b) < i+len(sumKey)+8 {
-		return nil, errors.New("no checksum")
+	if i < 0 {
+		// Written by an earlier version (create + rename, no sum): whole
+		// or absent, never half written.
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil {
+			return nil, err
+		}
+		return &st, nil
+	}
+	if len(b) < i+len(sumKey)+8 {
+		return nil, errors.New("truncated checksum")
 	}
 	if fmt.Sprintf("%08x", crc32.ChecksumIEEE(b[:i])) != string(b[i+len(sumKey):i+len(sumKey)+8]) {
 		return nil, errors.New("checksum mismatch")
