@@ -234,10 +234,26 @@ func fsmountFD(fstype string, params [][2]string, attrs int) (int, error) {
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
-	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+	err := unix.Mount(src, dst, fstype, flags, data)
+	if flags&(unix.MS_REMOUNT|unix.MS_RDONLY) == unix.MS_REMOUNT|unix.MS_RDONLY {
+		err = retryBusy(err, func() error { return unix.Mount(src, dst, fstype, flags, data) })
+	}
+	if err != nil {
 		return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
 	}
 	return nil
+}
+
+// retryBusy retries a read-only remount that failed with EBUSY: a file
+// just written in the tree is still open in a child another goroutine of
+// this process is forking (its copy of the descriptor table lives until
+// that child execs). Bounded: about a second in all.
+func retryBusy(err error, again func() error) error {
+	for d := 50 * time.Microsecond; err == unix.EBUSY && d < time.Second; d *= 2 {
+		time.Sleep(d)
+		err = again()
+	}
+	return err
 }
 
 // roBind binds src on dst read-only, nosuid, nodev.
@@ -373,14 +389,9 @@ func buildTreeBase(cfg launchConfig) error {
 		}
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	err := unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr)
-	// EBUSY: a file just written here is still open in a process the
-	// manager is forking (its copy of the descriptor table lives until
-	// that child execs). Bounded retry.
-	for i := 0; err == unix.EBUSY && i < 200; i++ {
-		time.Sleep(100 * time.Microsecond)
-		err = unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr)
-	}
+	err := retryBusy(unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr), func() error {
+		return unix.MountSetattr(unix.AT_FDCWD, r, unix.AT_RECURSIVE, &attr)
+	})
 	if err != nil {
 		if err != unix.ENOSYS {
 			return fmt.Errorf("mount_setattr %s: %w", r, err)
@@ -407,7 +418,9 @@ func buildTreeBase(cfg launchConfig) error {
 		return err
 	}
 	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if err := os.WriteFile(dev+"/"+d, nil, 0o644); err != nil {
+		// mknod, not a create: no descriptor is ever open on /dev, so a
+		// concurrent fork cannot make its read-only remount busy.
+		if err := unix.Mknod(dev+"/"+d, unix.S_IFREG|0o644, 0); err != nil {
 			return err
 		}
 		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
