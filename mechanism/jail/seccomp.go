@@ -6,30 +6,10 @@ import (
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/managoat/managoat/mechanism/internal/denylist"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
-
-// deniedSyscalls is the deny-list of a container runtime's default profile
-// (Docker/containerd without extra capabilities): mounts, tracing, kexec,
-// bpf, keyrings, kernel modules, clocks, swap, reboot, namespaces, perf,
-// handle-based opens, userfaultfd, and obsolete or dangerous interfaces.
-var deniedSyscalls = []string{
-	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "delete_module",
-	"finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "init_module",
-	"kcmp", "kexec_file_load", "kexec_load", "keyctl", "mount", "mount_setattr",
-	"move_mount", "name_to_handle_at", "open_by_handle_at", "open_tree",
-	"perf_event_open", "pivot_root", "process_vm_readv", "process_vm_writev",
-	"ptrace", "quotactl", "reboot", "request_key", "setns", "settimeofday",
-	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
-	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
-	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
-}
-
-var deniedAMD64 = []string{
-	"create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
-	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
-}
 
 // namespace clone flags a workload may not use.
 const cloneNewMask = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
@@ -38,10 +18,7 @@ const cloneNewMask = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS
 // seccompFilter is loaded on every thread of the init (TSYNC); every
 // process it starts inherits it.
 func seccompFilter() seccomp.Filter {
-	names := append([]string(nil), deniedSyscalls...)
-	if runtime.GOARCH == "amd64" {
-		names = append(names, deniedAMD64...)
-	}
+	names := denylist.Syscalls(runtime.GOARCH)
 	return seccomp.Filter{
 		NoNewPrivs: true,
 		Flag:       seccomp.FilterFlagTSync,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
+	"github.com/managoat/managoat/mechanism/internal/denylist"
 )
 
 // The subset of the OCI runtime spec (1.0) this mechanism writes. It is
@@ -411,34 +412,14 @@ func resources(s mechanism.Spec) *ociResources {
 	return r
 }
 
-// deniedSyscalls is the deny-list of a container runtime's default
-// profile (Docker/containerd without extra capabilities), as the jail's.
-var deniedSyscalls = []string{
-	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "delete_module",
-	"finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "init_module",
-	"kcmp", "kexec_file_load", "kexec_load", "keyctl", "mount", "mount_setattr",
-	"move_mount", "name_to_handle_at", "open_by_handle_at", "open_tree",
-	"perf_event_open", "pivot_root", "process_vm_readv", "process_vm_writev",
-	"ptrace", "quotactl", "reboot", "request_key", "setns", "settimeofday",
-	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
-	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
-	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
-}
-
-var deniedAMD64 = []string{
-	"create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
-	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
-}
-
 // The namespace flags of clone a workload may not use.
 var cloneNewFlags = []uint64{0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000}
 
 func seccompProfile() *ociSeccomp {
 	eperm, enosys := uint(1), uint(38)
-	names := append([]string(nil), deniedSyscalls...)
+	names := denylist.Syscalls(runtime.GOARCH)
 	var arches []string
 	if runtime.GOARCH == "amd64" {
-		names = append(names, deniedAMD64...)
 		arches = []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"}
 	}
 	rules := []ociSyscallRule{{Names: names, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm}}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/managoat/managoat/mechanism/internal/denylist"
 	"golang.org/x/net/bpf"
 )
 
@@ -72,8 +73,7 @@ const (
 
 // filterExecPolicy is the bundle's deny-list (as the OCI config's).
 func filterExecPolicy() seccomp.Policy {
-	names := append([]string(nil), deniedSyscalls...)
-	names = append(names, deniedAMD64...)
+	names := denylist.Syscalls("amd64") // the helper is amd64 only
 	var cloneConds []seccomp.NameWithConditions
 	for _, f := range cloneNewFlags {
 		cloneConds = append(cloneConds, seccomp.NameWithConditions{Name: "clone",

@@ -1,0 +1,34 @@
+// Package denylist is the one seccomp deny-list of managoat's mechanisms
+// (the jail and the OCI bundles), so they cannot drift apart: the
+// syscalls of a container runtime's default profile (Docker/containerd
+// without extra capabilities) that a workload never gets — mounts,
+// tracing, kexec, bpf, keyrings, kernel modules, clocks, swap, reboot,
+// namespaces, perf, handle-based opens, userfaultfd, and obsolete or
+// dangerous interfaces.
+package denylist
+
+var common = []string{
+	"acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "delete_module",
+	"finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "init_module",
+	"kcmp", "kexec_file_load", "kexec_load", "keyctl", "mount", "mount_setattr",
+	"move_mount", "name_to_handle_at", "open_by_handle_at", "open_tree",
+	"perf_event_open", "pivot_root", "process_vm_readv", "process_vm_writev",
+	"ptrace", "quotactl", "reboot", "request_key", "setns", "settimeofday",
+	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
+	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
+	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
+}
+
+var amd64Only = []string{
+	"create_module", "get_kernel_syms", "query_module", "nfsservctl", "_sysctl",
+	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
+}
+
+// Syscalls returns the denied syscall names for goarch (runtime.GOARCH).
+func Syscalls(goarch string) []string {
+	out := append([]string(nil), common...)
+	if goarch == "amd64" {
+		out = append(out, amd64Only...)
+	}
+	return out
+}
