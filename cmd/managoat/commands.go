@@ -406,6 +406,7 @@ type lsRow struct {
 	Name     string         `json:"name"`
 	Provider string         `json:"provider"`
 	Status   sandbox.Status `json:"status"`
+	State    string         `json:"state,omitempty"` // the provider's own word, when it gives one
 	Error    string         `json:"error,omitempty"`
 }
 
@@ -434,6 +435,12 @@ func cmdLs(ctx context.Context, g *globals, args []string) error {
 			row.Status, row.Error = sandbox.StatusUnknown, err.Error()
 		default:
 			row.Status = info.Status
+			var raw struct {
+				State string `json:"state"`
+			}
+			if json.Unmarshal(info.Raw, &raw) == nil && raw.State != string(info.Status) {
+				row.State = raw.State
+			}
 		}
 		rows = append(rows, row)
 	}
@@ -441,9 +448,13 @@ func cmdLs(ctx context.Context, g *globals, args []string) error {
 		return json.NewEncoder(os.Stdout).Encode(rows)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATUS")
+	fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r.Name, r.Status)
+		state := r.State
+		if state == "" {
+			state = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
 	}
 	return tw.Flush()
 }

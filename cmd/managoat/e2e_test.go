@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,4 +111,60 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // polling for the runner to connect
 	}
 	cancel()
+}
+
+// TestKillNineLosesNothing: kill -9 of the sandbox's supervisor (the
+// process holding the session's pipes) after output was journaled; ls then
+// says stopped with the disk kept, attach replays every byte and reports
+// the unknown exit as an error, never a made-up code, and the next exec
+// brings the sandbox back.
+func TestKillNineLosesNothing(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := t.TempDir()
+	env := []string{"MANAGOAT_HOME=" + home}
+	if _, e, code := managoatEnv(t, env, "create", "k9"); code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "k9") })
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "k9", "--", "sh", "-c", "for i in 1 2 3; do echo line $i; done; sleep 100")
+	if code != 0 {
+		t.Fatalf("spawn: %s", e)
+	}
+	id = strings.TrimSpace(id)
+	var sup int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		entries, _ := os.ReadDir("/proc")
+		for _, en := range entries {
+			b, err := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+			if err == nil && strings.Contains(string(b), "managoat-supervisor\x00"+home) {
+				fmt.Sscan(en.Name(), &sup)
+			}
+		}
+		j, _ := os.ReadFile(home + "/sandboxes/k9/sessions/" + id + "/journal")
+		if sup != 0 && strings.Contains(string(j), "line 3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("supervisor %d, journal %q", sup, j)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the journal
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(sup, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("supervisor survived SIGKILL")
+		}
+	}
+	if out, _, _ := managoatEnv(t, env, "ls", "--json"); !strings.Contains(out, `"status":"suspended","state":"stopped"`) {
+		t.Fatalf("ls after kill -9: %s", out)
+	}
+	out, e, code := managoatEnv(t, env, "attach", "k9", id)
+	if out != "line 1\nline 2\nline 3\n" || code != exitCouldNotRun || !strings.Contains(e, "closed_before_exit") {
+		t.Fatalf("attach after kill -9: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "exec", "k9", "--", "echo", "back"); code != 0 || out != "back\n" {
+		t.Fatalf("exec after kill -9: %d %q %q", code, out, e)
+	}
 }

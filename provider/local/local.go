@@ -479,6 +479,11 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	case ms == mechanism.StatusRunning:
 		status, raw["state"] = sandbox.StatusRunning, "running"
 		raw["supervisor_pid"] = pid
+	case ms == mechanism.StatusStopped || ms == mechanism.StatusProvisioned:
+		// The supervisor is up but the sandbox is not (its init was
+		// killed): stopped, disk kept; the next Exec or Spawn starts it.
+		status, raw["state"] = sandbox.StatusSuspended, "stopped"
+		raw["supervisor_pid"] = pid
 	default:
 		raw["state"] = "unknown"
 		raw["supervisor_pid"] = pid

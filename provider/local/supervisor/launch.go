@@ -62,11 +62,13 @@ func Launch(ctx context.Context, dir string) error {
 			return fmt.Errorf("supervisor: %w", err)
 		}
 		defer logf.Close()
-		cmd = exec.Command(setsid, "-f", exe)
+		// The trailing words are ignored by the supervisor (it reads its
+		// role from the environment); they name it in ps and pkill.
+		cmd = exec.Command(setsid, "-f", exe, ProcessTitle, dir)
 		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
 		cmd.Stdout, cmd.Stderr = logf, logf
 	} else {
-		cmd = exec.Command(exe)
+		cmd = exec.Command(exe, ProcessTitle, dir)
 		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=1")
 	}
 	cmd.ExtraFiles = []*os.File{w}
@@ -159,6 +161,11 @@ func MaybeRun(build func(dir string) (Backend, error)) {
 	os.Exit(2)
 }
 
+// ProcessTitle is the supervisor's first argument, so that ps shows
+// "<exe> managoat-supervisor <sandbox dir>" and `pkill -f managoat`
+// reaches it like every other managoat process.
+const ProcessTitle = "managoat-supervisor"
+
 func stage1(dir string, answer func(string)) int {
 	exe := "/proc/self/exe"
 	logf, err := os.OpenFile(filepath.Join(dir, LogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -167,7 +174,7 @@ func stage1(dir string, answer func(string)) int {
 		return 1
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe)
+	cmd := exec.Command(exe, ProcessTitle, dir)
 	cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
 	cmd.ExtraFiles = []*os.File{os.NewFile(3, "ready")}
 	cmd.Stdout, cmd.Stderr = logf, logf
