@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"errors"
+	"github.com/managoat/managoat/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,9 +158,8 @@ func TestWriteReadFile(t *testing.T) {
 // The shim run by the real bash passes every argument through intact and
 // journals exactly the bytes the command wrote.
 func TestShimQuoting(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
+	_, err := exec.LookPath("bash")
+	testenv.Require(t, err == nil, "bash is not installed (the shim runs under bash)")
 	args := []string{"plain", "with space", "it's", `a'\''b`, "dq\"x", "new\nline", "$HOME", "`id`", `back\slash`, "", "*", "tab\there", "ünï"}
 	cases := []struct {
 		name   string

@@ -257,11 +257,12 @@ func TestJailIsolatedOverWire(t *testing.T) {
 	if err != nil || res.ExitCode == 0 {
 		t.Fatalf("a jailed command read a host file: %+v %v", res, err)
 	}
+	// The jail denies all egress from launch; allow: [] is accepted where
+	// the runner advertises network_policy and refused as not supported
+	// where it does not (provider/local on the jail cannot take an
+	// allowlist). Either way nothing leaves the sandbox.
 	err = rp.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}})
-	if errors.Is(err, sandbox.ErrNotSupported) {
-		t.Skip("gap in provider/local on jail (reported): network_policy is not advertised, so allow: [] cannot be applied over the wire")
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sandbox.ErrNotSupported) {
 		t.Fatal(err)
 	}
 	res, err = rp.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "exec 3<>/dev/tcp/1.1.1.1/80 && echo reached"}}, sandbox.ExecOptions{})
