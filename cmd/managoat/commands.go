@@ -62,6 +62,20 @@ func noMore(rest []string) error {
 	return nil
 }
 
+// sandboxArgs parses exactly n positionals whose first is a sandbox name,
+// refusing anything after them, and returns the registry and the handle.
+func sandboxArgs(g *globals, fs *flag.FlagSet, args []string, n int, what string) (*sandbox.Registry, *sandbox.Handle, []string, error) {
+	pos, rest, err := positionals(fs, args, n, what)
+	if err == nil {
+		err = noMore(rest)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reg, h, err := handleFor(g, pos[0])
+	return reg, h, pos, err
+}
+
 // handleFor validates name and returns a registry and a handle for it.
 func handleFor(g *globals, name string) (*sandbox.Registry, *sandbox.Handle, error) {
 	if err := sandbox.ValidateName(name); err != nil {
@@ -321,14 +335,7 @@ func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Comm
 
 func cmdAttach(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("attach")
-	pos, rest, err := positionals(fs, args, 2, "NAME and SESSION")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	reg, h, err := handleFor(g, pos[0])
+	reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
 	if err != nil {
 		return err
 	}
@@ -347,14 +354,7 @@ func cmdAttach(ctx context.Context, g *globals, args []string) error {
 func cmdSessions(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("sessions")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, rest, err := positionals(fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	reg, h, err := handleFor(g, pos[0])
+	reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
 	if err != nil {
 		return err
 	}
@@ -384,14 +384,7 @@ func cmdTerminate(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("terminate")
 	force := fs.Bool("force", false, "kill at once (SIGKILL)")
 	grace := fs.Duration("grace", 0, "how long to wait after SIGTERM (default 10s)")
-	pos, rest, err := positionals(fs, args, 2, "NAME and SESSION")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	reg, h, err := handleFor(g, pos[0])
+	reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
 	if err != nil {
 		return err
 	}
@@ -501,14 +494,7 @@ func cmdURL(ctx context.Context, g *globals, args []string) error {
 
 func onOne(ctx context.Context, g *globals, op string, args []string, f func(*sandbox.Registry, *sandbox.Handle) error) error {
 	fs := g.flagSet(op)
-	pos, rest, err := positionals(fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	reg, h, err := handleFor(g, pos[0])
+	reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
 	if err != nil {
 		return err
 	}

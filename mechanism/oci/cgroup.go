@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/cgroups"
 )
 
 // ccgroup is a container's cgroup as the kernel places its init: one
@@ -21,78 +22,16 @@ type ccgroup struct {
 	v2 string            // unified dir, "" if none
 }
 
-// containerCgroup finds the cgroup of pid from /proc/<pid>/cgroup and the
-// mount points in /proc/self/mountinfo (v1, v2 and hybrid layouts).
+// containerCgroup finds the cgroup of pid (v1, v2 and hybrid layouts).
 func containerCgroup(pid int) (*ccgroup, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("oci: no init pid")
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	l, err := cgroups.Of(pid, "memory", "pids", "cpu", "cpuacct", "freezer")
 	if err != nil {
 		return nil, fmt.Errorf("oci: cgroups of pid %d: %w", pid, err)
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	type mnt struct{ root, point string }
-	v1m := map[string]mnt{}
-	var v2m *mnt
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		sep := -1
-		for i, x := range f {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 > len(f) {
-			continue
-		}
-		m := mnt{root: f[3], point: unescape(f[4])}
-		switch f[sep+1] {
-		case "cgroup2":
-			if v2m == nil {
-				v2m = &m
-			}
-		case "cgroup":
-			for _, opt := range strings.Split(f[len(f)-1], ",") {
-				if _, dup := v1m[opt]; !dup {
-					v1m[opt] = m
-				}
-			}
-		}
-	}
-	join := func(m mnt, p string) string {
-		if m.root != "/" && (p == m.root || strings.HasPrefix(p, m.root+"/")) {
-			p = strings.TrimPrefix(p, m.root)
-		}
-		return filepath.Join(m.point, p)
-	}
-	cg := &ccgroup{v1: map[string]string{}}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			if v2m != nil {
-				cg.v2 = join(*v2m, parts[2])
-			}
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if m, ok := v1m[c]; ok {
-				cg.v1[c] = join(m, parts[2])
-			}
-		}
-	}
-	return cg, nil
-}
-
-func unescape(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+	return &ccgroup{v1: l.V1, v2: l.V2}, nil
 }
 
 // file returns the path of a controller's file: v1 when the controller is

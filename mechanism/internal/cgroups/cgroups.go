@@ -50,12 +50,20 @@ type Layout struct {
 var wanted = []string{"memory", "pids", "cpu", "cpuacct"}
 
 // Detect reads the layout from /proc/self/mountinfo and /proc/self/cgroup.
-func Detect() (*Layout, error) {
+func Detect() (*Layout, error) { return detect("/proc/self/cgroup", wanted) }
+
+// Of reads the cgroups of another process (a container's init): the same
+// layout, with V1 holding the given v1 controllers.
+func Of(pid int, controllers ...string) (*Layout, error) {
+	return detect(fmt.Sprintf("/proc/%d/cgroup", pid), controllers)
+}
+
+func detect(cgroupFile string, wanted []string) (*Layout, error) {
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	cg, err := os.ReadFile("/proc/self/cgroup")
+	cg, err := os.ReadFile(cgroupFile)
 	if err != nil {
 		return nil, err
 	}
