@@ -110,11 +110,7 @@ func (p *Provider) Policy(name string) *sandbox.NetworkPolicy {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b := p.boxes[name]; b != nil && b.policy != nil {
-		c := sandbox.NetworkPolicy{Allow: slices.Clone(b.policy.Allow)}
-		if b.policy.Allow != nil && c.Allow == nil {
-			c.Allow = []string{}
-		}
-		return &c
+		return &sandbox.NetworkPolicy{Allow: slices.Clone(b.policy.Allow)} // an empty list stays non-nil
 	}
 	return nil
 }
