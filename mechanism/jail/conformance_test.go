@@ -1,6 +1,7 @@
 package jail_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/managoat/managoat/internal/testenv"
@@ -11,6 +12,24 @@ import (
 
 func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
+	mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
+		j, err := jail.New(jail.Config{StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}, mechanismtest.Strict(testenv.InCI()))
+}
+
+// TestConformanceGoInit runs the breach conformance again with the Go init,
+// the fallback of a binary built without cgo (TestConformance runs the C
+// init wherever it is linked).
+func TestConformanceGoInit(t *testing.T) {
+	testenv.RequireRoot(t)
+	if !slices.Contains(jail.InitModes(), "c") {
+		t.Skip("TestConformance already ran the Go init: this binary has no C init")
+	}
+	t.Setenv(jail.InitEnv, "go")
 	mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
 		j, err := jail.New(jail.Config{StateDir: t.TempDir()})
 		if err != nil {

@@ -2,7 +2,6 @@ package jail
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,16 +34,17 @@ func ping(ctx context.Context, sock string) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(`{"ping":true}`)); err != nil {
+	b, _ := request{Ping: true}.marshal()
+	if _, err := c.Write(b); err != nil {
 		return err
 	}
-	b := make([]byte, 256)
+	b = make([]byte, 256)
 	n, err := c.Read(b)
 	if err != nil {
 		return err
 	}
 	var r reply
-	if json.Unmarshal(b[:n], &r) != nil || !r.Pong {
+	if r.unmarshal(b[:n]) != nil || !r.Pong {
 		return errors.New("bad ping reply")
 	}
 	return nil
@@ -107,7 +107,11 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", err)
 	}
 	conn := c.(*net.UnixConn)
-	b, _ := json.Marshal(req)
+	b, err := req.marshal()
+	if err != nil {
+		conn.Close()
+		return nil, mechanism.CouldNotRun(err.Error(), nil)
+	}
 	rights := unix.UnixRights(int(files[0].Fd()), int(files[1].Fd()), int(files[2].Fd()))
 	if _, _, err := conn.WriteMsgUnix(b, rights, nil); err != nil {
 		conn.Close()
@@ -126,7 +130,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", err)
 		}
 		var r reply
-		if err := json.Unmarshal(buf[:n], &r); err != nil || (!r.Started && r.Error == "") {
+		if err := r.unmarshal(buf[:n]); err != nil || (!r.Started && r.Error == "") {
 			conn.Close()
 			return nil, mechanism.CouldNotRun("bad answer from the sandbox's init", err)
 		}
@@ -145,7 +149,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 				return
 			}
 			var r reply
-			if json.Unmarshal(b[:n], &r) == nil && (r.Exited || r.Error != "") {
+			if r.unmarshal(b[:n]) == nil && (r.Exited || r.Error != "") {
 				p.exit <- r
 				return
 			}
@@ -155,9 +159,13 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 }
 
 func (p *rproc) signal(sig syscall.Signal) error {
+	if sig <= 0 || sig > 64 {
+		return fmt.Errorf("signal %d: %w", int(sig), syscall.EINVAL)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err := p.conn.Write([]byte(fmt.Sprintf(`{"signal":%d}`, int(sig))))
+	b, _ := request{Signal: int(sig)}.marshal()
+	_, err := p.conn.Write(b)
 	return err
 }
 

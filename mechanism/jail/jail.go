@@ -537,6 +537,16 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		tree = &lc
 	}
 	cmd.SysProcAttr = sys
+	cInit := born && useCInit()
+	var cConfig []byte
+	if cInit {
+		prog, err := managerSeccomp()
+		if err != nil {
+			return err
+		}
+		cConfig = cInitConfig(lc, prog)
+		cmd.Env = []string{helperEnv + "=cinit"}
+	}
 	var built <-chan error
 	if born {
 		lc.Entered = true
@@ -578,7 +588,11 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 			return fmt.Errorf("build the sandbox's root: %w", err)
 		}
 	}
-	if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
+	if cInit {
+		if _, err := cfgW.Write(cConfig); err != nil {
+			return fmt.Errorf("send launch config: %w", err)
+		}
+	} else if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
 		return fmt.Errorf("send launch config: %w", err)
 	}
 	cfgW.Close()

@@ -96,8 +96,20 @@ func TestManagerRestart(t *testing.T) {
 	}
 }
 
-// TestInitKilledFromHost: a sandbox whose init dies is not running.
+// TestInitKilledFromHost: a sandbox whose init dies is not running; with
+// either init, every thread of it carries the restrictions.
 func TestInitKilledFromHost(t *testing.T) {
+	for _, mode := range jail.InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "go" {
+				t.Setenv(jail.InitEnv, "go")
+			}
+			initKilledFromHost(t, mode)
+		})
+	}
+}
+
+func initKilledFromHost(t *testing.T, mode string) {
 	testenvRoot(t)
 	dir := t.TempDir()
 	j, _ := jail.New(jail.Config{StateDir: dir})
@@ -111,8 +123,8 @@ func TestInitKilledFromHost(t *testing.T) {
 	// Every thread of the init carries the restrictions, not only the one
 	// that applied them.
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(st.InitPid) + "/task")
-	if len(tasks) < 2 {
-		t.Fatalf("init has %d threads", len(tasks))
+	if n := len(tasks); (mode == "c" && n != 1) || (mode == "go" && n < 2) {
+		t.Fatalf("the %s init has %d threads", mode, n)
 	}
 	for _, task := range tasks {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(st.InitPid) + "/task/" + task.Name() + "/status")

@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,38 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Wire protocol between the manager and a sandbox's init, one process per
-// connection over a unixpacket socket:
-//
-//	manager -> init   request{argv, env, dir} + SCM_RIGHTS [stdin, stdout, stderr]
-//	init -> manager   reply{started, pid} or reply{error, notFound}
-//	                  (no started reply when request{collect}: one round trip)
-//	manager -> init   request{signal}           (any number, optional)
-//	init -> manager   reply{exited, code, signal}
-//
-// Closing the connection before the exit kills the process group when
-// killOnClose was set. request{ping} answers reply{pong}.
-type request struct {
-	Argv        []string `json:"argv,omitempty"`
-	Env         []string `json:"env,omitempty"`
-	Dir         string   `json:"dir,omitempty"`
-	KillOnClose bool     `json:"killOnClose,omitempty"`
-	// Collect: send no started reply, only the final one (Execute).
-	Collect bool `json:"collect,omitempty"`
-	Signal  int  `json:"signal,omitempty"`
-	Ping    bool `json:"ping,omitempty"`
-}
-
-type reply struct {
-	Pong     bool   `json:"pong,omitempty"`
-	Started  bool   `json:"started,omitempty"`
-	Pid      int    `json:"pid,omitempty"`
-	Error    string `json:"error,omitempty"`
-	NotFound bool   `json:"notFound,omitempty"`
-	Exited   bool   `json:"exited,omitempty"`
-	Code     int    `json:"code"`
-	Sig      int    `json:"signal,omitempty"`
-}
+// The wire protocol (request, reply) is in proto.go.
 
 type server struct {
 	cfg     launchConfig
@@ -168,8 +136,7 @@ func (s *server) reap(sigch chan os.Signal) {
 var requestBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 func send(c *net.UnixConn, r reply) {
-	b, _ := json.Marshal(r)
-	c.Write(b)
+	c.Write(r.marshal())
 }
 
 func (s *server) handle(c *net.UnixConn) {
@@ -196,7 +163,7 @@ func (s *server) handle(c *net.UnixConn) {
 		}
 	}()
 	var req request
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
+	if err := req.unmarshal(buf[:n]); err != nil {
 		send(c, reply{Error: "bad request: " + err.Error()})
 		return
 	}
@@ -256,7 +223,7 @@ func (s *server) handle(c *net.UnixConn) {
 				return
 			}
 			var r request
-			if json.Unmarshal(b[:n], &r) == nil && r.Signal > 0 {
+			if r.unmarshal(b[:n]) == nil && r.Signal > 0 {
 				unix.Kill(-pid, unix.Signal(r.Signal))
 			}
 		}

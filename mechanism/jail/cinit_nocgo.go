@@ -1,0 +1,6 @@
+//go:build !cgo
+
+package jail
+
+// cInitLinked: built without cgo, this binary has only the Go init.
+const cInitLinked = false
