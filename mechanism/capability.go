@@ -166,9 +166,14 @@ var (
 	hostCached *CachingProber
 )
 
-// HostProber returns the process-wide caching prober of this host.
+// HostProber returns the process-wide caching prober of this host. Its
+// verdicts of available are also kept for the rest of the boot in a
+// BootCache at DefaultBootCachePath, so that short-lived processes do not
+// probe the host on every start.
 func HostProber() Prober {
-	hostOnce.Do(func() { hostCached = &CachingProber{P: NewHostProber()} })
+	hostOnce.Do(func() {
+		hostCached = &CachingProber{P: &BootCache{Path: DefaultBootCachePath(), P: NewHostProber()}}
+	})
 	return hostCached
 }
 

@@ -55,11 +55,12 @@ type Report struct {
 // limited is the Spec used to ask whether limits are enforceable.
 var limited = mechanism.Spec{Limits: mechanism.Limits{MemoryBytes: 256 << 20, Pids: 256, CPUMillis: 1000, WallClock: 60e9}}
 
-// Run probes every capability with p (nil: mechanism.HostProber()) and asks
-// the gate about each mechanism.
+// Run probes every capability with p (nil: a fresh probe of the host, no
+// verdict remembered from earlier this boot) and asks the gate about each
+// mechanism.
 func Run(ctx context.Context, p mechanism.Prober, mechs ...mechanism.Mechanism) Report {
 	if p == nil {
-		p = mechanism.HostProber()
+		p = &mechanism.CachingProber{P: mechanism.NewHostProber()}
 	}
 	r := Report{Host: host(), Capabilities: mechanism.ProbeAll(ctx, p)}
 	for _, m := range mechs {

@@ -420,6 +420,8 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		return err
 	}
 	if err := j.launch(ctx, dir, st); err != nil {
+		// The host may have lost a capability the gate remembered.
+		mechanism.ForgetProbes(j.cfg.Prober)
 		st.Status = prev
 		if prev != mechanism.StatusProvisioned {
 			st.Status = mechanism.StatusStopped
