@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/managoat/managoat/sandbox"
@@ -44,7 +43,36 @@ const (
 	markOut    = "MANAGOAT_OUT"
 )
 
-var envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// isShellName reports whether k is a shell identifier,
+// ^[A-Za-z_][A-Za-z0-9_]*$. This file's matchers are loops rather than
+// package-level regexps, which the CLI (it links this package) paid for at
+// every process start.
+func isShellName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// isBase64Byte reports whether c is in [A-Za-z0-9+/=].
+func isBase64Byte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='
+}
+
+// base64Prefix is the length of the longest prefix of s made of [A-Za-z0-9+/=].
+func base64Prefix(s string) int {
+	n := 0
+	for n < len(s) && isBase64Byte(s[n]) {
+		n++
+	}
+	return n
+}
 
 // quote single-quotes s for POSIX sh: an embedded ' becomes '\”.
 func quote(s string) string {
@@ -68,7 +96,7 @@ func commandLine(c sandbox.Cmd, env []string, dir string) (string, error) {
 	}
 	for _, kv := range env {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !envKeyRe.MatchString(k) {
+		if !ok || !isShellName(k) {
 			return "", sandbox.Invalid("command", fmt.Sprintf("env entry %q is not KEY=VALUE with a shell identifier as KEY", clip(kv, 40)))
 		}
 		if strings.ContainsRune(v, 0) {
@@ -110,25 +138,46 @@ func envelope(script string, extra ...string) (string, error) {
 	return s, nil
 }
 
-var envelopeRe = regexp.MustCompile(`printf %s ([A-Za-z0-9+/=]+) \| base64 -d`)
-var cmdTagRe = regexp.MustCompile(`' managoat ([A-Za-z0-9+/=]+)$`)
+// envelopePayload finds the first `printf %s PAYLOAD | base64 -d` in s, as
+// the regexp `printf %s ([A-Za-z0-9+/=]+) \| base64 -d` would, and returns
+// PAYLOAD.
+func envelopePayload(s string) (string, bool) {
+	const head, tail = "printf %s ", " | base64 -d"
+	for {
+		i := strings.Index(s, head)
+		if i < 0 {
+			return "", false
+		}
+		s = s[i+len(head):]
+		if n := base64Prefix(s); n > 0 && strings.HasPrefix(s[n:], tail) {
+			return s[:n], true
+		}
+	}
+}
 
 // unwrap returns the script inside an envelope, for tests and diagnostics.
 func unwrap(s string) (string, bool) {
-	m := envelopeRe.FindStringSubmatch(s)
-	if m == nil {
+	payload, ok := envelopePayload(s)
+	if !ok {
 		return "", false
 	}
-	b, err := base64.StdEncoding.DecodeString(m[1])
+	b, err := base64.StdEncoding.DecodeString(payload)
 	return string(b), err == nil
 }
 
 // displayCommand recovers the user's command line from a session command
 // record (spawn appends it, base64-encoded, after the envelope); anything
-// else is returned as it is.
+// else is returned as it is. The tag is `' managoat PAYLOAD` at the very end
+// (the regexp `' managoat ([A-Za-z0-9+/=]+)$`): PAYLOAD is the record's
+// longest [A-Za-z0-9+/=] suffix, as the tag ends in a space.
 func displayCommand(recorded string) string {
-	if m := cmdTagRe.FindStringSubmatch(recorded); m != nil {
-		if b, err := base64.StdEncoding.DecodeString(m[1]); err == nil {
+	const tag = "' managoat "
+	i := len(recorded)
+	for i > 0 && isBase64Byte(recorded[i-1]) {
+		i--
+	}
+	if i < len(recorded) && strings.HasSuffix(recorded[:i], tag) {
+		if b, err := base64.StdEncoding.DecodeString(recorded[i:]); err == nil {
 			return string(b)
 		}
 	}
