@@ -26,7 +26,7 @@ func init() {
 		local.MaybeRunSupervisor()
 	})
 	registerProvider("local", func() (sandbox.Provider, error) {
-		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral})
+		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral, Ephemeral: current.ephemeral})
 	})
 	register("doctor", "[--json]                        what this host can isolate, with evidence", cmdDoctor)
 }

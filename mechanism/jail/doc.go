@@ -111,8 +111,9 @@
 // returns after the process exited (as with os/exec).
 //
 // State lives under Config.StateDir (one directory per sandbox: state.json,
-// home/, init.log); Status probes the recorded init (pid and start time)
-// and its control socket, so Status and ListRunning are right after the
+// home/, and init.log for the Go init; the C init reports on a pipe);
+// Status probes the recorded init (pid and start time) and its control
+// socket, so Status and ListRunning are right after the
 // managing process restarts, and any process sharing the StateDir may
 // manage the sandboxes (serialised by flocks on the sandbox directory).
 // Stop kills the init (the kernel then kills its whole pid namespace) and

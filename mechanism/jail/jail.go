@@ -31,7 +31,8 @@ import (
 
 // Config configures a Jail.
 type Config struct {
-	// StateDir holds one directory per sandbox (state, home, init log).
+	// StateDir holds one directory per sandbox (state, home, and the Go
+	// init's log).
 	// Required. Two Jails with different StateDirs never see each other's
 	// sandboxes.
 	StateDir string
@@ -498,16 +499,25 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	}
 	defer readyR.Close()
 	defer readyW.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-
+	born := !j.rootless && procPidnsOption()
+	cInit := born && useCInit()
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"managoat-jail-init"}
-	cmd.Env = []string{helperEnv + "=init", "GOMAXPROCS=1"}
-	cmd.Stdout, cmd.Stderr = logf, logf
+	if cInit {
+		// The C init reports on the ready pipe, and so does whatever
+		// kills it before its constructor runs (the dynamic loader): it
+		// needs no log file (one inode less per start).
+		cmd.Env = []string{helperEnv + "=cinit"}
+		cmd.Stderr = readyW
+	} else {
+		logf, err := os.OpenFile(filepath.Join(dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		cmd.Env = []string{helperEnv + "=init", "GOMAXPROCS=1"}
+		cmd.Stdout, cmd.Stderr = logf, logf
+	}
 	cmd.ExtraFiles = []*os.File{lf, cfgR, readyW}
 	sys := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
@@ -531,7 +541,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
 	}
 	var tree *launchConfig
-	born := !j.rootless && procPidnsOption()
 	if !j.rootless {
 		// The starting thread enters the other namespaces and builds them.
 		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
@@ -539,7 +548,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		tree = &lc
 	}
 	cmd.SysProcAttr = sys
-	cInit := born && useCInit()
 	var cConfig []byte
 	if cInit {
 		prog, err := managerSeccomp()
@@ -547,7 +555,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 			return err
 		}
 		cConfig = cInitConfig(lc, prog)
-		cmd.Env = []string{helperEnv + "=cinit"}
 	}
 	var built <-chan error
 	if born {
@@ -612,7 +619,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		return ctx.Err()
 	}
 	if msg != "ready" {
-		if msg == "" {
+		if msg == "" && cInit {
+			msg = "init exited without a word"
+		} else if msg == "" {
 			b, _ := os.ReadFile(filepath.Join(dir, "init.log"))
 			msg = "init exited: " + strings.TrimSpace(string(b))
 		}

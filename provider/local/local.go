@@ -146,6 +146,12 @@ type Config struct {
 	// supervisor at all. Get reports such a sandbox running from the
 	// mechanism's own status while no supervisor runs.
 	LazySupervisor bool
+	// Ephemeral says the caller destroys every sandbox it creates before
+	// it exits (managoat run): a sandbox's record is then not flushed to
+	// disk with fsync (the rename that makes the sandbox exist still is
+	// atomic). Only a power loss while such a sandbox exists can leave its
+	// record unreadable.
+	Ephemeral bool
 }
 
 // DefaultStateDir is $MANAGOAT_HOME, else /var/lib/managoat for root, else
@@ -175,6 +181,8 @@ type Provider struct {
 	log   *slog.Logger
 	caps  sandbox.Capabilities
 	lazy  bool
+	// nosync: records are not fsynced (Config.Ephemeral).
+	nosync bool
 }
 
 var (
@@ -226,7 +234,7 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor}
+	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral}
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
@@ -374,7 +382,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		undo()
 		return nil, stateErr("create record", err)
 	}
-	if err := writeSynced(filepath.Join(tmp, "meta.json"), b); err != nil {
+	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		os.RemoveAll(tmp)
 		undo()
 		return nil, stateErr("create record", err)
@@ -406,7 +414,8 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	return h, nil
 }
 
-func writeSynced(path string, b []byte) error {
+// writeRecord creates path with b, flushed to disk when sync.
+func writeRecord(path string, b []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -415,9 +424,11 @@ func writeSynced(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }
