@@ -324,6 +324,11 @@ func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []by
 	if !ok || w == nil {
 		return sandbox.ErrCommandExited
 	}
+	if w.stream.Terminated() {
+		// The exit or the drop was delivered; the socket may still take a
+		// write (a peer's close is seen by the next read, not this write).
+		return sandbox.ErrCommandExited
+	}
 	frame := data
 	if !w.isTTY() {
 		frame = append([]byte{streamStdin}, data...)
