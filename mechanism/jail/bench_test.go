@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,24 +20,42 @@ import (
 // timeCmd returns the mean wall time of running argv n times.
 func timeCmd(b *testing.B, n int, argv ...string) time.Duration {
 	b.Helper()
+	var total time.Duration
+	for range n {
+		total += runOnce(b, argv...)
+	}
+	return total / time.Duration(n)
+}
+
+// runOnce returns the wall time of one run of argv (skipping the
+// benchmark when the baseline tool is missing or fails).
+func runOnce(b *testing.B, argv ...string) time.Duration {
+	b.Helper()
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		b.Skipf("baseline tool %s missing: %v", argv[0], err)
 	}
 	began := time.Now()
-	for range n {
-		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
-			b.Skipf("baseline %v failed: %v %s", argv, err, out)
-		}
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		b.Skipf("baseline %v failed: %v %s", argv, err, out)
 	}
-	return time.Since(began) / time.Duration(n)
+	return time.Since(began)
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkColdStart: provision + start + first execute of /bin/true,
 // against `unshare --mount --pid --net --fork true` and
-// `bwrap --unshare-all true` measured in the same run. One sandbox is
-// made and destroyed first, untimed: the once-per-process host probe of
-// the capability gate (real namespace, cgroup, Landlock and seccomp
-// operations, then cached) is not a sandbox's cost.
+// `bwrap --unshare-all --ro-bind / / true`. Each iteration runs one cold
+// start and one of each baseline, interleaved, so that a shared machine's
+// drift hits all three alike; the ratios are of the medians (the means are
+// reported too). One sandbox is made and destroyed first, untimed: the
+// once-per-process host probe of the capability gate (real namespace,
+// cgroup, Landlock and seccomp operations, then cached) and the seccomp
+// program's assembly are not a sandbox's cost.
 func BenchmarkColdStart(b *testing.B) {
 	j := newJail(b)
 	ctx := context.Background()
@@ -49,7 +68,8 @@ func BenchmarkColdStart(b *testing.B) {
 	if err := j.Destroy(ctx, "warm"); err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
+	_, haveBwrap := exec.LookPath("bwrap")
+	var cold, unshare, bwrap []time.Duration
 	n := 0
 	for b.Loop() {
 		id := fmt.Sprintf("b%d", n)
@@ -64,21 +84,30 @@ func BenchmarkColdStart(b *testing.B) {
 		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		total += time.Since(t0)
+		cold = append(cold, time.Since(t0))
 		if err := j.Destroy(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+		unshare = append(unshare, runOnce(b, "unshare", "--mount", "--pid", "--net", "--fork", "true"))
+		if haveBwrap == nil {
+			bwrap = append(bwrap, runOnce(b, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"))
+		}
 	}
-	cold := total / time.Duration(n)
-	reps := max(n, 20)
-	unshare := timeCmd(b, reps, "unshare", "--mount", "--pid", "--net", "--fork", "true")
-	b.ReportMetric(float64(cold.Microseconds()), "µs/coldstart")
-	b.ReportMetric(float64(unshare.Microseconds()), "µs/unshare")
-	b.ReportMetric(float64(cold)/float64(unshare), "x-unshare")
-	if _, err := exec.LookPath("bwrap"); err == nil {
-		bwrap := timeCmd(b, reps, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "true")
-		b.ReportMetric(float64(bwrap.Microseconds()), "µs/bwrap")
-		b.ReportMetric(float64(cold)/float64(bwrap), "x-bwrap")
+	mean := func(d []time.Duration) time.Duration {
+		var t time.Duration
+		for _, x := range d {
+			t += x
+		}
+		return t / time.Duration(len(d))
+	}
+	b.ReportMetric(float64(median(cold).Microseconds()), "µs/coldstart")
+	b.ReportMetric(float64(median(unshare).Microseconds()), "µs/unshare")
+	b.ReportMetric(float64(median(cold))/float64(median(unshare)), "x-unshare")
+	b.ReportMetric(float64(mean(cold))/float64(mean(unshare)), "x-unshare-mean")
+	if len(bwrap) > 0 {
+		b.ReportMetric(float64(median(bwrap).Microseconds()), "µs/bwrap")
+		b.ReportMetric(float64(median(cold))/float64(median(bwrap)), "x-bwrap")
+		b.ReportMetric(float64(mean(cold))/float64(mean(bwrap)), "x-bwrap-mean")
 	} else {
 		b.Log("bwrap missing: its baseline is skipped")
 	}

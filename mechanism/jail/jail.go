@@ -556,10 +556,40 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 		}
 		cConfig = cInitConfig(lc, prog)
 	}
+	// Place the init in its v1 cgroups before it does anything: every
+	// workload is its descendant, so every workload is born inside. Then
+	// read back what is in force.
+	place := func(pid int) error {
+		if g == nil {
+			return nil
+		}
+		if err := g.AddProc(pid); err != nil {
+			return err
+		}
+		if err := g.Verify(lim, pid); err != nil {
+			return fmt.Errorf("limits not in force, sandbox killed: %w", err)
+		}
+		return nil
+	}
+	send := func() error {
+		var err error
+		if cInit {
+			_, err = cfgW.Write(cConfig)
+		} else {
+			err = json.NewEncoder(cfgW).Encode(lc)
+		}
+		if cerr := cfgW.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("send launch config: %w", err)
+		}
+		return nil
+	}
 	var built <-chan error
 	if born {
 		lc.Entered = true
-		built, err = startRestricted(cmd, lc)
+		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send})
 	} else {
 		built, err = startInit(cmd, j.rootless, tree)
 	}
@@ -581,30 +611,24 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	}()
 	cfgR.Close()
 	readyW.Close()
-	// Place the init in its v1 cgroups before it does anything: every
-	// workload is its descendant, so every workload is born inside. Then
-	// read back what is in force.
-	if g != nil {
-		if err := g.AddProc(pid); err != nil {
+	if born {
+		// Placed, built and sent on the tree's thread (initHooks).
+		if err := <-built; err != nil {
+			return fmt.Errorf("start the sandbox: %w", err)
+		}
+	} else {
+		if err := place(pid); err != nil {
 			return err
 		}
-		if err := g.Verify(lim, pid); err != nil {
-			return fmt.Errorf("limits not in force, sandbox killed: %w", err)
+		if built != nil {
+			if err := <-built; err != nil {
+				return fmt.Errorf("build the sandbox's root: %w", err)
+			}
+		}
+		if err := send(); err != nil {
+			return err
 		}
 	}
-	if built != nil {
-		if err := <-built; err != nil {
-			return fmt.Errorf("build the sandbox's root: %w", err)
-		}
-	}
-	if cInit {
-		if _, err := cfgW.Write(cConfig); err != nil {
-			return fmt.Errorf("send launch config: %w", err)
-		}
-	} else if err := json.NewEncoder(cfgW).Encode(lc); err != nil {
-		return fmt.Errorf("send launch config: %w", err)
-	}
-	cfgW.Close()
 	line := make(chan string, 1)
 	go func() {
 		s, _ := bufio.NewReader(readyR).ReadString('\n')

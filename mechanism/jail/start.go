@@ -88,7 +88,7 @@ func procPidnsOption() bool {
 // writable file systems, mounts a proc for the init's pid namespace (the
 // pidns option), masks it, and pivot_roots the namespace, which moves the
 // init with it. Its result comes on the returned channel.
-func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
+func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks) (<-chan error, error) {
 	type nsFDs struct{ mnt, uts int }
 	type started struct {
 		det *detached
@@ -133,8 +133,14 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
 			return
 		}
 		defer st.det.close()
+		if err == nil && hooks.place != nil {
+			err = hooks.place(st.pid) // before the pivot: host paths
+		}
 		if err == nil {
 			err = finishBeside(st.pid, st.det, lc)
+		}
+		if err == nil && hooks.send != nil {
+			err = hooks.send()
 		}
 		built <- err
 	})
@@ -206,7 +212,11 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
 			err = fmt.Errorf("enter the sandbox's network namespace: %w", err)
 			return
 		}
-		err = cmd.Start()
+		if err = cmd.Start(); err == nil {
+			// Hand over at once: this thread's end and the scheduler's
+			// wake-up of the caller are not on the way to a ready init.
+			startedCh <- &started{det, cmd.Process.Pid}
+		}
 	})
 	if err != nil {
 		go func() { // the network namespace, if made, is not wanted
@@ -219,8 +229,17 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig) (<-chan error, error) {
 		<-built
 		return nil, err
 	}
-	startedCh <- &started{det, cmd.Process.Pid}
 	return built, nil
+}
+
+// initHooks run on the tree's thread once the init exists: place puts it
+// in its cgroups and verifies the limits (before the pivot, while the
+// host's /sys/fs/cgroup is still in view), send gives it its launch
+// config once the root is ready. Both stay off the caller's goroutine, so
+// no wake-up of it is on the way to a ready init.
+type initHooks struct {
+	place func(pid int) error
+	send  func() error
 }
 
 // buildBeside joins the mount and uts namespaces (by descriptor) and
