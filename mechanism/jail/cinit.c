@@ -321,42 +321,35 @@ static int look_path(const struct ci_spawn *s, char *out, size_t outlen, char *e
 	return -1;
 }
 
-/* move_above puts fd at a number >= 3, close-on-exec, so that dup2 onto
- * 0, 1 and 2 cannot clobber another of the three. */
-static int move_above(int fd) {
-	if (fd >= 3)
-		return fd;
-	return fcntl(fd, F_DUPFD_CLOEXEC, 3);
-}
-
-/* child runs between fork and exec: only async-signal-safe calls. */
-static void child(const struct ci_spawn *s, const char *path, int fds[3], int errw) {
+/* child runs between vfork and exec, on the parent's memory with the
+ * parent suspended: it changes nothing the parent reads afterwards (the
+ * descriptors are moved in a copy, errno is the only shared write, read
+ * by the parent only when vfork failed) and makes only raw system calls
+ * (no libc state, no setxid broadcast). */
+static void child(const struct ci_spawn *s, const char *path, const int fds[3], int errw) {
 	/* Every disposition is already the default (ci_main): only the mask,
 	 * which blocks SIGCHLD for the signalfd, is reset. */
 	sigset_t none;
 	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	int e = 0;
-	if (setpgid(0, 0) != 0)
-		goto fail;
-	if (!(cfg.flags & 1)) { /* not rootless: become the workload's uid */
-		if (setgroups(0, NULL) != 0 || setgid(cfg.gid) != 0 || setuid(cfg.uid) != 0)
-			goto fail;
-	}
-	if (chdir(s->dir) != 0)
-		goto fail;
-	for (int i = 0; i < 3; i++)
-		if ((fds[i] = move_above(fds[i])) < 0)
-			goto fail;
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], i) < 0)
-			goto fail;
-	execve(path, s->argv, s->envp);
-fail:
-	e = errno;
-	if (write(errw, &e, sizeof e) < 0) { /* the parent sees a short read */
-	}
-	_exit(127);
+	int fd[3] = {fds[0], fds[1], fds[2]};
+	long r = syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(long));
+	if (r == 0)
+		r = syscall(SYS_setpgid, 0, 0);
+	if (r == 0 && !(cfg.flags & 1)) /* not rootless: become the workload's uid */
+		r = syscall(SYS_setgroups, 0, NULL) || syscall(SYS_setgid, cfg.gid) || syscall(SYS_setuid, cfg.uid);
+	if (r == 0)
+		r = syscall(SYS_chdir, s->dir);
+	for (int i = 0; r == 0 && i < 3; i++) /* above 2, so dup2 clobbers none of them */
+		if (fd[i] < 3 && (fd[i] = (int)syscall(SYS_fcntl, fd[i], F_DUPFD_CLOEXEC, 3)) < 0)
+			r = -1;
+	for (int i = 0; r == 0 && i < 3; i++)
+		if (syscall(SYS_dup2, fd[i], i) < 0)
+			r = -1;
+	if (r == 0)
+		syscall(SYS_execve, path, s->argv, s->envp);
+	int e = errno;
+	syscall(SYS_write, errw, &e, sizeof e);
+	syscall(SYS_exit, 127);
 }
 
 static void start_process(struct ci_conn *c, struct ci_spawn *s, int fds[3]) {
@@ -378,7 +371,9 @@ static void start_process(struct ci_conn *c, struct ci_spawn *s, int fds[3]) {
 		drop_conn(c);
 		return;
 	}
-	pid_t pid = fork();
+	/* vfork: no copy of the init's page tables and no copy-on-write
+	 * faults after it; the init waits only until the exec. */
+	pid_t pid = vfork();
 	if (pid == 0)
 		child(s, path, fds, ep[1]);
 	int forkerr = errno;
