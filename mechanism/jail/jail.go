@@ -396,6 +396,14 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
 	}
+	// The network namespace takes longest to make: begin it now, while
+	// the state is read and the cgroups made (released unused if the
+	// sandbox turns out to be running or cannot start).
+	var netns *netPrep
+	if !j.rootless && procPidnsOption() {
+		netns = newNetPrep()
+		defer netns.release()
+	}
 	unlock, err := lock(ctx, dir)
 	if err != nil {
 		return err
@@ -420,7 +428,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if err := writeState(dir, st); err != nil {
 		return err
 	}
-	if err := j.launch(ctx, dir, st); err != nil {
+	if err := j.launch(ctx, dir, st, netns); err != nil {
 		// The host may have lost a capability the gate remembered.
 		mechanism.ForgetProbes(j.cfg.Prober)
 		st.Status = prev
@@ -437,7 +445,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	return writeState(dir, st)
 }
 
-func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
+func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep) (err error) {
 	lim := limitsOf(st.Spec)
 	limited := lim != cgroups.Limits{}
 	var g *cgroups.Group
@@ -589,7 +597,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state) (err error) {
 	var built <-chan error
 	if born {
 		lc.Entered = true
-		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send})
+		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send}, netns)
 	} else {
 		built, err = startInit(cmd, j.rootless, tree)
 	}

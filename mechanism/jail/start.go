@@ -88,7 +88,7 @@ func procPidnsOption() bool {
 // writable file systems, mounts a proc for the init's pid namespace (the
 // pidns option), masks it, and pivot_roots the namespace, which moves the
 // init with it. Its result comes on the returned channel.
-func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks) (<-chan error, error) {
+func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPrep) (<-chan error, error) {
 	type nsFDs struct{ mnt, uts int }
 	type started struct {
 		det *detached
@@ -97,26 +97,10 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks) (<-chan er
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
 	built := make(chan error, 1)
-	// The network namespace (the slowest to create) and its lo, on a
-	// third discarded thread, meanwhile.
-	type netNS struct {
-		fd  int
-		err error
+	if net == nil {
+		net = newNetPrep()
 	}
-	netCh := make(chan netNS, 1)
-	go onDiscardedThread(func() {
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			netCh <- netNS{-1, fmt.Errorf("unshare net: %w", err)}
-			return
-		}
-		if err := mechanism.LoopbackUp(); err != nil {
-			netCh <- netNS{-1, fmt.Errorf("lo up: %w", err)}
-			return
-		}
-		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		netCh <- netNS{fd, err}
-	})
-	netFD := func() (int, error) { n := <-netCh; return n.fd, n.err }
+	netFD := net.take
 	go onDiscardedThread(func() {
 		ns := <-nsCh
 		if ns == nil {
@@ -201,9 +185,7 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks) (<-chan er
 			return
 		}
 		var nfd int
-		nfd, err = netFD()
-		netCh <- netNS{-1, errors.New("taken")} // for the failure path below
-		if err != nil {
+		if nfd, err = netFD(); err != nil {
 			return
 		}
 		err = unix.Setns(nfd, unix.CLONE_NEWNET)
@@ -219,17 +201,67 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks) (<-chan er
 		}
 	})
 	if err != nil {
-		go func() { // the network namespace, if made, is not wanted
-			if fd, err := netFD(); err == nil {
-				unix.Close(fd)
-			}
-		}()
+		net.release() // the network namespace, if made, is not wanted
 		det.close()
 		startedCh <- nil
 		<-built
 		return nil, err
 	}
 	return built, nil
+}
+
+// netPrep is a network namespace with lo up, made on a discarded thread
+// as early as the caller can (the slowest namespace to create: ~0.5 ms
+// here, more under load), for the init to be born in.
+type netPrep struct {
+	ch   chan netNS
+	once sync.Once
+}
+
+type netNS struct {
+	fd  int
+	err error
+}
+
+func newNetPrep() *netPrep {
+	n := &netPrep{ch: make(chan netNS, 1)}
+	go onDiscardedThread(func() {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			n.ch <- netNS{-1, fmt.Errorf("unshare net: %w", err)}
+			return
+		}
+		if err := mechanism.LoopbackUp(); err != nil {
+			n.ch <- netNS{-1, fmt.Errorf("lo up: %w", err)}
+			return
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		n.ch <- netNS{fd, err}
+	})
+	return n
+}
+
+// take waits for the namespace and hands its descriptor over (once).
+func (n *netPrep) take() (fd int, err error) {
+	err = errors.New("network namespace already taken")
+	n.once.Do(func() {
+		r := <-n.ch
+		fd, err = r.fd, r.err
+	})
+	return fd, err
+}
+
+// release closes the namespace unless it was taken; it does not wait.
+func (n *netPrep) release() {
+	if n == nil {
+		return
+	}
+	n.once.Do(func() {
+		go func() {
+			if r := <-n.ch; r.err == nil {
+				unix.Close(r.fd)
+			}
+		}()
+	})
 }
 
 // initHooks run on the tree's thread once the init exists: place puts it
