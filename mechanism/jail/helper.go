@@ -282,6 +282,18 @@ var etcBinds = []string{
 	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
 }
 
+// etcFiles are the files generated in the sandbox's /etc.
+func etcFiles(hostname string) map[string]string {
+	return map[string]string{
+		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname":      hostname + "\n",
+		"resolv.conf":   "# no network: this sandbox denies all egress\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+}
+
 // buildTreeBase builds the sandbox's root under cfg.Root in the calling
 // thread's (private) mount namespace: everything but what must be done
 // from inside the new pid namespace, or with it (/proc). Every directory
@@ -290,6 +302,25 @@ var etcBinds = []string{
 // mount_setattr (one remount per bind where the kernel lacks it), then
 // home and /dev go on top; finishTree adds the writable file systems.
 func buildTreeBase(cfg launchConfig) error {
+	if err := buildTreeShared(cfg); err != nil {
+		return err
+	}
+	return bindHome(cfg)
+}
+
+// bindHome binds the sandbox's home directory, read-write, nosuid and
+// nodev, at /home/sprite in the tree.
+func bindHome(cfg launchConfig) error {
+	home := cfg.Root + mechanism.Home
+	if err := mount(cfg.HomeDir, home, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+// buildTreeShared is buildTreeBase but the home directory: the part a
+// tree template holds (template.go).
+func buildTreeShared(cfg launchConfig) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -328,15 +359,7 @@ func buildTreeBase(cfg launchConfig) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	gen := map[string]string{
-		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
-		"hosts":         "127.0.0.1\tlocalhost " + cfg.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"hostname":      cfg.Hostname + "\n",
-		"resolv.conf":   "# no network: this sandbox denies all egress\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-	}
-	for name, content := range gen {
+	for name, content := range etcFiles(cfg.Hostname) {
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
@@ -404,13 +427,6 @@ func buildTreeBase(cfg launchConfig) error {
 		if err := mount("", r, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
 			return err
 		}
-	}
-	// Home and /tmp, writable.
-	if err := mount(cfg.HomeDir, home, "", unix.MS_BIND, ""); err != nil {
-		return err
-	}
-	if err := mount("", home, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return err
 	}
 	// /dev: a tmpfs with the harmless character devices bound from the host.
 	dev := r + "/dev"

@@ -52,6 +52,7 @@ type Config struct {
 // across processes sharing a StateDir.
 type Jail struct {
 	cfg      Config
+	tmpl     treeTemplate // the shared part of every root (template.go)
 	rootless bool
 	hash     string
 
@@ -597,7 +598,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep
 	var built <-chan error
 	if born {
 		lc.Entered = true
-		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send}, netns)
+		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send}, netns, &j.tmpl)
 	} else {
 		built, err = startInit(cmd, j.rootless, tree)
 	}
@@ -658,6 +659,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep
 			msg = "init exited: " + strings.TrimSpace(string(b))
 		}
 		return fmt.Errorf("jail init: %s", msg)
+	}
+	if born {
+		j.tmpl.ensure(lc) // for the next start: see template.go
 	}
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock

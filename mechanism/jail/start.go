@@ -88,7 +88,7 @@ func procPidnsOption() bool {
 // writable file systems, mounts a proc for the init's pid namespace (the
 // pidns option), masks it, and pivot_roots the namespace, which moves the
 // init with it. Its result comes on the returned channel.
-func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPrep) (<-chan error, error) {
+func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPrep, tmpl *treeTemplate) (<-chan error, error) {
 	type nsFDs struct{ mnt, uts int }
 	type started struct {
 		det *detached
@@ -107,7 +107,7 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPr
 			built <- errors.New("no namespaces")
 			return
 		}
-		err := buildBeside(ns.mnt, ns.uts, lc)
+		err := buildBeside(ns.mnt, ns.uts, lc, tmpl)
 		for _, fd := range []int{ns.mnt, ns.uts} {
 			unix.Close(fd)
 		}
@@ -275,18 +275,31 @@ type initHooks struct {
 }
 
 // buildBeside joins the mount and uts namespaces (by descriptor) and
-// builds the tree and the hostname there.
-func buildBeside(mnt, uts int, lc launchConfig) error {
+// builds the tree (a clone of tmpl when it is ready) and the hostname
+// there.
+func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare fs: %w", err)
+	}
+	cloned := false
+	if tns, troot, ok := tmpl.get(); ok {
+		var err error
+		if cloned, err = cloneTemplate(tns, troot, mnt, lc); err != nil {
+			return err
+		}
+		if !cloned {
+			tmpl.invalidate()
+		}
 	}
 	for _, fd := range []int{mnt, uts} {
 		if err := unix.Setns(fd, 0); err != nil {
 			return fmt.Errorf("join the sandbox's namespaces: %w", err)
 		}
 	}
-	if err := buildTreeBase(lc); err != nil {
-		return err
+	if !cloned {
+		if err := buildTreeBase(lc); err != nil {
+			return err
+		}
 	}
 	if err := unix.Sethostname([]byte(lc.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)

@@ -1,0 +1,177 @@
+package jail
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism"
+)
+
+// waitTemplate polls until j's tree template is ready.
+func waitTemplate(t *testing.T, j *Jail) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, ok := j.tmpl.get(); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tree template was never built")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func sh(t *testing.T, j *Jail, id, script string) string {
+	t.Helper()
+	c, err := j.Execute(context.Background(), id, []string{"sh", "-c", script}, mechanism.ExecOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	return strings.TrimSpace(string(c.Stdout) + string(c.Stderr))
+}
+
+// Sandboxes started from the tree template are each their own: their
+// hostname in /etc, their home, a read-only root, /etc and /dev shared
+// with no way to change them, and the same tree as one built from
+// scratch.
+func TestTreeTemplate(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"first", "second", "third"} {
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+		if err := j.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if id == "first" {
+			waitTemplate(t, j) // the first was built; the others are clones
+		}
+	}
+	// The same mounts as the tree built from scratch, plus the sandbox's
+	// own /etc/hosts and /etc/hostname.
+	mounts := func(id string) string {
+		return sh(t, j, id, "awk '{print $5, $6}' /proc/self/mountinfo | sed 's/,relatime//' | sort")
+	}
+	cloned := mounts("second")
+	for _, own := range []string{"/etc/hosts ro,nosuid,nodev,noexec\n", "/etc/hostname ro,nosuid,nodev,noexec\n"} {
+		if !strings.Contains(cloned, own) {
+			t.Fatalf("a cloned tree lacks its own %q:\n%s", own, cloned)
+		}
+		cloned = strings.Replace(cloned, own, "", 1)
+	}
+	if a, b := mounts("first"), cloned; a != b {
+		t.Fatalf("a cloned tree differs from a built one:\nbuilt:\n%s\ncloned:\n%s", a, b)
+	}
+	for _, id := range []string{"second", "third"} {
+		if got := sh(t, j, id, "hostname; cat /etc/hostname; grep -c \" $(hostname)$\" /etc/hosts"); got != id+"\n"+id+"\n1" {
+			t.Fatalf("%s names itself %q", id, got)
+		}
+		if got := sh(t, j, id, "echo mine > ~/f; cat ~/f"); got != "mine" {
+			t.Fatalf("%s home: %q", id, got)
+		}
+		for _, path := range []string{"/x", "/etc/x", "/etc/passwd", "/etc/hosts", "/dev/x", "/run/x", "/usr/x"} {
+			if got := sh(t, j, id, "(echo no > "+path+") 2>/dev/null && echo WROTE || echo refused"); got != "refused" {
+				t.Fatalf("%s: writing %s: %s", id, path, got)
+			}
+		}
+	}
+	if got := sh(t, j, "third", "cat ~/f 2>/dev/null || echo none"); got != "mine" {
+		t.Fatalf("third's home: %q", got)
+	}
+	if got := sh(t, j, "first", "ls /home/sprite"); got != "" {
+		t.Fatalf("first sees %q in its home: another sandbox's file", got)
+	}
+}
+
+// A template that cannot be cloned is dropped and built again; the start
+// meanwhile builds its tree itself. Its namespace holds none of the
+// host's other mounts.
+func TestTreeTemplateBroken(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := j.Provision(ctx, "a", mechanism.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), "a") })
+	if err := j.Start(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate(t, j)
+	ns, _, _ := j.tmpl.get()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A thread in the template's namespace, read from outside (there is
+	// no /proc in it).
+	tid, done := make(chan int), make(chan struct{})
+	go onDiscardedThread(func() {
+		if unix.Unshare(unix.CLONE_FS) != nil || unix.Setns(ns, unix.CLONE_NEWNS) != nil {
+			tid <- 0
+			return
+		}
+		tid <- unix.Gettid()
+		<-done
+	})
+	id := <-tid
+	tmplMounts, _ := os.ReadFile("/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(id) + "/mountinfo")
+	close(done)
+	if len(tmplMounts) == 0 {
+		t.Fatal("cannot read the template's mounts")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/sys/fs/cgroup" && strings.Contains(string(tmplMounts), " /sys/fs/cgroup ") {
+			t.Fatalf("the template's namespace still holds the host's mounts:\n%s", tmplMounts)
+		}
+	}
+	// Break it: a root descriptor from outside its namespace.
+	host, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.tmpl.mu.Lock()
+	unix.Close(j.tmpl.root)
+	j.tmpl.root = host
+	j.tmpl.mu.Unlock()
+	if err := j.Provision(ctx, "b", mechanism.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), "b") })
+	if err := j.Start(ctx, "b"); err != nil {
+		t.Fatalf("start with a broken template: %v", err)
+	}
+	if got := sh(t, j, "b", "hostname; ls /usr/bin/sh; ls /run | wc -l"); got != "b\n/usr/bin/sh\n0" {
+		t.Fatalf("b after a broken template: %q", got)
+	}
+	waitTemplate(t, j) // rebuilt, and it serves
+	if err := j.Provision(ctx, "c", mechanism.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), "c") })
+	if err := j.Start(ctx, "c"); err != nil {
+		t.Fatalf("start from the rebuilt template: %v", err)
+	}
+	if got := sh(t, j, "c", "hostname; cat /etc/hostname; ls /usr/bin/sh"); got != "c\nc\n/usr/bin/sh" {
+		t.Fatalf("c from the rebuilt template: %q", got)
+	}
+}
