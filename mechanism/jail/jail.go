@@ -400,8 +400,9 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	// The network namespace takes longest to make: begin it now, while
 	// the state is read and the cgroups made (released unused if the
 	// sandbox turns out to be running or cannot start).
+	born := !j.rootless && procPidnsOption()
 	var netns *netPrep
-	if !j.rootless && procPidnsOption() {
+	if born {
 		netns = newNetPrep()
 		defer netns.release()
 	}
@@ -420,6 +421,13 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if alive(st) {
 		return nil
 	}
+	var rs *restrictedStart
+	if born {
+		// The threads that make the namespaces and the tree begin now;
+		// launch hands them the init to clone (or they are abandoned).
+		rs = beginRestricted(j.launchConfig(st), netns, &j.tmpl)
+		defer rs.abortUnused()
+	}
 	if err := mechanism.Gate(ctx, j, st.Spec, j.cfg.Prober); err != nil {
 		return err
 	}
@@ -429,7 +437,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if err := writeState(dir, st); err != nil {
 		return err
 	}
-	if err := j.launch(ctx, dir, st, netns); err != nil {
+	if err := j.launch(ctx, dir, st, rs); err != nil {
 		// The host may have lost a capability the gate remembered.
 		mechanism.ForgetProbes(j.cfg.Prober)
 		st.Status = prev
@@ -446,7 +454,17 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	return writeState(dir, st)
 }
 
-func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep) (err error) {
+// launchConfig is what the init of st is started with.
+func (j *Jail) launchConfig(st *state) launchConfig {
+	return launchConfig{
+		Root: j.rootMount(), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
+		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
+	}
+}
+
+// launch starts st's init: through rs, begun by Start, when the init is
+// born restricted, else with startInit.
+func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restrictedStart) (err error) {
 	lim := limitsOf(st.Spec)
 	limited := lim != cgroups.Limits{}
 	var g *cgroups.Group
@@ -508,7 +526,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep
 	}
 	defer readyR.Close()
 	defer readyW.Close()
-	born := !j.rootless && procPidnsOption()
+	born := rs != nil
 	cInit := born && useCInit()
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"managoat-jail-init"}
@@ -545,10 +563,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep
 		defer unix.Close(fd)
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
-	lc := launchConfig{
-		Root: j.rootMount(), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
-		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
-	}
+	lc := j.launchConfig(st)
 	var tree *launchConfig
 	if !j.rootless {
 		// The starting thread enters the other namespaces and builds them.
@@ -598,7 +613,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, netns *netPrep
 	var built <-chan error
 	if born {
 		lc.Entered = true
-		built, err = startRestricted(cmd, lc, initHooks{place: place, send: send}, netns, &j.tmpl)
+		built, err = rs.start(cmd, initHooks{place: place, send: send})
 	} else {
 		built, err = startInit(cmd, j.rootless, tree)
 	}

@@ -70,7 +70,7 @@ func procPidnsOption() bool {
 	return pidnsOK
 }
 
-// startRestricted starts the init born restricted (root, procfs pidns
+// restrictedStart starts the init born restricted (root, procfs pidns
 // option). On a discarded thread T: enter new mount, uts, ipc and network
 // namespaces; create the sandbox's writable file systems detached (their
 // inodes, with the home directory's and the devices', are what the
@@ -87,24 +87,46 @@ func procPidnsOption() bool {
 // which T enters before the clone); once the init exists it attaches the
 // writable file systems, mounts a proc for the init's pid namespace (the
 // pidns option), masks it, and pivot_roots the namespace, which moves the
-// init with it. Its result comes on the returned channel.
-func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPrep, tmpl *treeTemplate) (<-chan error, error) {
-	type nsFDs struct{ mnt, uts int }
+// init with it. Its result comes on the channel start returns.
+//
+// It comes in two steps, so that the threads' work that needs no init
+// (namespaces, the tree, the writable file systems, T's restrictions)
+// runs while the caller still makes the cgroups, the control socket and
+// the command: beginRestricted as soon as the sandbox's home is known,
+// then restrictedStart.start with the command (or abortUnused).
+type restrictedStart struct {
+	used   bool               // start or abort was called
+	cmdCh  chan *cloneRequest // to T: the init to clone, nil to abort
+	result chan error         // from T: the clone's result
+	built  chan error         // from the tree's thread
+}
+
+// nsFDs are the sandbox's mount and uts namespaces, for the tree's thread.
+type nsFDs struct{ mnt, uts int }
+
+type cloneRequest struct {
+	cmd   *exec.Cmd
+	hooks initHooks
+}
+
+// beginRestricted starts the two threads; see startRestricted.
+func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restrictedStart {
 	type started struct {
-		det *detached
-		pid int
+		det   *detached
+		pid   int
+		hooks initHooks
 	}
+	r := &restrictedStart{cmdCh: make(chan *cloneRequest, 1), result: make(chan error, 1), built: make(chan error, 1)}
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
-	built := make(chan error, 1)
 	if net == nil {
 		net = newNetPrep()
 	}
-	netFD := net.take
 	go onDiscardedThread(func() {
 		ns := <-nsCh
 		if ns == nil {
-			built <- errors.New("no namespaces")
+			<-startedCh
+			r.built <- errors.New("no namespaces")
 			return
 		}
 		err := buildBeside(ns.mnt, ns.uts, lc, tmpl)
@@ -113,24 +135,24 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPr
 		}
 		st := <-startedCh
 		if st == nil {
-			built <- errors.New("init not started")
+			r.built <- errors.New("init not started")
 			return
 		}
 		defer st.det.close()
-		if err == nil && hooks.place != nil {
-			err = hooks.place(st.pid) // before the pivot: host paths
+		if err == nil && st.hooks.place != nil {
+			err = st.hooks.place(st.pid) // before the pivot: host paths
 		}
 		if err == nil {
 			err = finishBeside(st.pid, st.det, lc)
 		}
-		if err == nil && hooks.send != nil {
-			err = hooks.send()
+		if err == nil && st.hooks.send != nil {
+			err = st.hooks.send()
 		}
-		built <- err
+		r.built <- err
 	})
-	var det *detached
-	var err error
-	onDiscardedThread(func() {
+	go onDiscardedThread(func() {
+		var det *detached
+		var err error
 		ns := &nsFDs{-1, -1}
 		defer func() {
 			if ns != nil {
@@ -141,51 +163,26 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPr
 				}
 				nsCh <- nil
 			}
+			if err != nil {
+				net.release() // the network namespace, if made, is not wanted
+				det.close()
+				startedCh <- nil
+			}
+			r.result <- err
 		}()
-		if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC); err != nil {
-			err = fmt.Errorf("unshare: %w", err)
-			return
-		}
-		// Nothing mounted in this namespace propagates to the host.
-		if err = mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return
-		}
-		for _, p := range []struct {
-			name string
-			fd   *int
-		}{{"mnt", &ns.mnt}, {"uts", &ns.uts}} {
-			if *p.fd, err = unix.Open("/proc/thread-self/ns/"+p.name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-				return
+		err = r.prepare(lc, ns, func() { nsCh <- ns; ns = nil }, &det)
+		req := <-r.cmdCh
+		if req == nil {
+			if err == nil {
+				err = errors.New("start abandoned")
 			}
-		}
-		nsCh <- ns
-		ns = nil
-		if det, err = newDetached(); err != nil {
 			return
 		}
-		var rfd int
-		rfd, err = newRuleset(func(p string) (int, error) {
-			switch p {
-			case mechanism.Home:
-				return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
-			case "/tmp":
-				return unix.Dup(det.tmp)
-			case "/dev/shm":
-				return unix.Dup(det.shm)
-			case "/dev/pts":
-				return unix.Dup(det.pts)
-			}
-			return unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0) // the host's device, bound later
-		})
 		if err != nil {
 			return
 		}
-		defer unix.Close(rfd)
-		if err = restrictThread(keepCaps, rfd); err != nil {
-			return
-		}
 		var nfd int
-		if nfd, err = netFD(); err != nil {
+		if nfd, err = net.take(); err != nil {
 			return
 		}
 		err = unix.Setns(nfd, unix.CLONE_NEWNET)
@@ -194,20 +191,82 @@ func startRestricted(cmd *exec.Cmd, lc launchConfig, hooks initHooks, net *netPr
 			err = fmt.Errorf("enter the sandbox's network namespace: %w", err)
 			return
 		}
-		if err = cmd.Start(); err == nil {
+		if err = req.cmd.Start(); err == nil {
 			// Hand over at once: this thread's end and the scheduler's
 			// wake-up of the caller are not on the way to a ready init.
-			startedCh <- &started{det, cmd.Process.Pid}
+			startedCh <- &started{det, req.cmd.Process.Pid, req.hooks}
 		}
 	})
+	return r
+}
+
+// prepare is T's work before the clone: new mount, uts and ipc
+// namespaces (handed to the tree's thread by sendNS), the writable file
+// systems (*det) and the thread's restrictions.
+func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det **detached) (err error) {
+	if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	// Nothing mounted in this namespace propagates to the host.
+	if err = mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		fd   *int
+	}{{"mnt", &ns.mnt}, {"uts", &ns.uts}} {
+		if *p.fd, err = unix.Open("/proc/thread-self/ns/"+p.name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return err
+		}
+	}
+	sendNS()
+	d, err := newDetached()
 	if err != nil {
-		net.release() // the network namespace, if made, is not wanted
-		det.close()
-		startedCh <- nil
-		<-built
+		return err
+	}
+	*det = d
+	rfd, err := newRuleset(func(p string) (int, error) {
+		switch p {
+		case mechanism.Home:
+			return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
+		case "/tmp":
+			return unix.Dup(d.tmp)
+		case "/dev/shm":
+			return unix.Dup(d.shm)
+		case "/dev/pts":
+			return unix.Dup(d.pts)
+		}
+		return unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0) // the host's device, bound later
+	})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	return restrictThread(keepCaps, rfd)
+}
+
+// start hands T the init to clone and waits for the clone; the tree's
+// thread then reports on the returned channel.
+func (r *restrictedStart) start(cmd *exec.Cmd, hooks initHooks) (<-chan error, error) {
+	r.used = true
+	r.cmdCh <- &cloneRequest{cmd, hooks}
+	if err := <-r.result; err != nil {
+		<-r.built
 		return nil, err
 	}
-	return built, nil
+	return r.built, nil
+}
+
+// abortUnused ends a begun start that was not used, and waits for its
+// threads.
+func (r *restrictedStart) abortUnused() {
+	if r.used {
+		return
+	}
+	r.used = true
+	r.cmdCh <- nil
+	<-r.result
+	<-r.built
 }
 
 // netPrep is a network namespace with lo up, made on a discarded thread
