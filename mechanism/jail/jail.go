@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,10 +52,11 @@ type Config struct {
 // Jail is the native Linux jail mechanism. Safe for concurrent use, and
 // across processes sharing a StateDir.
 type Jail struct {
-	cfg      Config
-	tmpl     treeTemplate // the shared part of every root (template.go)
-	rootless bool
-	hash     string
+	cfg        Config
+	tmpl       treeTemplate // the shared part of every root (template.go)
+	bornStarts atomic.Int64 // starts of inits born restricted
+	rootless   bool
+	hash       string
 
 	mu    sync.Mutex
 	reaps map[string]chan struct{} // inits started by this process, closed once reaped
@@ -675,8 +677,11 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		}
 		return fmt.Errorf("jail init: %s", msg)
 	}
-	if born {
-		j.tmpl.ensure(lc) // for the next start: see template.go
+	// A process that starts sandboxes again and again gets a template
+	// for the next ones (template.go); one that starts one (managoat
+	// run, a sandbox's supervisor) does not pay for building it.
+	if born && j.bornStarts.Add(1) >= 2 {
+		j.tmpl.ensure(lc)
 	}
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock

@@ -12,8 +12,9 @@ import (
 // all of them: the tmpfs root with its directories, the host runtime's
 // read-only binds, the generated /etc and its read-only binds, /dev's
 // devices (buildTreeShared). A Jail builds it once, in a private mount
-// namespace of its own that a descriptor keeps alive, after its first
-// start; every later start clones it into the sandbox's namespace with
+// namespace of its own that a descriptor keeps alive, after its second
+// start (a process that starts one sandbox never needs it); every later
+// start clones it into the sandbox's namespace with
 // one open_tree(OPEN_TREE_CLONE|AT_RECURSIVE) and one move_mount instead
 // of some 45 mounts and 60 file creations, then adds what is the
 // sandbox's own: /etc/hosts and /etc/hostname (its name) and the home

@@ -50,7 +50,7 @@ func TestTreeTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, id := range []string{"first", "second", "third"} {
+	for _, id := range []string{"first", "second", "third", "fourth"} {
 		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
 			t.Fatal(err)
 		}
@@ -58,8 +58,8 @@ func TestTreeTemplate(t *testing.T) {
 		if err := j.Start(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if id == "first" {
-			waitTemplate(t, j) // the first was built; the others are clones
+		if id == "second" {
+			waitTemplate(t, j) // two were built; the others are clones
 		}
 	}
 	// The same mounts as the tree built from scratch, plus the sandbox's
@@ -67,7 +67,7 @@ func TestTreeTemplate(t *testing.T) {
 	mounts := func(id string) string {
 		return sh(t, j, id, "awk '{print $5, $6}' /proc/self/mountinfo | sed 's/,relatime//' | sort")
 	}
-	cloned := mounts("second")
+	cloned := mounts("third")
 	for _, own := range []string{"/etc/hosts ro,nosuid,nodev,noexec\n", "/etc/hostname ro,nosuid,nodev,noexec\n"} {
 		if !strings.Contains(cloned, own) {
 			t.Fatalf("a cloned tree lacks its own %q:\n%s", own, cloned)
@@ -77,7 +77,7 @@ func TestTreeTemplate(t *testing.T) {
 	if a, b := mounts("first"), cloned; a != b {
 		t.Fatalf("a cloned tree differs from a built one:\nbuilt:\n%s\ncloned:\n%s", a, b)
 	}
-	for _, id := range []string{"second", "third"} {
+	for _, id := range []string{"third", "fourth"} {
 		if got := sh(t, j, id, "hostname; cat /etc/hostname; grep -c \" $(hostname)$\" /etc/hosts"); got != id+"\n"+id+"\n1" {
 			t.Fatalf("%s names itself %q", id, got)
 		}
@@ -90,8 +90,8 @@ func TestTreeTemplate(t *testing.T) {
 			}
 		}
 	}
-	if got := sh(t, j, "third", "cat ~/f 2>/dev/null || echo none"); got != "mine" {
-		t.Fatalf("third's home: %q", got)
+	if got := sh(t, j, "fourth", "cat ~/f 2>/dev/null || echo none"); got != "mine" {
+		t.Fatalf("fourth's home: %q", got)
 	}
 	if got := sh(t, j, "first", "ls /home/sprite"); got != "" {
 		t.Fatalf("first sees %q in its home: another sandbox's file", got)
@@ -109,12 +109,14 @@ func TestTreeTemplateBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := j.Provision(ctx, "a", mechanism.Spec{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.Destroy(context.Background(), "a") })
-	if err := j.Start(ctx, "a"); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"a", "a2"} {
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+		if err := j.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitTemplate(t, j)
 	ns, _, _ := j.tmpl.get()
