@@ -272,6 +272,13 @@ func bindTarget(st os.FileInfo, dst string) error {
 	return os.WriteFile(dst, nil, 0o644)
 }
 
+// runtimeDirs are the host's top-level runtime directories (or links to
+// them) every sandbox gets, read-only.
+var runtimeDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// devNodes are the host devices bound into every sandbox's /dev.
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
 // etcBinds are the host /etc entries a workload may need; nothing secret
 // (no shadow, no ssh keys, no machine credentials).
 var etcBinds = []string{
@@ -330,7 +337,7 @@ func buildTreeShared(cfg launchConfig) error {
 	}
 	var binds [][2]string // host source, target
 	// Runtime: /usr and the top-level links or directories into it.
-	for _, p := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"} {
+	for _, p := range runtimeDirs {
 		st, err := os.Lstat(p)
 		if err != nil {
 			continue
@@ -433,7 +440,7 @@ func buildTreeShared(cfg launchConfig) error {
 	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
 		return err
 	}
-	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+	for _, d := range devNodes {
 		// mknod, not a create: no descriptor is ever open on /dev, so a
 		// concurrent fork cannot make its read-only remount busy.
 		if err := unix.Mknod(dev+"/"+d, unix.S_IFREG|0o644, 0); err != nil {

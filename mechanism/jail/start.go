@@ -341,9 +341,15 @@ func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 		return fmt.Errorf("unshare fs: %w", err)
 	}
 	cloned := false
+	if tmpl.ready() && !tmpl.fresh() {
+		tmpl.invalidate() // the host replaced something it binds
+	}
 	if tns, troot, ok := tmpl.get(); ok {
 		var err error
-		if cloned, err = cloneTemplate(tns, troot, mnt, lc); err != nil {
+		cloned, err = cloneTemplate(tns, troot, mnt, lc)
+		unix.Close(tns)
+		unix.Close(troot)
+		if err != nil {
 			return err
 		}
 		if !cloned {

@@ -29,10 +29,60 @@ import (
 // start then builds its tree as without one, and the template is built
 // again.
 type treeTemplate struct {
-	mu    sync.Mutex
-	state int // tmplNone, tmplBuilding, tmplReady
-	ns    int // the template's mount namespace
-	root  int // O_PATH descriptor of the template's root mount
+	mu      sync.Mutex
+	state   int // tmplNone, tmplBuilding, tmplReady
+	ns      int // the template's mount namespace
+	root    int // O_PATH descriptor of the template's root mount
+	sources map[string]fileID
+}
+
+// fileID identifies a host file the template binds or copies: a bind
+// keeps the inode it was made on, so a file replaced since (ldconfig
+// renames a new ld.so.cache over the old one; a package upgrade replaces
+// a directory) would be stale in every clone. Contents changed in place
+// show through a bind and need no check.
+type fileID struct{ dev, ino uint64 }
+
+// treeSources are the identities of everything buildTreeShared takes from
+// the host (missing ones as the zero fileID).
+func treeSources() map[string]fileID {
+	out := map[string]fileID{}
+	add := func(p string) {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil {
+			out[p] = fileID{st.Dev, st.Ino}
+		} else {
+			out[p] = fileID{}
+		}
+	}
+	for _, p := range runtimeDirs {
+		add(p)
+	}
+	for _, name := range etcBinds {
+		add("/etc/" + name)
+	}
+	for _, d := range devNodes {
+		add("/dev/" + d)
+	}
+	return out
+}
+
+// fresh reports whether the host still has what the template was built
+// from.
+func (t *treeTemplate) fresh() bool {
+	t.mu.Lock()
+	want := t.sources
+	t.mu.Unlock()
+	now := treeSources()
+	if len(now) != len(want) {
+		return false
+	}
+	for p, id := range now {
+		if want[p] != id {
+			return false
+		}
+	}
+	return true
 }
 
 const (
@@ -45,11 +95,32 @@ const (
 // sandbox binds its own over them.
 const tmplHostname = "sandbox"
 
-// get returns the template's descriptors when it is ready.
+// ready reports whether the template is built.
+func (t *treeTemplate) ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state == tmplReady
+}
+
+// get returns duplicates of the template's descriptors when it is ready
+// (the caller closes them): an invalidate meanwhile cannot close them
+// under it, nor a reuse of their numbers make it clone something else.
 func (t *treeTemplate) get() (ns, root int, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.ns, t.root, t.state == tmplReady
+	if t.state != tmplReady {
+		return -1, -1, false
+	}
+	ns, err := unix.FcntlInt(uintptr(t.ns), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, false
+	}
+	root, err = unix.FcntlInt(uintptr(t.root), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(ns)
+		return -1, -1, false
+	}
+	return ns, root, true
 }
 
 // ensure builds the template in the background unless it is ready or
@@ -64,6 +135,7 @@ func (t *treeTemplate) ensure(cfg launchConfig) {
 	t.mu.Unlock()
 	cfg.Hostname, cfg.HomeDir = tmplHostname, ""
 	go onDiscardedThread(func() {
+		sources := treeSources() // before: a change meanwhile makes it stale
 		ns, root, err := buildTemplate(cfg)
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -72,12 +144,12 @@ func (t *treeTemplate) ensure(cfg launchConfig) {
 			// again; every start builds its tree, as without one.
 			return
 		}
-		t.ns, t.root, t.state = ns, root, tmplReady
+		t.ns, t.root, t.sources, t.state = ns, root, sources, tmplReady
 	})
 }
 
-// invalidate drops a template that failed to clone, so the next start
-// builds a new one.
+// invalidate drops a template that failed to clone or went stale, so the
+// next start builds a new one.
 func (t *treeTemplate) invalidate() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -19,7 +19,7 @@ func waitTemplate(t *testing.T, j *Jail) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, _, ok := j.tmpl.get(); ok {
+		if j.tmpl.ready() {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -119,7 +119,9 @@ func TestTreeTemplateBroken(t *testing.T) {
 		}
 	}
 	waitTemplate(t, j)
-	ns, _, _ := j.tmpl.get()
+	ns, troot, _ := j.tmpl.get()
+	defer unix.Close(ns)
+	unix.Close(troot)
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -175,5 +177,48 @@ func TestTreeTemplateBroken(t *testing.T) {
 	}
 	if got := sh(t, j, "c", "hostname; cat /etc/hostname; ls /usr/bin/sh"); got != "c\nc\n/usr/bin/sh" {
 		t.Fatalf("c from the rebuilt template: %q", got)
+	}
+}
+
+// A template whose host sources were replaced since (a new ld.so.cache
+// renamed over the old, say) is not cloned: the start builds its tree and
+// the template is built again from the host as it is now.
+func TestTreeTemplateStale(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := func(id string) {
+		t.Helper()
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+		if err := j.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("a")
+	start("b")
+	waitTemplate(t, j)
+	if !j.tmpl.fresh() {
+		t.Fatal("a template just built is stale")
+	}
+	j.tmpl.mu.Lock()
+	j.tmpl.sources["/etc/ld.so.cache"] = fileID{1, 1} // "replaced on the host"
+	j.tmpl.mu.Unlock()
+	if j.tmpl.fresh() {
+		t.Fatal("a replaced source went unnoticed")
+	}
+	start("c") // builds its own tree; the next start rebuilds the template
+	if got := sh(t, j, "c", "hostname; ls /usr/bin/sh"); got != "c\n/usr/bin/sh" {
+		t.Fatalf("c: %q", got)
+	}
+	waitTemplate(t, j)
+	if !j.tmpl.fresh() {
+		t.Fatal("the rebuilt template is stale")
 	}
 }
