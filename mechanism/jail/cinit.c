@@ -15,19 +15,32 @@
 // program the manager assembled, and serve the control socket (proto.go).
 //
 // It is one thread and one epoll loop: the listener, a signalfd for
-// SIGCHLD, and the connections. Every descriptor it holds is close-on-exec
-// and a child closes everything but its three standard descriptors, so no
-// workload inherits the control socket. The init resets every signal
+// SIGCHLD, and the connections. It closes, first thing, every descriptor
+// the manager's process left open besides 0-2 and the three it was given;
+// every descriptor
+// it makes is close-on-exec, and a command's child marks everything but
+// 0, 1 and 2 close-on-exec before exec: no workload inherits the control
+// socket or anything of the host. Each command gets a session of its own
+// (setsid), so neither it nor its descendants can join another command's
+// process group or the init's; signals and kills go to the command's
+// group and to the command itself. The init resets every signal
 // disposition to the default first thing, so workloads start with the
 // defaults whatever the manager inherited (nohup included).
 //
-// Keep in step with proto.go (the wire format) and launchCInit (config).
+// Commands are started with vfork: the loop waits for each exec. A
+// workload that holds a write lease on a file the manager then executes
+// can stall its own sandbox's init for the lease-break time (45 s by
+// default); the manager's waits are bounded, and no other sandbox is
+// affected.
+//
+// Keep in step with proto.go (the wire format) and cInitConfig (cinit.go).
 
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/close_range.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -45,6 +58,13 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 
 #define CI_FD_LISTENER 3
 #define CI_FD_CONFIG 4
@@ -72,6 +92,8 @@ struct ci_conn {
 static struct ci_config cfg;
 static struct sock_filter filter[CI_MAX_FILTER];
 static struct ci_conn *conns;
+static int pending; /* connections that have not sent their request yet */
+#define CI_MAX_PENDING 1024
 static int epfd = -1, sigfd = -1;
 static char *packet; /* CI_MAX_PACKET bytes, one request at a time */
 
@@ -177,6 +199,8 @@ static void send_error(int fd, int not_found, const char *fmt, ...) {
 }
 
 static void drop_conn(struct ci_conn *c) {
+	if (c->pid == 0)
+		pending--;
 	struct ci_conn **pp = &conns;
 	while (*pp && *pp != c)
 		pp = &(*pp)->next;
@@ -333,8 +357,11 @@ static void child(const struct ci_spawn *s, const char *path, const int fds[3], 
 	sigemptyset(&none);
 	int fd[3] = {fds[0], fds[1], fds[2]};
 	long r = syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(long));
+	/* A session of its own: as its leader the command cannot leave its
+	 * process group, nor can any of its descendants join another
+	 * command's (or the init's) group. */
 	if (r == 0)
-		r = syscall(SYS_setpgid, 0, 0);
+		r = syscall(SYS_setsid) < 0 ? -1 : 0;
 	if (r == 0 && !(cfg.flags & 1)) /* not rootless: become the workload's uid */
 		r = syscall(SYS_setgroups, 0, NULL) || syscall(SYS_setgid, cfg.gid) || syscall(SYS_setuid, cfg.uid);
 	if (r == 0)
@@ -345,6 +372,10 @@ static void child(const struct ci_spawn *s, const char *path, const int fds[3], 
 	for (int i = 0; r == 0 && i < 3; i++)
 		if (syscall(SYS_dup2, fd[i], i) < 0)
 			r = -1;
+	/* Nothing but 0, 1 and 2 crosses the exec (the init's own are all
+	 * close-on-exec as well). */
+	if (r == 0)
+		r = syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
 	if (r == 0)
 		syscall(SYS_execve, path, s->argv, s->envp);
 	int e = errno;
@@ -398,6 +429,7 @@ static void start_process(struct ci_conn *c, struct ci_spawn *s, int fds[3]) {
 		return;
 	}
 	c->pid = pid;
+	pending--;
 	c->kill_on_close = s->kill_on_close;
 	if (!s->collect)
 		send_reply(c->fd, 's', 0, pid, 0, 0, NULL);
@@ -430,7 +462,8 @@ static void on_request(struct ci_conn *c) {
 		return;
 	}
 	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n < 8) {
-		send_error(c->fd, 0, "bad request: %s", n < 8 ? "truncated packet" : "over the size limit");
+		send_error(c->fd, 0, "bad request: %s",
+			   n < 8 ? "truncated packet" : (mh.msg_flags & MSG_TRUNC) ? "over the size limit" : "more than three descriptors");
 	} else if (packet[0] == 'P') {
 		send_reply(c->fd, 'p', 0, 0, 0, 0, NULL);
 	} else if (packet[0] != 'X') {
@@ -439,8 +472,11 @@ static void on_request(struct ci_conn *c) {
 		send_error(c->fd, 0, "bad request: need argv and three descriptors");
 	} else {
 		struct ci_spawn s;
-		if (parse_spawn(packet, n, &s) < 0 || !s.argv[0]) {
-			send_error(c->fd, 0, "bad request: need argv and three descriptors");
+		if (parse_spawn(packet, n, &s) < 0) {
+			send_error(c->fd, 0, "bad request: malformed spawn request");
+		} else if (!s.argv[0]) {
+			free_spawn(&s);
+			send_error(c->fd, 0, "bad request: empty argv");
 		} else {
 			start_process(c, &s, fds);
 			free_spawn(&s);
@@ -462,8 +498,10 @@ static void on_running(struct ci_conn *c) {
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		if (c->kill_on_close)
+		if (c->kill_on_close) {
 			kill(-c->pid, SIGKILL);
+			kill(c->pid, SIGKILL);
+		}
 		c->peer_closed = 1;
 		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		return;
@@ -471,8 +509,10 @@ static void on_running(struct ci_conn *c) {
 	if (n >= 8 && b[0] == 'S') {
 		uint32_t sig;
 		memcpy(&sig, b + 4, 4);
-		if (sig > 0 && sig <= 64)
+		if (sig > 0 && sig <= 64) {
 			kill(-c->pid, (int)sig);
+			kill(c->pid, (int)sig); /* the group's leader, wherever it is */
+		}
 	}
 }
 
@@ -511,6 +551,10 @@ static void on_accept(void) {
 				usleep(10000); /* never spin while out of descriptors */
 			return;
 		}
+		if (pending >= CI_MAX_PENDING) { /* never more idle clients than this */
+			close(fd);
+			continue;
+		}
 		struct ci_conn *c = calloc(1, sizeof *c);
 		struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
 		if (!c || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
@@ -518,6 +562,7 @@ static void on_accept(void) {
 			close(fd);
 			continue;
 		}
+		pending++;
 		c->fd = fd;
 		c->next = conns;
 		conns = c;
@@ -538,6 +583,12 @@ static void ci_main(void) {
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_SETMASK, &chld, NULL);
+	/* Whatever else the manager's process held without close-on-exec (a
+	 * descriptor its own parent left it, say) is not the sandbox's: a
+	 * directory descriptor would let a workload read the host. */
+	if (syscall(SYS_close_range, CI_FD_READY + 1, ~0U, 0) != 0)
+		for (int fd = CI_FD_READY + 1; fd < 65536; fd++)
+			close(fd);
 
 	read_config();
 	if (chdir("/") != 0)

@@ -2,9 +2,11 @@ package jail
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,179 @@ func TestInitRefusesMalformedRequests(t *testing.T) {
 				t.Fatalf("a workload holds %s of the init's sockets or anon inodes:\n%s", got, c.Stderr)
 			}
 		})
+	}
+}
+
+// startedJail starts one sandbox with the given init ("c" or "go").
+func startedJail(t *testing.T, mode, id string) *Jail {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if mode == "go" {
+		t.Setenv(initEnv, "go")
+	}
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+	return j
+}
+
+func initModes() []string {
+	if cInitLinked {
+		return []string{"c", "go"}
+	}
+	return []string{"go"}
+}
+
+// A descriptor the manager's process holds without close-on-exec (here a
+// directory of the host, as a careless parent could leave) never reaches
+// a workload: with it, a workload would read the host's files.
+func TestNoDescriptorLeaksIntoWorkloads(t *testing.T) {
+	for _, mode := range initModes() {
+		t.Run(mode, func(t *testing.T) {
+			testenv.RequireRoot(t)
+			fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0) // no O_CLOEXEC
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			const high = 77
+			if err := unix.Dup2(fd, high); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(high)
+			j := startedJail(t, mode, "fds")
+			// ls's own descriptors: 0, 1, 2 and the directory it lists.
+			got := sh(t, j, "fds", "ls -l /proc/self/fd | awk 'NR>1 {print $9, $11}'")
+			for _, line := range strings.Split(got, "\n") {
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 2 && (f[0] == "0" || f[0] == "1" || f[0] == "2"):
+				case len(f) == 2 && strings.HasPrefix(f[1], "/proc/") && strings.HasSuffix(f[1], "/fd"):
+				default:
+					t.Fatalf("a workload inherited %q:\n%s", line, got)
+				}
+			}
+			if out := sh(t, j, "fds", "ls /proc/self/fd/77/ 2>&1 || echo gone"); !strings.HasSuffix(out, "gone") {
+				t.Fatalf("descriptor 77 reached the workload: %s", out)
+			}
+		})
+	}
+}
+
+// A command that leaves its process group (or tries to) is still killed
+// by its wall-clock budget: Execute returns within the budget and a grace.
+func TestWallClockKillsAGroupLeaver(t *testing.T) {
+	for _, mode := range initModes() {
+		t.Run(mode, func(t *testing.T) {
+			j := startedJail(t, mode, "pg")
+			script := "import os, time\ntry:\n    os.setpgid(0, 1)\nexcept OSError:\n    pass\ntime.sleep(30)\n"
+			began := time.Now()
+			_, err := j.Execute(context.Background(), "pg", []string{"python3", "-c", script}, mechanism.ExecOptions{Timeout: time.Second})
+			var le *mechanism.LimitExceededError
+			if !errors.As(err, &le) || le.Limit != mechanism.LimitWallClock {
+				t.Fatalf("err = %v, want LimitExceeded wall_clock", err)
+			}
+			if d := time.Since(began); d > 5*time.Second {
+				t.Fatalf("Execute took %v with a 1 s budget", d)
+			}
+			if got := sh(t, j, "pg", "ps -eo args | grep -c '[t]ime.sleep' || true"); got != "0" {
+				t.Fatalf("the command survived its kill: %s", got)
+			}
+		})
+	}
+}
+
+// Requests with an empty argv and a large environment, again and again,
+// leave the C init's memory where it was (the Go init's garbage is the
+// collector's, and its buffers are pooled).
+func TestInitDoesNotLeakOnRefusedRequests(t *testing.T) {
+	testenv.Require(t, cInitLinked, "built without cgo: no C init")
+	for _, mode := range []string{"c"} {
+		t.Run(mode, func(t *testing.T) {
+			j := startedJail(t, mode, "leak")
+			st, err := readState(j.dir("leak"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rss := func() int {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(st.InitPid) + "/status")
+				for _, line := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+						n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+						return n
+					}
+				}
+				return 0
+			}
+			pkt, err := request{Argv: []string{}, Env: []string{"BIG=" + strings.Repeat("x", 100<<10)}, Dir: "/"}.marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			devnull, _ := os.Open(os.DevNull)
+			defer devnull.Close()
+			fd := int(devnull.Fd())
+			before := rss()
+			for range 150 {
+				c, err := net.Dial("unixpacket", st.Socket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if rc, err := c.(*net.UnixConn).SyscallConn(); err == nil {
+					_ = rc.Control(func(s uintptr) { _ = unix.SetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 1<<20) })
+				}
+				if _, _, err := c.(*net.UnixConn).WriteMsgUnix(pkt, unix.UnixRights(fd, fd, fd), nil); err != nil {
+					t.Fatal(err)
+				}
+				b := make([]byte, 4096)
+				_, _ = c.Read(b)
+				c.Close()
+			}
+			if after := rss(); after-before > 4<<10 {
+				t.Fatalf("the %s init grew from %d to %d KiB over 150 refused requests", mode, before, after)
+			}
+		})
+	}
+}
+
+// A command line and environment past the socket's default buffer still
+// go through (one packet), up to the protocol's limit.
+func TestLargeEnvironment(t *testing.T) {
+	for _, mode := range initModes() {
+		t.Run(mode, func(t *testing.T) {
+			j := startedJail(t, mode, "env")
+			// Three variables of 100 KiB (one string may not pass 128 KiB).
+			big := strings.Repeat("y", 100<<10)
+			env := []string{"A=" + big, "B=" + big, "C=" + big}
+			c, err := j.Execute(context.Background(), "env", []string{"sh", "-c", "printf %s \"$A$B$C\" | wc -c"}, mechanism.ExecOptions{Env: env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(c.Stdout)); got != strconv.Itoa(3*len(big)) {
+				t.Fatalf("the command saw %s bytes, want %d", got, 3*len(big))
+			}
+		})
+	}
+}
+
+// The host's device nodes bound into /dev are read-only mounts: the
+// devices work, their nodes cannot be changed; and no workload runs as
+// root.
+func TestDevicesReadOnlyAndNoRootWorkload(t *testing.T) {
+	if _, err := New(Config{StateDir: t.TempDir(), UID: 0, GID: 5}); err == nil {
+		t.Fatal("New accepted workloads as uid 0")
+	}
+	j := startedJail(t, "c", "dev")
+	if got := sh(t, j, "dev", "echo x > /dev/null && head -c 4 /dev/zero | wc -c && awk '$5==\"/dev/null\"{print substr($6,1,2)}' /proc/self/mountinfo"); got != "4\nro" {
+		t.Fatalf("/dev/null: %q", got)
 	}
 }

@@ -112,17 +112,33 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		conn.Close()
 		return nil, mechanism.CouldNotRun(err.Error(), nil)
 	}
+	if len(b) > 64<<10 {
+		// One packet: the socket's send buffer (wmem_default, ~208 KiB)
+		// must hold it; root may raise it past wmem_max.
+		if rc, err := conn.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*len(b)) != nil {
+					_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 2*len(b))
+				}
+			})
+		}
+	}
 	rights := unix.UnixRights(int(files[0].Fd()), int(files[1].Fd()), int(files[2].Fd()))
 	if _, _, err := conn.WriteMsgUnix(b, rights, nil); err != nil {
 		conn.Close()
+		if errors.Is(err, unix.EMSGSIZE) {
+			return nil, mechanism.CouldNotRun(fmt.Sprintf("command line and environment take %d bytes, more than this host lets one request carry", len(b)), err)
+		}
 		return nil, mechanism.CouldNotRun("cannot send the request", err)
 	}
 	p := &rproc{conn: conn, initPid: st.InitPid, exit: make(chan reply, 1)}
 	if !req.Collect {
 		buf := make([]byte, 4096)
-		if dl, ok := ctx.Deadline(); ok {
-			_ = conn.SetReadDeadline(dl)
+		dl := time.Now().Add(startWait)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
 		}
+		_ = conn.SetReadDeadline(dl)
 		n, err := conn.Read(buf)
 		_ = conn.SetReadDeadline(time.Time{})
 		if err != nil {
@@ -156,6 +172,28 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		}
 	}()
 	return p, nil
+}
+
+// killGrace bounds the wait for a killed command's exit. An init that
+// does not answer in time (its own workload stalled it: see cinit.c) is
+// left, and the connection closed, which kills the command again.
+const killGrace = 5 * time.Second
+
+// startWait bounds the wait for the started answer when ctx has no
+// earlier deadline.
+const startWait = 30 * time.Second
+
+// exitWithin waits at most d for p's exit.
+func (p *rproc) exitWithin(d time.Duration) reply {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-p.exit:
+		return r
+	case <-t.C:
+		p.conn.Close()
+		return reply{Error: fmt.Sprintf("the sandbox's init reported no exit %v after the kill", d)}
+	}
 }
 
 func (p *rproc) signal(sig syscall.Signal) error {
@@ -336,11 +374,11 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 	case <-timer:
 		wall = true
 		_ = p.signal(syscall.SIGKILL)
-		r = <-p.exit
+		r = p.exitWithin(killGrace)
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
 		_ = p.signal(syscall.SIGKILL)
-		r = <-p.exit
+		r = p.exitWithin(killGrace)
 	}
 	streamsDone := make(chan struct{})
 	go func() { wg.Wait(); close(streamsDone) }()

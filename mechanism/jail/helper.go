@@ -21,6 +21,9 @@ import (
 // helperEnv selects the helper mode of a re-executed binary.
 const helperEnv = "MANAGOAT_JAIL_HELPER"
 
+// closeRangeCloexec is close_range's CLOSE_RANGE_CLOEXEC (Linux 5.11).
+const closeRangeCloexec = 1 << 2
+
 // Fds inherited by the helper.
 const (
 	fdListener = 3 // the control socket (unixpacket listener)
@@ -90,6 +93,12 @@ func report(err error) {
 // privileges on every one of its threads and serves: one start of the
 // binary per sandbox.
 func initMain() error {
+	// Whatever else the manager's process held without close-on-exec is
+	// not the sandbox's (see cinit.c): no workload inherits it. Marked,
+	// not closed: the runtime may hold descriptors of its own here.
+	if err := unix.CloseRange(fdReady+1, ^uint(0), closeRangeCloexec); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
 	prog, err := assembleSeccomp()
 	if err != nil {
 		return err
@@ -447,6 +456,11 @@ func buildTreeShared(cfg launchConfig) error {
 			return err
 		}
 		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		// Read-only: the device still reads and writes; its node (the
+		// host's) cannot be chmod-ed or touched.
+		if err := mount("", dev+"/"+d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 			return err
 		}
 	}

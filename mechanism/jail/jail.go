@@ -78,6 +78,10 @@ func New(cfg Config) (*Jail, error) {
 	if cfg.UID == 0 && cfg.GID == 0 {
 		cfg.UID, cfg.GID = 1000, 1000
 	}
+	if cfg.UID <= 0 || cfg.GID < 0 {
+		// Root in the sandbox keeps the init's SETUID, SETGID and KILL.
+		return nil, mechanism.Invalid("UID", fmt.Sprintf("workloads must run as a non-root uid (got %d:%d)", cfg.UID, cfg.GID))
+	}
 	if cfg.Prober == nil {
 		cfg.Prober = mechanism.HostProber()
 	}

@@ -22,7 +22,6 @@ type server struct {
 	cfg     launchConfig
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
-	early   map[int]unix.WaitStatus
 }
 
 // serve is the init after it dropped privileges: pid 1 of the sandbox,
@@ -57,7 +56,7 @@ func serve(cfg launchConfig) error {
 	}
 	sigch := make(chan os.Signal, 64)
 	signal.Notify(sigch, syscall.SIGCHLD)
-	s := &server{cfg: cfg, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
+	s := &server{cfg: cfg, waiters: map[int]chan unix.WaitStatus{}}
 	go s.reap(sigch)
 	lf := os.NewFile(fdListener, "control")
 	l, err := net.FileListener(lf)
@@ -116,15 +115,13 @@ func (s *server) reap(sigch chan os.Signal) {
 			if pid <= 0 || err != nil {
 				break
 			}
+			// A command is registered under mu with its ForkExec, so
+			// its exit is never reaped before: anything not waited
+			// for is an orphan, reaped and forgotten.
 			s.mu.Lock()
 			if ch, ok := s.waiters[pid]; ok {
 				ch <- ws
 				delete(s.waiters, pid)
-			} else {
-				s.early[pid] = ws // an orphan, or a child not yet registered
-			}
-			if len(s.early) > 4096 {
-				clear(s.early) // orphans nobody waits for
 			}
 			s.mu.Unlock()
 		}
@@ -145,7 +142,7 @@ func (s *server) handle(c *net.UnixConn) {
 	defer requestBufs.Put(bp)
 	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(3*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return
 	}
@@ -162,6 +159,14 @@ func (s *server) handle(c *net.UnixConn) {
 			unix.Close(fd)
 		}
 	}()
+	if flags&unix.MSG_CTRUNC != 0 {
+		send(c, reply{Error: "bad request: more than three descriptors"})
+		return
+	}
+	if flags&unix.MSG_TRUNC != 0 {
+		send(c, reply{Error: "bad request: over the size limit"})
+		return
+	}
 	var req request
 	if err := req.unmarshal(buf[:n]); err != nil {
 		send(c, reply{Error: "bad request: " + err.Error()})
@@ -185,7 +190,10 @@ func (s *server) handle(c *net.UnixConn) {
 		send(c, reply{Error: err.Error(), NotFound: true})
 		return
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	// A session of its own (see cinit.c): the command cannot leave its
+	// process group, nor its descendants join another's.
+	pidfd := -1
+	sys := &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
 	if !s.cfg.Rootless {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
 	}
@@ -194,24 +202,34 @@ func (s *server) handle(c *net.UnixConn) {
 	s.mu.Lock()
 	pid, err := syscall.ForkExec(path, req.Argv, attr)
 	if err == nil {
-		if ws, ok := s.early[pid]; ok {
-			ch <- ws
-			delete(s.early, pid)
-		} else {
-			s.waiters[pid] = ch
-		}
+		s.waiters[pid] = ch
 	}
 	s.mu.Unlock()
 	if err != nil {
-		send(c, reply{Error: fmt.Sprintf("start %s: %v", path, err), NotFound: errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EACCES)})
+		notFound := errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOTDIR)
+		send(c, reply{Error: fmt.Sprintf("start %s: %v", path, err), NotFound: notFound})
 		return
 	}
+	defer unix.Close(pidfd)
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
 	fds = nil
 	if !req.Collect {
 		send(c, reply{Started: true, Pid: pid})
+	}
+	// kill signals the command's group and the command itself while it
+	// has not been reaped: the command through its pidfd (never another
+	// process with its number), the group only while the command lives.
+	var killMu sync.Mutex
+	reaped := false
+	kill := func(sig unix.Signal) {
+		killMu.Lock()
+		defer killMu.Unlock()
+		if !reaped && unix.PidfdSendSignal(pidfd, 0, nil, 0) == nil {
+			unix.Kill(-pid, sig)
+			unix.PidfdSendSignal(pidfd, sig, nil, 0)
+		}
 	}
 	closed := make(chan struct{})
 	go func() {
@@ -224,7 +242,7 @@ func (s *server) handle(c *net.UnixConn) {
 			}
 			var r request
 			if r.unmarshal(b[:n]) == nil && r.Signal > 0 {
-				unix.Kill(-pid, unix.Signal(r.Signal))
+				kill(unix.Signal(r.Signal))
 			}
 		}
 	}()
@@ -233,10 +251,13 @@ func (s *server) handle(c *net.UnixConn) {
 	case ws = <-ch:
 	case <-closed:
 		if req.KillOnClose {
-			unix.Kill(-pid, unix.SIGKILL)
+			kill(unix.SIGKILL)
 		}
 		ws = <-ch
 	}
+	killMu.Lock()
+	reaped = true
+	killMu.Unlock()
 	r := reply{Exited: true, Code: ws.ExitStatus()}
 	if ws.Signaled() {
 		r.Sig = int(ws.Signal())

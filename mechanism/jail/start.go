@@ -229,12 +229,12 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 		switch p {
 		case mechanism.Home:
 			return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
-		case "/tmp":
-			return unix.Dup(d.tmp)
+		case "/tmp": // close-on-exec: another sandbox's init may be forked meanwhile
+			return unix.FcntlInt(uintptr(d.tmp), unix.F_DUPFD_CLOEXEC, 0)
 		case "/dev/shm":
-			return unix.Dup(d.shm)
+			return unix.FcntlInt(uintptr(d.shm), unix.F_DUPFD_CLOEXEC, 0)
 		case "/dev/pts":
-			return unix.Dup(d.pts)
+			return unix.FcntlInt(uintptr(d.pts), unix.F_DUPFD_CLOEXEC, 0)
 		}
 		return unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0) // the host's device, bound later
 	})

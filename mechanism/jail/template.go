@@ -197,7 +197,7 @@ func buildTemplate(cfg launchConfig) (ns, root int, err error) {
 // attached, when the template could not be cloned.
 func cloneTemplate(ns, root, mnt int, lc launchConfig) (bool, error) {
 	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-		return false, fmt.Errorf("join the template's namespace: %w", err)
+		return false, nil // still in the host's: the caller builds the tree
 	}
 	fd, cerr := unix.OpenTree(root, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
 	if err := unix.Setns(mnt, unix.CLONE_NEWNS); err != nil {
