@@ -82,27 +82,10 @@ func abusePackets() map[string][]byte {
 // TestInitRefusesMalformedRequests sends every abuse packet, with and
 // without descriptors, to each init, then checks it still serves.
 func TestInitRefusesMalformedRequests(t *testing.T) {
-	testenv.RequireRoot(t)
-	for _, mode := range []string{"c", "go"} {
-		if mode == "c" && !cInitLinked {
-			continue
-		}
+	for _, mode := range initModes() {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "go" {
-				t.Setenv(initEnv, "go")
-			}
-			j, err := New(Config{StateDir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			j := startedJail(t, mode, "abuse")
 			ctx := context.Background()
-			if err := j.Provision(ctx, "abuse", mechanism.Spec{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := j.Start(ctx, "abuse"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = j.Destroy(context.Background(), "abuse") })
 			st, err := readState(j.dir("abuse"))
 			if err != nil {
 				t.Fatal(err)

@@ -10,15 +10,18 @@ import (
 	"github.com/managoat/managoat/mechanism/mechanismtest"
 )
 
+// newForSuite makes each check's Jail.
+func newForSuite(t *testing.T) mechanism.Mechanism {
+	j, err := jail.New(jail.Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
-	mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
-		j, err := jail.New(jail.Config{StateDir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}, mechanismtest.Strict(testenv.InCI()))
+	mechanismtest.Run(t, newForSuite, mechanismtest.Strict(testenv.InCI()))
 }
 
 // TestConformanceGoInit runs the breach conformance again with the Go init,
@@ -30,11 +33,5 @@ func TestConformanceGoInit(t *testing.T) {
 		t.Skip("TestConformance already ran the Go init: this binary has no C init")
 	}
 	t.Setenv(jail.InitEnv, "go")
-	mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
-		j, err := jail.New(jail.Config{StateDir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}, mechanismtest.Strict(testenv.InCI()))
+	mechanismtest.Run(t, newForSuite, mechanismtest.Strict(testenv.InCI()))
 }

@@ -16,6 +16,7 @@ import (
 	"kernel.org/pub/linux/libs/security/libcap/psx"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/etcfiles"
 )
 
 // helperEnv selects the helper mode of a re-executed binary.
@@ -298,18 +299,6 @@ var etcBinds = []string{
 	"python3", "python3.11", "perl", "vim", "skel", "environment", "login.defs",
 }
 
-// etcFiles are the files generated in the sandbox's /etc.
-func etcFiles(hostname string) map[string]string {
-	return map[string]string{
-		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
-		"hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"hostname":      hostname + "\n",
-		"resolv.conf":   "# no network: this sandbox denies all egress\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-	}
-}
-
 // buildTreeBase builds the sandbox's root under cfg.Root in the calling
 // thread's (private) mount namespace: everything but what must be done
 // from inside the new pid namespace, or with it (/proc). Every directory
@@ -375,7 +364,7 @@ func buildTreeShared(cfg launchConfig) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	for name, content := range etcFiles(cfg.Hostname) {
+	for name, content := range etcfiles.Files(cfg.Hostname) {
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}

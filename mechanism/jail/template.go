@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism/internal/etcfiles"
 )
 
 // treeTemplate is the part of every sandbox's root that is the same for
@@ -224,7 +226,7 @@ func personalize(lc launchConfig) error {
 	if err := mount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=16k"); err != nil {
 		return err
 	}
-	files := etcFiles(lc.Hostname)
+	files := etcfiles.Files(lc.Hostname)
 	for _, name := range []string{"hosts", "hostname"} {
 		if err := os.WriteFile(run+"/"+name, []byte(files[name]), 0o644); err != nil {
 			return err

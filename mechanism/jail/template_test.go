@@ -14,6 +14,29 @@ import (
 	"github.com/managoat/managoat/mechanism"
 )
 
+// templateJail returns a Jail on a kernel where the template serves, and
+// a function that provisions and starts a sandbox in it.
+func templateJail(t *testing.T) (*Jail, func(id string)) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, func(id string) {
+		t.Helper()
+		ctx := context.Background()
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+		if err := j.Start(ctx, id); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+	}
+}
+
 // waitTemplate polls until j's tree template is ready.
 func waitTemplate(t *testing.T, j *Jail) {
 	t.Helper()
@@ -43,21 +66,9 @@ func sh(t *testing.T, j *Jail, id, script string) string {
 // with no way to change them, and the same tree as one built from
 // scratch.
 func TestTreeTemplate(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
-	j, err := New(Config{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
+	j, start := templateJail(t)
 	for _, id := range []string{"first", "second", "third", "fourth"} {
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-		if err := j.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		start(id)
 		if id == "second" {
 			waitTemplate(t, j) // two were built; the others are clones
 		}
@@ -102,22 +113,9 @@ func TestTreeTemplate(t *testing.T) {
 // meanwhile builds its tree itself. Its namespace holds none of the
 // host's other mounts.
 func TestTreeTemplateBroken(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
-	j, err := New(Config{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, id := range []string{"a", "a2"} {
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-		if err := j.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	j, start := templateJail(t)
+	start("a")
+	start("a2")
 	waitTemplate(t, j)
 	ns, troot, _ := j.tmpl.get()
 	defer unix.Close(ns)
@@ -157,24 +155,12 @@ func TestTreeTemplateBroken(t *testing.T) {
 	unix.Close(j.tmpl.root)
 	j.tmpl.root = host
 	j.tmpl.mu.Unlock()
-	if err := j.Provision(ctx, "b", mechanism.Spec{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.Destroy(context.Background(), "b") })
-	if err := j.Start(ctx, "b"); err != nil {
-		t.Fatalf("start with a broken template: %v", err)
-	}
+	start("b")
 	if got := sh(t, j, "b", "hostname; ls /usr/bin/sh; ls /run | wc -l"); got != "b\n/usr/bin/sh\n0" {
 		t.Fatalf("b after a broken template: %q", got)
 	}
 	waitTemplate(t, j) // rebuilt, and it serves
-	if err := j.Provision(ctx, "c", mechanism.Spec{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.Destroy(context.Background(), "c") })
-	if err := j.Start(ctx, "c"); err != nil {
-		t.Fatalf("start from the rebuilt template: %v", err)
-	}
+	start("c")
 	if got := sh(t, j, "c", "hostname; cat /etc/hostname; ls /usr/bin/sh"); got != "c\nc\n/usr/bin/sh" {
 		t.Fatalf("c from the rebuilt template: %q", got)
 	}
@@ -184,23 +170,7 @@ func TestTreeTemplateBroken(t *testing.T) {
 // renamed over the old, say) is not cloned: the start builds its tree and
 // the template is built again from the host as it is now.
 func TestTreeTemplateStale(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
-	j, err := New(Config{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	start := func(id string) {
-		t.Helper()
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-		if err := j.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	j, start := templateJail(t)
 	start("a")
 	start("b")
 	waitTemplate(t, j)

@@ -14,6 +14,7 @@ import (
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
 	"github.com/managoat/managoat/mechanism/internal/denylist"
+	"github.com/managoat/managoat/mechanism/internal/etcfiles"
 )
 
 // The subset of the OCI runtime spec (1.0) this mechanism writes. It is
@@ -253,15 +254,7 @@ func buildRootfs(dir string, h hostLayout) error {
 		}
 	}
 	etc := filepath.Join(dir, "etc")
-	gen := map[string]string{
-		"passwd":        "root:x:0:0:root:/root:/bin/sh\nsprite:x:1000:1000:sprite:/home/sprite:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":         "root:x:0:\nsprite:x:1000:\nnogroup:x:65534:\n",
-		"hosts":         "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"hostname":      hostname + "\n",
-		"resolv.conf":   "# no network: this sandbox denies all egress\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-	}
-	for name, content := range gen {
+	for name, content := range etcfiles.Files(hostname) {
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
