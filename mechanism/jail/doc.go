@@ -103,10 +103,18 @@
 // live on v1 and the v2 tree is used for placement and cgroup.kill.
 //
 // CPU throttling is not a kill: a CPU cap shows as slowness, never as
-// LimitExceeded cpu. A process started with StartProcess belongs to the
+// LimitExceeded cpu. Every command runs in a session of its own (setsid):
+// it cannot leave its process group, and no descendant can join another
+// command's or the init's; a signal, a wall-clock kill or a kill on close
+// goes to the command's group and to the command itself. A descendant
+// that makes a session of its own (setsid) leaves the group: it lives on
+// under the sandbox's limits until Stop, which ends the whole pid
+// namespace. A process started with StartProcess belongs to the
 // connection that started it: when the calling process exits (or the
-// Process is dropped with its connection), the jail kills the process
-// group, so a detachable session needs a long-lived supervisor holding it.
+// Process is dropped with its connection), the jail kills it, so a
+// detachable session needs a long-lived supervisor holding it. No
+// descriptor of the managing process other than the three given reaches
+// a command, whatever the managing process inherited.
 // A non-*os.File Stdin is copied by a goroutine that ends when its Read
 // returns after the process exited (as with os/exec).
 //

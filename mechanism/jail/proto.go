@@ -15,8 +15,8 @@ import (
 //	manager -> init   request{signal}           (any number, optional)
 //	init -> manager   reply{exited, code, signal}
 //
-// Closing the connection before the exit kills the process group when
-// killOnClose was set. request{ping} answers reply{pong}.
+// Closing the connection before the exit kills the command (its group and
+// itself) when killOnClose was set. request{ping} answers reply{pong}.
 //
 // The encoding is binary, in the host's byte order (both ends run on the
 // same machine, from the same binary), so that the C init (cinit.c) can
