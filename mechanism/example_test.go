@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/managoat/managoat/mechanism"
 )
@@ -37,3 +39,37 @@ func ExampleGate() {
 	// landlock: Landlock is disabled at boot
 	// disk_quota: no quotas on /
 }
+
+// A BootCache in front of a prober: the second process of the same boot
+// (here, a second BootCache on the same file) trusts what the first found
+// available and probes again only what was not.
+func ExampleBootCache() {
+	dir, err := os.MkdirTemp("", "bootcache")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "probes.json")
+	probes := 0
+	host := proberFunc(func(c mechanism.Capability) mechanism.Report {
+		probes++
+		if c == mechanism.DiskQuota {
+			return mechanism.Report{Name: c, Detail: "no quotas on /"}
+		}
+		return mechanism.Report{Name: c, Available: true, Detail: "probed"}
+	})
+	ctx := context.Background()
+	for range 2 { // two short-lived processes
+		c := &mechanism.BootCache{Path: path, P: host}
+		c.Probe(ctx, mechanism.Landlock)
+		c.Probe(ctx, mechanism.DiskQuota)
+	}
+	fmt.Println("probes:", probes)
+	// Output:
+	// probes: 3
+}
+
+type proberFunc func(mechanism.Capability) mechanism.Report
+
+func (f proberFunc) Probe(_ context.Context, c mechanism.Capability) mechanism.Report { return f(c) }
