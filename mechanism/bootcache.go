@@ -186,17 +186,26 @@ func ForgetProbes(p Prober) {
 	}
 }
 
-// DefaultBootCachePath is where HostProber keeps its verdicts: under
-// /run/managoat as root, else under $XDG_RUNTIME_DIR/managoat; "" (no
-// file) when neither applies. The directory is created 0700.
-func DefaultBootCachePath() string {
-	dir := ""
-	if os.Geteuid() == 0 {
-		dir = "/run/managoat"
-	} else if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-		dir = filepath.Join(x, "managoat")
+// DefaultRunDir is where managoat keeps its run-time files (control
+// sockets, the probe cache): /run/managoat as root, else
+// $XDG_RUNTIME_DIR/managoat, else <tmp>/managoat-<uid>, which inTemp
+// reports.
+func DefaultRunDir() (dir string, inTemp bool) {
+	switch {
+	case os.Geteuid() == 0:
+		return "/run/managoat", false
+	case os.Getenv("XDG_RUNTIME_DIR") != "":
+		return filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "managoat"), false
 	}
-	if dir == "" {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("managoat-%d", os.Getuid())), true
+}
+
+// DefaultBootCachePath is where HostProber keeps its verdicts: in
+// DefaultRunDir, "" (no file) when that is under the temporary directory.
+// The directory is created 0700.
+func DefaultBootCachePath() string {
+	dir, inTemp := DefaultRunDir()
+	if inTemp {
 		return ""
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -82,7 +82,7 @@ func abusePackets() map[string][]byte {
 // TestInitRefusesMalformedRequests sends every abuse packet, with and
 // without descriptors, to each init, then checks it still serves.
 func TestInitRefusesMalformedRequests(t *testing.T) {
-	for _, mode := range initModes() {
+	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
 			j := startedJail(t, mode, "abuse")
 			ctx := context.Background()
@@ -164,18 +164,11 @@ func startedJail(t *testing.T, mode, id string) *Jail {
 	return j
 }
 
-func initModes() []string {
-	if cInitLinked {
-		return []string{"c", "go"}
-	}
-	return []string{"go"}
-}
-
 // A descriptor the manager's process holds without close-on-exec (here a
 // directory of the host, as a careless parent could leave) never reaches
 // a workload: with it, a workload would read the host's files.
 func TestNoDescriptorLeaksIntoWorkloads(t *testing.T) {
-	for _, mode := range initModes() {
+	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
 			testenv.RequireRoot(t)
 			fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0) // no O_CLOEXEC
@@ -210,7 +203,7 @@ func TestNoDescriptorLeaksIntoWorkloads(t *testing.T) {
 // A command that leaves its process group (or tries to) is still killed
 // by its wall-clock budget: Execute returns within the budget and a grace.
 func TestWallClockKillsAGroupLeaver(t *testing.T) {
-	for _, mode := range initModes() {
+	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
 			j := startedJail(t, mode, "pg")
 			script := "import os, time\ntry:\n    os.setpgid(0, 1)\nexcept OSError:\n    pass\ntime.sleep(30)\n"
@@ -286,7 +279,7 @@ func TestInitDoesNotLeakOnRefusedRequests(t *testing.T) {
 // A command line and environment past the socket's default buffer still
 // go through (one packet), up to the protocol's limit.
 func TestLargeEnvironment(t *testing.T) {
-	for _, mode := range initModes() {
+	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
 			j := startedJail(t, mode, "env")
 			// Three variables of 100 KiB (one string may not pass 128 KiB).

@@ -86,14 +86,7 @@ func New(cfg Config) (*Jail, error) {
 		cfg.Prober = mechanism.HostProber()
 	}
 	if cfg.RunDir == "" {
-		switch {
-		case os.Geteuid() == 0:
-			cfg.RunDir = "/run/managoat"
-		case os.Getenv("XDG_RUNTIME_DIR") != "":
-			cfg.RunDir = filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "managoat")
-		default:
-			cfg.RunDir = filepath.Join(os.TempDir(), fmt.Sprintf("managoat-%d", os.Getuid()))
-		}
+		cfg.RunDir, _ = mechanism.DefaultRunDir()
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err

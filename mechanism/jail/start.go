@@ -109,7 +109,8 @@ type cloneRequest struct {
 	hooks initHooks
 }
 
-// beginRestricted starts the two threads; see startRestricted.
+// beginRestricted starts the two threads (net is the network namespace
+// Start began); see restrictedStart.
 func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restrictedStart {
 	type started struct {
 		det   *detached
@@ -119,9 +120,6 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 	r := &restrictedStart{cmdCh: make(chan *cloneRequest, 1), result: make(chan error, 1), built: make(chan error, 1)}
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
-	if net == nil {
-		net = newNetPrep()
-	}
 	go onDiscardedThread(func() {
 		ns := <-nsCh
 		if ns == nil {
