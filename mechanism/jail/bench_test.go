@@ -59,9 +59,12 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Fatal(err)
 	}
 	_, haveBwrap := exec.LookPath("bwrap")
-	var cold, unshare, bwrap []time.Duration
+	// With the standalone init the default, the cgo-linked one is timed
+	// too, interleaved: the standalone program's gain, measured.
+	linked := slices.Contains(jail.InitModes(), "standalone") && slices.Contains(jail.InitModes(), "c") && os.Getenv(jail.InitEnv) == ""
+	var cold, coldLinked, unshare, bwrap []time.Duration
 	n := 0
-	for b.Loop() {
+	once := func() time.Duration {
 		id := fmt.Sprintf("b%d", n)
 		n++
 		t0 := time.Now()
@@ -74,9 +77,18 @@ func BenchmarkColdStart(b *testing.B) {
 		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		cold = append(cold, time.Since(t0))
+		d := time.Since(t0)
 		if err := j.Destroy(ctx, id); err != nil {
 			b.Fatal(err)
+		}
+		return d
+	}
+	for b.Loop() {
+		cold = append(cold, once())
+		if linked {
+			os.Setenv(jail.InitEnv, "c")
+			coldLinked = append(coldLinked, once())
+			os.Unsetenv(jail.InitEnv)
 		}
 		unshare = append(unshare, runOnce(b, "unshare", "--mount", "--pid", "--net", "--fork", "true"))
 		if haveBwrap == nil {
@@ -94,6 +106,10 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ReportMetric(float64(median(unshare).Microseconds()), "µs/unshare")
 	b.ReportMetric(float64(median(cold))/float64(median(unshare)), "x-unshare")
 	b.ReportMetric(float64(mean(cold))/float64(mean(unshare)), "x-unshare-mean")
+	if len(coldLinked) > 0 {
+		b.ReportMetric(float64(median(coldLinked).Microseconds()), "µs/coldstart-linked-init")
+		b.ReportMetric(float64(median(cold))/float64(median(coldLinked)), "x-linked-init")
+	}
 	if len(bwrap) > 0 {
 		b.ReportMetric(float64(median(bwrap).Microseconds()), "µs/bwrap")
 		b.ReportMetric(float64(median(cold))/float64(median(bwrap)), "x-bwrap")

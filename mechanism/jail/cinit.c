@@ -1,13 +1,19 @@
 //go:build cgo
 
-// The jail's init in C, for binaries built with cgo.
+// (The build constraint is cgo's; gencinit.sh compiles this file too.)
+
+// The jail's init in C.
 //
-// A sandbox's init is this binary re-executed. Started as a Go program it
-// pays the Go runtime's start-up and every package's init (2-4 ms and
-// 7-11 MiB resident here, for a binary the size of managoat) before it can
-// serve. This file's constructor runs before the Go runtime exists, as
-// runc's nsexec does: when the helper variable says "cinit", the process
-// never becomes a Go program. It is used only on the path where the
+// Started as a Go program, a sandbox's init pays the Go runtime's start-up
+// and every package's init (2-4 ms and 7-11 MiB resident here, for a
+// binary the size of managoat) before it can serve. This file is built
+// twice. gencinit.sh links it with cinit_rt.c, a freestanding run-time,
+// into a static program with no C library that the jail embeds and
+// executes (the default on x86-64). And cgo links it into every binary
+// that imports the package: there its constructor runs before the Go
+// runtime exists, as runc's nsexec does, and when the helper variable says
+// "cinit" the process never becomes a Go program. Either way it uses only
+// what cinit_rt.c provides. It is used only on the path where the
 // manager has already done all the privileged work (startRestricted): the
 // init was born in its namespaces, pivoted into its root, with exactly
 // SETUID, SETGID and KILL, no_new_privs and the Landlock ruleset. What is
@@ -653,6 +659,13 @@ static void ci_main(void) {
 	}
 }
 
+#ifdef CI_STANDALONE
+/* The standalone init (cinit_rt.c's entry point). */
+void ci_standalone(void) {
+	ci_main();
+	_exit(1);
+}
+#else
 __attribute__((constructor, used)) static void managoat_jail_cinit(void) {
 	const char *mode = getenv("MANAGOAT_JAIL_HELPER");
 	if (mode && strcmp(mode, "cinit") == 0) {
@@ -660,3 +673,4 @@ __attribute__((constructor, used)) static void managoat_jail_cinit(void) {
 		_exit(1);
 	}
 }
+#endif

@@ -1,10 +1,15 @@
 package jail
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,13 +147,11 @@ func TestInitRefusesMalformedRequests(t *testing.T) {
 	}
 }
 
-// startedJail starts one sandbox with the given init ("c" or "go").
+// startedJail starts one sandbox with the given init (one of InitModes).
 func startedJail(t *testing.T, mode, id string) *Jail {
 	t.Helper()
 	testenv.RequireRoot(t)
-	if mode == "go" {
-		t.Setenv(initEnv, "go")
-	}
+	t.Setenv(initEnv, mode)
 	j, err := New(Config{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +230,9 @@ func TestWallClockKillsAGroupLeaver(t *testing.T) {
 // leave the C init's memory where it was (the Go init's garbage is the
 // collector's, and its buffers are pooled).
 func TestInitDoesNotLeakOnRefusedRequests(t *testing.T) {
-	testenv.Require(t, cInitLinked, "built without cgo: no C init")
-	for _, mode := range []string{"c"} {
+	modes := slices.DeleteFunc(InitModes(), func(m string) bool { return m == initGo })
+	testenv.Require(t, len(modes) > 0, "no C init: built without cgo, for an architecture with no standalone init")
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			j := startedJail(t, mode, "leak")
 			st, err := readState(j.dir("leak"))
@@ -303,8 +307,61 @@ func TestDevicesReadOnlyAndNoRootWorkload(t *testing.T) {
 	if _, err := New(Config{StateDir: t.TempDir(), UID: 0, GID: 5}); err == nil {
 		t.Fatal("New accepted workloads as uid 0")
 	}
-	j := startedJail(t, "c", "dev")
+	j := startedJail(t, InitModes()[0], "dev")
 	if got := sh(t, j, "dev", "echo x > /dev/null && head -c 4 /dev/zero | wc -c && awk '$5==\"/dev/null\"{print substr($6,1,2)}' /proc/self/mountinfo"); got != "4\nro" {
 		t.Fatalf("/dev/null: %q", got)
+	}
+}
+
+// The embedded standalone init is what gencinit.sh makes of the sources
+// in this directory: nobody can change cinit.c or cinit_rt.c and ship a
+// stale (or a different) binary. The sources' sum is checked everywhere;
+// the binary is rebuilt and compared byte for byte where the compiler is
+// the one that built it (the CI's).
+func TestEmbeddedInitIsCurrent(t *testing.T) {
+	if len(standaloneInitELF) == 0 {
+		t.Skip("no standalone init for this architecture")
+	}
+	recorded, err := os.ReadFile("cinit_amd64.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(recorded)), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		want[k] = v
+	}
+	h := sha256.New()
+	for _, name := range []string{"cinit.c", "cinit_rt.c", "gencinit.sh"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write(b)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want["sources"] {
+		t.Fatalf("cinit_amd64.elf was built from other sources (sum %s, the sources' is %s): run go generate ./mechanism/jail", want["sources"], got)
+	}
+	_, err = exec.LookPath("gcc")
+	testenv.Require(t, err == nil, "gcc is needed to rebuild the standalone init")
+	version, err := exec.Command("gcc", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiler, _, _ := strings.Cut(string(version), "\n")
+	if compiler != want["compiler"] && !testenv.InCI() {
+		t.Skipf("built by %q, this is %q: the bytes cannot be compared", want["compiler"], compiler)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "cinit")
+	if b, err := exec.Command("sh", "gencinit.sh", out, filepath.Join(dir, "sum")).CombinedOutput(); err != nil {
+		t.Fatalf("gencinit.sh: %v\n%s", err, b)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, standaloneInitELF) {
+		t.Fatalf("cinit_amd64.elf (%d bytes) is not what gencinit.sh builds from the sources (%d bytes) with %s: run go generate ./mechanism/jail", len(standaloneInitELF), len(got), compiler)
 	}
 }

@@ -1,13 +1,18 @@
 package jail
 
-// InitEnv selects the Go init when set to "go" (initEnv).
+// InitEnv selects the init (initEnv).
 const InitEnv = initEnv
 
-// InitModes are the inits this test binary can start: "c" (the default
-// where linked) and "go".
+// InitModes are the inits this test binary can start: "standalone" (the
+// embedded C init, the default where there is one), "c" (linked by cgo)
+// and "go".
 func InitModes() []string {
-	if cInitLinked {
-		return []string{"c", "go"}
+	var modes []string
+	if _, err := standaloneInit(); err == nil {
+		modes = append(modes, initStandalone)
 	}
-	return []string{"go"}
+	if cInitLinked {
+		modes = append(modes, initLinked)
+	}
+	return append(modes, initGo)
 }

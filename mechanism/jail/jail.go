@@ -526,14 +526,22 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	defer readyR.Close()
 	defer readyW.Close()
 	born := rs != nil
-	cInit := born && useCInit()
+	mode := initGo
+	if born {
+		mode = initMode()
+	}
+	cInit := mode != initGo
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"managoat-jail-init"}
 	if cInit {
-		// The C init reports on the ready pipe, and so does whatever
-		// kills it before its constructor runs (the dynamic loader): it
+		// A C init reports on the ready pipe, and so does whatever kills
+		// it before it runs (the dynamic loader, for the linked one): it
 		// needs no log file (one inode less per start).
 		cmd.Env = []string{helperEnv + "=cinit"}
+		if mode == initStandalone {
+			cmd.Path, _ = standaloneInit() // initMode made sure it is there
+			cmd.Env = []string{}
+		}
 		cmd.Stderr = readyW
 	} else {
 		logf, err := os.OpenFile(filepath.Join(dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)

@@ -101,9 +101,7 @@ func TestManagerRestart(t *testing.T) {
 func TestInitKilledFromHost(t *testing.T) {
 	for _, mode := range jail.InitModes() {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "go" {
-				t.Setenv(jail.InitEnv, "go")
-			}
+			t.Setenv(jail.InitEnv, mode)
 			initKilledFromHost(t, mode)
 		})
 	}
@@ -123,7 +121,7 @@ func initKilledFromHost(t *testing.T, mode string) {
 	// Every thread of the init carries the restrictions, not only the one
 	// that applied them.
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(st.InitPid) + "/task")
-	if n := len(tasks); (mode == "c" && n != 1) || (mode == "go" && n < 2) {
+	if n := len(tasks); (mode != "go" && n != 1) || (mode == "go" && n < 2) {
 		t.Fatalf("the %s init has %d threads", mode, n)
 	}
 	for _, task := range tasks {
