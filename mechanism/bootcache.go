@@ -45,8 +45,11 @@ type bootCacheFile struct {
 	Available map[Capability]string `json:"available"`
 }
 
-// bootKey identifies this boot, kernel, user and binary; "" when unknown.
-func bootKey() string {
+// BootKey identifies this boot, kernel, effective user and binary; "" when
+// unknown. What is derived from the host and this binary, and kept across
+// processes until the host reboots (the probe verdicts of BootCache, the
+// jail's tree template), is valid only under the same key.
+func BootKey() string {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
@@ -94,7 +97,7 @@ func (c *BootCache) load() {
 	if c.Path == "" {
 		return
 	}
-	c.key = bootKey()
+	c.key = BootKey()
 	if c.key == "" || !safeDir(filepath.Dir(c.Path)) {
 		c.Path = ""
 		return

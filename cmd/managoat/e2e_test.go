@@ -168,3 +168,19 @@ func TestKillNineLosesNothing(t *testing.T) {
 		t.Fatalf("exec after kill -9: %d %q %q", code, out, e)
 	}
 }
+
+// Each `managoat run` is a fresh process whose first sandbox is its only
+// one: what a start does once per process (making the jail's init
+// executable from memory, adopting or pinning the tree template) is
+// exercised every time, with whatever descriptor numbers that process
+// happens to have. Bounded: 60 runs.
+func TestRunRepeatedlyOnTheJail(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for i := range 60 {
+		out, errOut, code := managoatEnv(t, home, "run", "--", "sh", "-c", "cat /etc/hostname >/dev/null && echo ok")
+		if code != 0 || out != "ok\n" {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package jail
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -42,22 +41,28 @@ func initMode() string {
 }
 
 // standaloneInit is a sealed memory file holding the standalone C init,
-// made once per process, and the path that executes it. The init is
-// executed from it rather than from this whole binary: an 18 KiB static
-// program with no C library is ready in a fraction of the time a 13 MiB
-// dynamically linked one takes to be loaded (cinit_rt.c). A host that
-// refuses to execute memory files (vm.memfd_noexec) gets the linked init.
-var standaloneInit = sync.OnceValues(func() (string, error) {
+// made once per process. The init is executed from it rather than from
+// this whole binary: an 18 KiB static program with no C library is ready
+// in a fraction of the time a 13 MiB dynamically linked one takes to be
+// loaded (cinit_rt.c). A host that refuses to execute memory files
+// (vm.memfd_noexec) gets the linked init.
+//
+// The init is started with the file among its ExtraFiles and executed as
+// /proc/self/fd/<its number there>, never by its number in this process:
+// os/exec's child moves descriptors up past the highest one it passes
+// before it execs, onto whatever numbers are there, and this file's
+// number was one of them now and then (a pipe was executed: EACCES).
+var standaloneInit = sync.OnceValues(func() (*os.File, error) {
 	if len(standaloneInitELF) == 0 {
-		return "", fmt.Errorf("no standalone init for this architecture")
+		return nil, fmt.Errorf("no standalone init for this architecture")
 	}
 	fd, err := unix.MemfdCreate("managoat-jail-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return "", fmt.Errorf("memfd: %w", err)
+		return nil, fmt.Errorf("memfd: %w", err)
 	}
-	fail := func(err error) (string, error) {
+	fail := func(err error) (*os.File, error) {
 		unix.Close(fd)
-		return "", err
+		return nil, err
 	}
 	for b := standaloneInitELF; len(b) > 0; {
 		n, err := unix.Write(fd, b)
@@ -77,7 +82,7 @@ var standaloneInit = sync.OnceValues(func() (string, error) {
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
 		return fail(fmt.Errorf("seal the standalone init: %w", err))
 	}
-	return "/proc/self/fd/" + strconv.Itoa(fd), nil
+	return os.NewFile(uintptr(fd), "managoat-jail-init"), nil
 })
 
 // Layout of cinit.c's struct ci_config.

@@ -43,6 +43,13 @@ type Config struct {
 	RunDir string
 	// Prober answers the gate; default mechanism.HostProber().
 	Prober mechanism.Prober
+	// TemplateDir, when set, keeps the tree template (the part of every
+	// sandbox's root that is the same for all) for other processes: the
+	// first start of every process then clones it instead of building
+	// its tree. It must be a directory only root can write, on a file
+	// system that is cleared at boot (/run). Empty: the template lives in
+	// this process only, built after its second start.
+	TemplateDir string
 	// UID and GID the workload runs as when the manager is root (default
 	// 1000:1000, the "sprite" user of the sandbox's /etc/passwd). Without
 	// root the workload is uid 0 of a user namespace mapped to the caller.
@@ -98,7 +105,11 @@ func New(cfg Config) (*Jail, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
-	return &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:4]), reaps: map[string]chan struct{}{}}, nil
+	j := &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:4]), reaps: map[string]chan struct{}{}}
+	if !j.rootless {
+		j.tmpl.dir = cfg.TemplateDir
+	}
+	return j, nil
 }
 
 // rootMount is where a starting sandbox's root is mounted, in the
@@ -538,10 +549,6 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		// it before it runs (the dynamic loader, for the linked one): it
 		// needs no log file (one inode less per start).
 		cmd.Env = []string{helperEnv + "=cinit"}
-		if mode == initStandalone {
-			cmd.Path, _ = standaloneInit() // initMode made sure it is there
-			cmd.Env = []string{}
-		}
 		cmd.Stderr = readyW
 	} else {
 		logf, err := os.OpenFile(filepath.Join(dir, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -553,6 +560,14 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
 	cmd.ExtraFiles = []*os.File{lf, cfgR, readyW}
+	if mode == initStandalone {
+		// Executed as the child's descriptor (standaloneInit), which
+		// the init closes first thing like any other past its three.
+		f, _ := standaloneInit() // initMode made sure it is there
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		cmd.Path = "/proc/self/fd/" + strconv.Itoa(2+len(cmd.ExtraFiles))
+		cmd.Env = []string{}
+	}
 	sys := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
 		Setsid:     true,

@@ -342,6 +342,11 @@ func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 	if tmpl.ready() && !tmpl.fresh() {
 		tmpl.invalidate() // the host replaced something it binds
 	}
+	if !tmpl.ready() && !tmpl.adopt(lc) {
+		// With a TemplateDir: build the template in place of this
+		// tree, for this start and every later one (template_pin.go).
+		tmpl.buildPinned(lc)
+	}
 	if tns, troot, ok := tmpl.get(); ok {
 		var err error
 		cloned, err = cloneTemplate(tns, troot, mnt, lc)

@@ -36,6 +36,12 @@ type treeTemplate struct {
 	ns      int // the template's mount namespace
 	root    int // O_PATH descriptor of the template's root mount
 	sources map[string]fileID
+
+	// Pinned templates (template_pin.go): dir is Config.TemplateDir.
+	dir        string
+	adoptTried bool  // adopt runs once per process
+	adopted    bool  // the template was pinned by another process
+	pinErr     error // why the last template built here was not pinned
 }
 
 // fileID identifies a host file the template binds or copies: a bind
@@ -75,16 +81,7 @@ func (t *treeTemplate) fresh() bool {
 	t.mu.Lock()
 	want := t.sources
 	t.mu.Unlock()
-	now := treeSources()
-	if len(now) != len(want) {
-		return false
-	}
-	for p, id := range now {
-		if want[p] != id {
-			return false
-		}
-	}
-	return true
+	return sameSources(want, treeSources())
 }
 
 const (

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
@@ -190,5 +191,108 @@ func TestTreeTemplateStale(t *testing.T) {
 	waitTemplate(t, j)
 	if !j.tmpl.fresh() {
 		t.Fatal("the rebuilt template is stale")
+	}
+}
+
+// A template pinned in a TemplateDir serves the first start of every
+// later process (here: later Jails, which share nothing in memory): it
+// is adopted, its clones are whole sandboxes, and a pin whose host
+// sources changed is replaced, never adopted.
+func TestPinnedTemplate(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if err := UnpinTemplates(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	state := t.TempDir()
+	newJail := func() *Jail {
+		j, err := New(Config{StateDir: state, TemplateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	start := func(j *Jail, id string) {
+		t.Helper()
+		ctx := context.Background()
+		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+		if err := j.Start(ctx, id); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+		if got := sh(t, j, id, "hostname; cat /etc/hostname; ls /usr/bin/sh; touch /etc/x 2>/dev/null || echo ro"); got != id+"\n"+id+"\n/usr/bin/sh\nro" {
+			t.Fatalf("sandbox %s: %q", id, got)
+		}
+	}
+	index := func() pinIndexFile {
+		t.Helper()
+		var idx pinIndexFile
+		b, err := os.ReadFile(dir + "/" + pinIndex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &idx); err != nil {
+			t.Fatal(err)
+		}
+		return idx
+	}
+
+	first := newJail()
+	start(first, "p1")
+	if !first.tmpl.ready() || first.tmpl.adopted || first.tmpl.pinErr != nil {
+		t.Fatalf("first start: ready %v adopted %v pin error %v", first.tmpl.ready(), first.tmpl.adopted, first.tmpl.pinErr)
+	}
+	pinned := index()
+
+	second := newJail()
+	start(second, "p2")
+	if !second.tmpl.adopted {
+		t.Fatal("a second process's first start did not adopt the pinned template")
+	}
+	if got := index(); got.Pin != pinned.Pin {
+		t.Fatalf("adopting replaced the pin: %s -> %s", pinned.Pin, got.Pin)
+	}
+
+	// The host's sources as the pin records them changed: a new one.
+	stale := pinned
+	for p, id := range stale.Sources {
+		stale.Sources[p] = [2]uint64{id[0], id[1] + 1}
+	}
+	b, _ := json.Marshal(stale)
+	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	third := newJail()
+	start(third, "p3")
+	if third.tmpl.adopted || third.tmpl.pinErr != nil {
+		t.Fatalf("a stale pin: adopted %v, pin error %v", third.tmpl.adopted, third.tmpl.pinErr)
+	}
+	if got := index(); got.Pin == pinned.Pin {
+		t.Fatal("the stale pin was not replaced")
+	}
+	if _, err := os.Stat(dir + "/" + pinned.Pin); !os.IsNotExist(err) {
+		t.Fatalf("the replaced pin is still there: %v", err)
+	}
+	// A sandbox started from the first pin works on without it.
+	if got := sh(t, second, "p2", "ls /usr/bin/sh"); got != "/usr/bin/sh" {
+		t.Fatalf("p2 after its template was unpinned: %q", got)
+	}
+
+	// A key from another binary or boot is never adopted.
+	other := index()
+	other.Key = "another binary"
+	b, _ = json.Marshal(other)
+	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fourth := newJail()
+	start(fourth, "p4")
+	if fourth.tmpl.adopted {
+		t.Fatal("a pin under another key was adopted")
 	}
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -16,7 +17,13 @@ import (
 func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
 	switch name {
 	case "jail":
-		m, err := jail.New(jail.Config{StateDir: filepath.Join(base, "jail")})
+		cfg := jail.Config{StateDir: filepath.Join(base, "jail")}
+		if dir, inTemp := mechanism.DefaultRunDir(); !inTemp && os.Geteuid() == 0 {
+			// Every managoat process's first sandbox clones the tree
+			// template an earlier one pinned there (jail.Config).
+			cfg.TemplateDir = filepath.Join(dir, "jail-template")
+		}
+		m, err := jail.New(cfg)
 		return m, true, err
 	case "trusted":
 		m, err := trusted.New(filepath.Join(base, "trusted"))
