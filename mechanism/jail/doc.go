@@ -150,9 +150,14 @@
 // freed costs a journal transaction; Execute is one request and one reply
 // and allocates next to nothing; the init is the C one (above), so no Go
 // runtime starts inside the sandbox, and it starts commands with vfork.
-// After its first start a Jail keeps the part of the root that is the
+// After its second start a Jail keeps the part of the root that is the
 // same for every sandbox as a template in a mount namespace of its own
-// (template.go) and clones it, instead of building ~45 mounts again. What
+// (template.go) and clones it, instead of building ~45 mounts again. With
+// Config.TemplateDir (provider/local sets it as root) the template is
+// pinned there for other processes (template_pin.go): the first start of
+// a process that starts one sandbox and exits (managoat run, a sandbox's
+// supervisor), for which building the tree was the longest step, clones
+// the one an earlier process pinned. What
 // is left is the network namespace, the clone of the pid, mount and
 // network namespaces and the init's exec, the few mounts that are the
 // sandbox's own, and /bin/true's own exec inside; unshare and bwrap build
