@@ -540,13 +540,20 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+	// The record and the journals go while the mechanism tears the
+	// sandbox down (its wait for the init's end leaves a core idle).
+	trashed := make(chan struct{})
+	go func() {
+		defer close(trashed)
+		_ = os.RemoveAll(trash)
+	}()
 	if m, err := p.mechFor(r); err == nil {
 		if err := m.Destroy(ctx, r.InstanceID); err != nil {
 			p.log.Warn("mechanism destroy", "sandbox", name, "err", err)
 		}
 	}
 	_ = os.RemoveAll(p.instanceDir(r.InstanceID))
-	_ = os.RemoveAll(trash)
+	<-trashed
 	return nil
 }
 
