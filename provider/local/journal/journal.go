@@ -9,7 +9,7 @@
 // where kind is KindStdout, KindStderr or KindExit (data: the exit code as
 // an int32, big endian, then the signal as an int32). A record is written
 // with one write(2) at the journal's end (or a header write and a splice(2)
-// of the data straight from the command's pipe), so a reader that opens the file at
+// of the data straight from a pipe, AppendSplice), so a reader that opens the file at
 // any time and reads from byte zero sees every record exactly once, in
 // order; several readers at once each see the whole journal. No byte is
 // buffered in user space: once Append returns, the record is in the kernel

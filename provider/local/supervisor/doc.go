@@ -6,7 +6,11 @@
 // A supervisor owns its sessions' pipes. For each session it moves the
 // command's stdout and stderr into the session's journal (package journal)
 // with splice(2), in the order it reads them, then appends the exit
-// status; the journal, not the supervisor's memory, is the record. Clients
+// status; the journal, not the supervisor's memory, is the record. A
+// record holds what a pipe held when the supervisor woke (up to 1 MiB),
+// moved first into a private staging pipe so the command can keep writing
+// while the kernel copies the batch into the file; no timer holds output
+// back. Clients
 // talk to it over a unix socket in the sandbox's directory (sup.sock), one
 // JSON request and answer per line: spawn, wait (a long poll on a
 // session's journal size), stdin, close_stdin, terminate, suspend, resume,

@@ -57,20 +57,15 @@ func BenchmarkPump(b *testing.B) {
 			return n
 		}
 	}
-	var tp, ts, tc, tn time.Duration
+	var tp, ts, tc time.Duration
 	for i := 0; i < b.N; i++ {
 		tp += run(b, pipe)
 		ts += run(b, toJournal(true))
 		tc += run(b, toJournal(false))
-		saved := coalesce
-		coalesce = 0
-		tn += run(b, toJournal(true))
-		coalesce = saved
 	}
 	mb := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
 	b.ReportMetric(mb(tp), "pipe-MB/s")
 	b.ReportMetric(mb(ts), "splice-MB/s")
 	b.ReportMetric(mb(tc), "copy-MB/s")
-	b.ReportMetric(mb(tn), "splice-nocoalesce-MB/s")
 	b.ReportMetric(mb(ts)/mb(tp), "ratio")
 }

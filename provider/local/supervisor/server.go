@@ -454,26 +454,32 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	return response{ID: id, Pid: proc.Pid()}
 }
 
-// pump moves one pipe's data into the journal with splice(2): a record
-// per batch of available bytes, with no copy through this process. When
-// splice is refused it falls back to read and write.
+// pump moves one pipe's data into the journal with splice(2), with no
+// copy through this process: a record per batch of the bytes the pipe
+// holds when the pump wakes (at most max), and one notification of the
+// followers per record. No timer delays a record: a lone small write is
+// journaled as soon as the pump sees it.
+//
+// A batch goes through a private staging pipe: splice(2) first moves the
+// batch's pipe buffers from the command's pipe to the staging pipe (no
+// copy, the command's pipe is locked only for that), then from the staging
+// pipe into the journal. A splice straight into the file would hold the
+// command's pipe locked while the kernel copies the whole batch into the
+// page cache, so the command could not write meanwhile: writer and pump
+// would take turns instead of running at once. The bytes in the staging
+// pipe are in the kernel, as they were in the command's pipe; none is
+// held in this process's memory. When splice is refused the pump falls
+// back to read and write (pumpCopy).
 func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	rc, err := f.SyscallConn()
 	if st, serr := f.Stat(); err != nil || serr != nil || st.Mode()&os.ModeNamedPipe == 0 {
 		pumpCopy(sess, f, k, max) // splice needs a pipe (a pty is not one)
 		return
 	}
+	stage := &stagePipe{r: -1, w: -1}
+	defer stage.close()
 	fallback := false
-	small := false // the last record was small: output is trickling in
 	for !fallback {
-		if small && coalesce > 0 {
-			// Let a stream of small writes gather into a larger record:
-			// every journal write has a fixed cost (the file's mtime and
-			// size), so a few large ones beat many small ones. The pipe
-			// holds 1 MiB, so a fast writer never blocks meanwhile.
-			time.Sleep(coalesce)
-		}
-		small = false
 		eof := false
 		var serr error
 		err := rc.Read(func(fd uintptr) bool {
@@ -493,10 +499,26 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 			if avail > max {
 				avail = max
 			}
-			small = avail < 64<<10
-			if _, e := sess.w.AppendSplice(k, int(fd), avail); e != nil {
+			src := int(fd)
+			if stage.open(max) {
+				n, e := unix.Splice(src, nil, stage.w, nil, avail, unix.SPLICE_F_NONBLOCK)
+				switch {
+				case e == nil && n > 0:
+					src, avail = stage.r, int(n)
+				case e == unix.EINTR || e == unix.EAGAIN:
+					return true // try again
+				default:
+					stage.close() // splice straight into the journal
+				}
+			}
+			if _, e := sess.w.AppendSplice(k, src, avail); e != nil {
 				if errors.Is(e, unix.EINVAL) || errors.Is(e, unix.ENOSYS) {
+					// The journal's file system refuses splice: what
+					// the staging pipe holds goes by read and write.
 					fallback = true
+					if src == stage.r {
+						serr = stage.copyOut(sess, k, avail)
+					}
 					return true
 				}
 				serr = e
@@ -512,8 +534,58 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	pumpCopy(sess, f, k, max)
 }
 
-// coalesce is the pause after a small record while output streams.
-var coalesce = 200 * time.Microsecond
+// stagePipe is pump's staging pipe, opened at the first batch, so an idle
+// stream costs no descriptors. It is empty between batches.
+type stagePipe struct {
+	r, w   int
+	failed bool
+}
+
+// open opens the pipe unless it is open; it reports whether it is.
+func (p *stagePipe) open(size int) bool {
+	if p.r >= 0 || p.failed {
+		return !p.failed
+	}
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		p.failed = true
+		return false
+	}
+	p.r, p.w = fds[0], fds[1]
+	// A smaller pipe (the per-user limit on pipe memory) only makes
+	// batches smaller: a splice moves what fits.
+	_, _ = unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, size)
+	return true
+}
+
+// copyOut appends the n bytes the pipe holds to the journal with read and
+// write.
+func (p *stagePipe) copyOut(sess *session, k journal.Kind, n int) error {
+	buf := make([]byte, journal.HeaderSize+n)
+	for got := 0; got < n; {
+		m, err := unix.Read(p.r, buf[journal.HeaderSize+got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			return fmt.Errorf("supervisor: staging pipe: %v", err)
+		}
+		got += m
+	}
+	if _, err := sess.w.AppendFramed(k, buf); err != nil {
+		return err
+	}
+	sess.notify()
+	return nil
+}
+
+func (p *stagePipe) close() {
+	if p.r >= 0 {
+		unix.Close(p.r)
+		unix.Close(p.w)
+	}
+	p.r, p.w, p.failed = -1, -1, true
+}
 
 // pumpCopy copies one pipe into the journal with read and write. Its
 // buffer starts small and grows while reads fill it, so an idle session

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -292,4 +293,87 @@ func TestLaunchWithoutSetsid(t *testing.T) {
 	if o, err := c.Follow(ctx, id, col.emit); err != nil || !o.Exited || col.out.String() != "hi\n" {
 		t.Fatalf("%+v %v %q", o, err, col.out.String())
 	}
+}
+
+// A lone small write reaches a follower while the command still runs: no
+// batching waits for more output or for the exit.
+func TestLoneWriteDelivered(t *testing.T) {
+	c := newSandbox(t)
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "echo one; exec cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 16)
+	done := make(chan Outcome, 1)
+	go func() {
+		o, _ := c.Follow(ctx, id, func(r journal.Record) bool {
+			got <- string(r.Data)
+			return true
+		})
+		done <- o
+	}()
+	// The bound only keeps a broken build from hanging the suite.
+	wait := func(want string) {
+		t.Helper()
+		var seen string
+		deadline := time.After(20 * time.Second)
+		for seen != want {
+			select {
+			case s := <-got:
+				seen += s
+			case <-deadline:
+				t.Fatalf("follower saw %q, want %q before any more output", seen, want)
+			}
+		}
+	}
+	wait("one\n")
+	if err := c.WriteStdin(ctx, id, []byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	wait("two\n")
+	if err := c.CloseStdin(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-done; !o.Exited || o.Code != 0 {
+		t.Fatalf("outcome %+v", o)
+	}
+}
+
+// Output much larger than the pipes (the batches go through the staging
+// pipe) reaches every follower whole and in order, stdout and stderr each.
+func TestLargeOutput(t *testing.T) {
+	c := newSandbox(t)
+	ctx := context.Background()
+	const lines = 300000
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "seq 1 300000; seq 1 1000 >&2; head -c 3000000 /dev/zero"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, wantErr bytes.Buffer
+	for i := 1; i <= lines; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	for i := 1; i <= 1000; i++ {
+		wantErr.WriteString(strconv.Itoa(i) + "\n")
+	}
+	want.Write(make([]byte, 3000000))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var col collected
+			o, err := c.Follow(ctx, id, col.emit)
+			if err != nil || !o.Exited || o.Code != 0 {
+				t.Errorf("outcome %+v %v", o, err)
+				return
+			}
+			if !bytes.Equal(col.out.Bytes(), want.Bytes()) || !bytes.Equal(col.err.Bytes(), wantErr.Bytes()) {
+				t.Errorf("got %d stdout bytes, %d stderr bytes; want %d, %d (or different bytes)",
+					col.out.Len(), col.err.Len(), want.Len(), wantErr.Len())
+			}
+		}()
+	}
+	wg.Wait()
 }
