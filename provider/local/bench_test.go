@@ -63,12 +63,14 @@ func BenchmarkSpawnThroughput(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	// file: the same bytes written to a file in the state directory, the
-	// filesystem the journal is on (the journal cannot beat it).
+	// file: the same bytes through a pipe into a file in the state
+	// directory, the file system the journal is on (head | cat > file: the
+	// journal's path without the follower; cat writes 128 KiB at a time,
+	// as the supervisor writes batches, where head > file would write 4 KiB).
 	file := func(dir string) time.Duration {
 		path := dir + "/throughput-baseline"
 		start := time.Now()
-		cmd := exec.Command("sh", "-c", `head -c "$1" /dev/zero > "$2"`, "sh", size, path)
+		cmd := exec.Command("sh", "-c", `head -c "$1" /dev/zero | cat > "$2"`, "sh", size, path)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("file baseline: %v %s", err, out)
 		}
@@ -102,6 +104,9 @@ func BenchmarkSpawnThroughput(b *testing.B) {
 				}
 				ours += time.Since(start)
 				bestOurs = min(bestOurs, time.Since(start))
+				// Each run starts with the same page cache: the journal
+				// goes, as the file baseline's file does.
+				os.Remove(supervisor.JournalPath(p.sandboxDir(h.Name), c.SessionID))
 			}
 			mbps := func(d time.Duration) float64 { return float64(throughputBytes) * float64(b.N) / d.Seconds() / 1e6 }
 			b.ReportMetric(mbps(ours), "spawn-MB/s")

@@ -223,6 +223,11 @@ type Reader struct {
 	buf     []byte
 	pendOff int64 // offset of pending[0]
 	chunk   int
+	// big is a large record read straight into its own buffer and not
+	// whole yet (the writer is still writing it): len is what was read,
+	// cap the record's length. Its header was consumed from pending.
+	big     []byte
+	bigKind Kind
 }
 
 // DefaultChunk is how much a Reader reads per call by default.
@@ -247,12 +252,38 @@ func (r *Reader) Offset() int64 { return r.pendOff }
 // committed size; a negative limit means the end of the file) and calls fn
 // for each, in order. It returns how many records it delivered. It reads
 // ahead in chunks of DefaultChunk bytes; a record larger than what is left
-// of a chunk is read straight into its own buffer, so data is copied once.
+// of a chunk is read straight into its own buffer, so data is copied once;
+// when it is not whole yet (the writer is still writing it) the buffer is
+// kept and the next call goes on filling it.
 // Each Record's Data is a fresh allocation the caller may keep. Read
 // returns when it reached limit (or EOF), or fn returned an error.
 func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 	count := 0
 	for {
+		if r.big != nil {
+			// Go on filling the large record a previous call began.
+			have, l := len(r.big), cap(r.big)
+			if limit >= 0 && r.off+int64(l-have) > limit {
+				return count, nil // not committed yet
+			}
+			n, err := r.f.ReadAt(r.big[have:l], r.off)
+			r.off += int64(n)
+			r.big = r.big[:have+n]
+			if have+n < l {
+				if err != nil && err != io.EOF {
+					return count, err
+				}
+				return count, nil
+			}
+			rec := Record{Kind: r.bigKind, Offset: r.pendOff, Data: r.big}
+			r.big = nil
+			r.pendOff += int64(HeaderSize + l)
+			count++
+			if err := fn(rec); err != nil {
+				return count, err
+			}
+			continue
+		}
 		// Make sure a header is buffered.
 		if len(r.pending) < HeaderSize {
 			more, err := r.fill(limit, HeaderSize-len(r.pending))
@@ -277,15 +308,16 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 				copy(data, r.pending[HeaderSize:])
 				n, err := r.f.ReadAt(data[avail:], r.off)
 				r.off += int64(n)
+				r.pending = r.pending[:0]
 				if n < l-avail {
-					// Torn or still being written: keep what we have.
-					r.pending = append(r.pending[:HeaderSize:HeaderSize], data[:avail+n]...)
+					// Torn or still being written: keep the buffer and
+					// what it holds; the next call goes on filling it.
+					r.big, r.bigKind = data[:avail+n], k
 					if err != nil && err != io.EOF {
 						return count, err
 					}
 					return count, nil
 				}
-				r.pending = r.pending[:0]
 				rec := Record{Kind: k, Offset: r.pendOff, Data: data}
 				r.pendOff += int64(HeaderSize + l)
 				count++
@@ -365,6 +397,9 @@ func (r *Reader) fill(limit int64, need int) (bool, error) {
 // meaningful only once the writer is known to be gone and Read(-1) has
 // returned; ok is false when there is no torn record.
 func (r *Reader) Tail() (k Kind, data []byte, ok bool) {
+	if r.big != nil {
+		return r.bigKind, append([]byte(nil), r.big...), true
+	}
 	if len(r.pending) < HeaderSize {
 		return 0, nil, false
 	}

@@ -222,3 +222,47 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// A large record read while its writer is still writing it is delivered
+// once, whole, when it is complete; torn, Tail gives what reached the file.
+func TestLargeRecordInParts(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "j")
+	w, _ := Create(p)
+	w.Append(KindStderr, []byte("first"))
+	w.Close()
+	const l = 1 << 20
+	data := make([]byte, l)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	defer f.Close()
+	f.Write([]byte{byte(KindStdout), 0, 0x10, 0, 0})
+	r, _ := Open(p)
+	defer r.Close()
+	r2, _ := Open(p)
+	defer r2.Close()
+	var got []Record
+	for i, part := range [][]byte{data[:1000], data[1000:300000], data[300000 : l-1], data[l-1:]} {
+		f.Write(part)
+		if _, err := r.Read(-1, func(rec Record) error { got = append(got, rec); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			k, tail, ok := r.Tail()
+			if !ok || k != KindStdout || !bytes.Equal(tail, data[:l-1]) {
+				t.Fatalf("tail %v %d bytes %v", k, len(tail), ok)
+			}
+		}
+	}
+	if len(got) != 2 || string(got[0].Data) != "first" || got[1].Kind != KindStdout || !bytes.Equal(got[1].Data, data) || got[1].Offset != 10 {
+		t.Fatalf("got %d records", len(got))
+	}
+	if r.Offset() != 10+HeaderSize+l {
+		t.Fatalf("offset %d", r.Offset())
+	}
+	// A reader that starts after the record is whole sees the same.
+	if recs := collect(t, r2, -1); len(recs) != 2 || !bytes.Equal(recs[1].Data, data) {
+		t.Fatalf("second reader: %d records", len(recs))
+	}
+}
