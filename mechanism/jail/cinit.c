@@ -454,6 +454,10 @@ static void on_request(struct ci_conn *c) {
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	int fds[8], nfds = 0;
+	/* A failed recvmsg leaves msg_controllen as it was: cbuf is then
+	 * uninitialized and its "descriptors" are not ours to close. */
+	if (n < 0)
+		mh.msg_controllen = 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;

@@ -339,7 +339,9 @@ int vsnprintf(char *out, size_t size, const char *f, va_list ap) {
 			if (!s)
 				s = "(null)";
 			int l = 0;
-			while (s[l] && (prec < 0 || l < prec))
+			/* Never a byte past the precision: the string need
+			 * not be terminated within it. */
+			while ((prec < 0 || l < prec) && s[l])
 				l++;
 			for (int i = l; i < width; i++)
 				PUT(' ');

@@ -133,8 +133,17 @@ func (s *server) reap(sigch chan os.Signal) {
 var requestBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 func send(c *net.UnixConn, r reply) {
+	// An error quotes the request (a directory, a PATH): bounded as the
+	// C init bounds it, or a reply past the socket's buffer is never sent.
+	if len(r.Error) > maxErrorReply {
+		r.Error = r.Error[:maxErrorReply]
+	}
 	c.Write(r.marshal())
 }
+
+// maxErrorReply is the longest error message a reply carries (cinit.c's
+// send_reply keeps as much).
+const maxErrorReply = 1024
 
 func (s *server) handle(c *net.UnixConn) {
 	defer c.Close()
