@@ -45,7 +45,17 @@ const pinIndex = "template.json"
 type pinIndexFile struct {
 	Key     string               `json:"key"`
 	Pin     string               `json:"pin"`
+	NS      [2]uint64            `json:"ns"` // the pinned namespace's (dev, inode)
 	Sources map[string][2]uint64 `json:"sources"`
+}
+
+// nsID is the (dev, inode) of the namespace behind descriptor fd.
+func nsID(fd int) ([2]uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return [2]uint64{}, err
+	}
+	return [2]uint64{st.Dev, st.Ino}, nil
 }
 
 func templateKey(lc launchConfig) string {
@@ -90,6 +100,12 @@ func (t *treeTemplate) adopt(lc launchConfig) bool {
 	}
 	ns, err := unix.Open(filepath.Join(t.dir, idx.Pin), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return false
+	}
+	// The namespace the index was written for, not whatever else may be
+	// mounted there.
+	if id, err := nsID(ns); err != nil || id != idx.NS {
+		unix.Close(ns)
 		return false
 	}
 	// A file that is not a pinned mount namespace fails here.
@@ -185,7 +201,12 @@ func (t *treeTemplate) pin(ns int, key string, sources map[string]fileID) error 
 		os.Remove(path)
 		return fmt.Errorf("pin the tree template: %w", err)
 	}
-	idx := pinIndexFile{Key: key, Pin: name, Sources: map[string][2]uint64{}}
+	id, err := nsID(ns)
+	if err != nil {
+		unpin(path)
+		return err
+	}
+	idx := pinIndexFile{Key: key, Pin: name, NS: id, Sources: map[string][2]uint64{}}
 	for p, id := range sources {
 		idx.Sources[p] = [2]uint64{id.dev, id.ino}
 	}

@@ -295,4 +295,18 @@ func TestPinnedTemplate(t *testing.T) {
 	if fourth.tmpl.adopted {
 		t.Fatal("a pin under another key was adopted")
 	}
+
+	// The right key, but the file pins another namespace than the one
+	// the index was written for (a mistake, a leftover): not adopted.
+	wrong := index()
+	wrong.NS[1]++
+	b, _ = json.Marshal(wrong)
+	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifth := newJail()
+	start(fifth, "p5")
+	if fifth.tmpl.adopted {
+		t.Fatal("a pin of another namespace than the index names was adopted")
+	}
 }

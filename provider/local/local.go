@@ -118,6 +118,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/provider/local/journal"
 	"github.com/managoat/managoat/provider/local/supervisor"
@@ -213,13 +215,14 @@ func New(cfg Config) (*Provider, error) {
 			return nil, stateErr("state dir", err)
 		}
 	}
-	// Prove the directory is writable now rather than half-way through a Create.
-	f, err := os.CreateTemp(filepath.Join(state, "tmp"), "probe-")
-	if err != nil {
+	// Prove the directory is writable now rather than half-way through a
+	// Create: access(2) sees both the permissions and a read-only mount,
+	// without the journal transactions of creating and removing a file
+	// (every CLI command opens the provider). A full disk is reported by
+	// the Create that meets it, which leaves nothing behind.
+	if err := unix.Access(filepath.Join(state, "tmp"), unix.W_OK); err != nil {
 		return nil, stateErr("state dir not writable", err)
 	}
-	f.Close()
-	os.Remove(f.Name())
 	m := cfg.Mechanism
 	if m == nil {
 		name := cfg.MechanismName
