@@ -37,18 +37,6 @@ func pinnedJail(t *testing.T, dir string) *Jail {
 	return j
 }
 
-func startIn(t *testing.T, j *Jail, id string) {
-	t.Helper()
-	ctx := context.Background()
-	if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-	if err := j.Start(ctx, id); err != nil {
-		t.Fatalf("start %s: %v", id, err)
-	}
-}
-
 // Sandboxes cloned from an adopted template are each their own and can
 // change nothing they share: not the root, /etc, /dev, /usr, not their
 // mounts; what one writes to its home the other does not see; nothing a
@@ -126,19 +114,7 @@ echo mine > ~/f; hostname`
 		t.Fatal("no template")
 	}
 	defer unix.Close(ns)
-	tid, done := make(chan int), make(chan struct{})
-	go onDiscardedThread(func() {
-		if unix.Unshare(unix.CLONE_FS) != nil || unix.Setns(ns, unix.CLONE_NEWNS) != nil {
-			tid <- 0
-			return
-		}
-		tid <- unix.Gettid()
-		<-done
-	})
-	id := <-tid
-	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/mountinfo", os.Getpid(), id))
-	close(done)
-	mi := string(raw)
+	mi := nsMountinfo(ns)
 	if !strings.Contains(mi, " /usr ") {
 		t.Fatalf("cannot read the template's mounts: %q", mi)
 	}

@@ -27,15 +27,44 @@ func templateJail(t *testing.T) (*Jail, func(id string)) {
 	}
 	return j, func(id string) {
 		t.Helper()
-		ctx := context.Background()
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-		if err := j.Start(ctx, id); err != nil {
-			t.Fatalf("start %s: %v", id, err)
-		}
+		startIn(t, j, id)
 	}
+}
+
+// startIn provisions and starts sandbox id in j, destroyed at the test's
+// end.
+func startIn(t *testing.T, j *Jail, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
+	if err := j.Start(ctx, id); err != nil {
+		t.Fatalf("start %s: %v", id, err)
+	}
+}
+
+// nsMountinfo is the mount table of the mount namespace ns, read from
+// outside through a thread in it (there is no /proc inside); "" when the
+// namespace cannot be joined.
+func nsMountinfo(ns int) string {
+	tid, done := make(chan int), make(chan struct{})
+	go onDiscardedThread(func() {
+		if unix.Unshare(unix.CLONE_FS) != nil || unix.Setns(ns, unix.CLONE_NEWNS) != nil {
+			tid <- 0
+			return
+		}
+		tid <- unix.Gettid()
+		<-done
+	})
+	id := <-tid
+	defer close(done)
+	if id == 0 {
+		return ""
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(id) + "/mountinfo")
+	return string(b)
 }
 
 // waitTemplate polls until j's tree template is ready.
@@ -125,25 +154,12 @@ func TestTreeTemplateBroken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A thread in the template's namespace, read from outside (there is
-	// no /proc in it).
-	tid, done := make(chan int), make(chan struct{})
-	go onDiscardedThread(func() {
-		if unix.Unshare(unix.CLONE_FS) != nil || unix.Setns(ns, unix.CLONE_NEWNS) != nil {
-			tid <- 0
-			return
-		}
-		tid <- unix.Gettid()
-		<-done
-	})
-	id := <-tid
-	tmplMounts, _ := os.ReadFile("/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(id) + "/mountinfo")
-	close(done)
+	tmplMounts := nsMountinfo(ns)
 	if len(tmplMounts) == 0 {
 		t.Fatal("cannot read the template's mounts")
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == "/sys/fs/cgroup" && strings.Contains(string(tmplMounts), " /sys/fs/cgroup ") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/sys/fs/cgroup" && strings.Contains(tmplMounts, " /sys/fs/cgroup ") {
 			t.Fatalf("the template's namespace still holds the host's mounts:\n%s", tmplMounts)
 		}
 	}
@@ -217,14 +233,7 @@ func TestPinnedTemplate(t *testing.T) {
 	}
 	start := func(j *Jail, id string) {
 		t.Helper()
-		ctx := context.Background()
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = j.Destroy(context.Background(), id) })
-		if err := j.Start(ctx, id); err != nil {
-			t.Fatalf("start %s: %v", id, err)
-		}
+		startIn(t, j, id)
 		if got := sh(t, j, id, "hostname; cat /etc/hostname; ls /usr/bin/sh; touch /etc/x 2>/dev/null || echo ro"); got != id+"\n"+id+"\n/usr/bin/sh\nro" {
 			t.Fatalf("sandbox %s: %q", id, got)
 		}
