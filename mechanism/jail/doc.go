@@ -153,7 +153,8 @@
 // After its second start a Jail keeps the part of the root that is the
 // same for every sandbox as a template in a mount namespace of its own
 // (template.go) and clones it, instead of building ~45 mounts again. With
-// Config.TemplateDir (provider/local sets it as root) the template is
+// Config.TemplateDir (provider/local sets it as root, for an installed
+// binary: not one `go run` or `go test` built) the template is
 // pinned there for other processes (template_pin.go): the first start of
 // a process that starts one sandbox and exits (managoat run, a sandbox's
 // supervisor), for which building the tree was the longest step, clones
