@@ -56,7 +56,12 @@ var standaloneInit = sync.OnceValues(func() (*os.File, error) {
 	if len(standaloneInitELF) == 0 {
 		return nil, fmt.Errorf("no standalone init for this architecture")
 	}
-	fd, err := unix.MemfdCreate("managoat-jail-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	// MFD_EXEC says so where vm.memfd_noexec=1 would otherwise seal it
+	// non-executable; a kernel older than 6.3 refuses the flag.
+	fd, err := unix.MemfdCreate("managoat-jail-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	if err == unix.EINVAL {
+		fd, err = unix.MemfdCreate("managoat-jail-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
