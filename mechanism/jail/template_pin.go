@@ -2,12 +2,16 @@ package jail
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,30 +27,71 @@ import (
 // template there builds one in place of its own tree, clones it like any
 // later start, and pins its mount namespace on a file in the directory
 // (a bind mount of the namespace's nsfs file, as `ip netns` pins network
-// namespaces); template.json names that file, with the key and the host
-// sources it was built from. Every later process's first start adopts it:
-// it opens the file, joins the namespace on a discarded thread to reach
-// its root, and clones it.
+// namespaces); an index, template-<key digest>.json, names that file,
+// with the key, the binary and the host sources it was built from. Every
+// later process's first start adopts it: it opens the file, joins the
+// namespace on a discarded thread to reach its root, and clones it.
 //
 // A pinned template is used only under the same key: boot, kernel,
 // binary (mechanism.BootKey), the workload's uid and gid (they are in its
 // /etc/passwd) and treeLayout. And only while the host's sources are
 // those it was built from (fileID): otherwise the start builds a new one
 // and replaces it; the old pin is unmounted (processes that opened it
-// keep it until they close it). The directory is private to root (0700),
-// and the pinned tree is read-only like every clone. Pins live until the
-// host reboots (the directory is on /run) or they are replaced.
+// keep it until they close it). Each key has its own index, so two
+// installed binaries used in turn do not replace each other's template.
+// A start that pins also collects the pins of binaries that are gone or
+// were replaced, and keeps at most maxPins: tearing a pinned namespace
+// down takes a few milliseconds (an RCU grace period), paid only on that
+// rare path. The directory is private to root (0700), and the pinned tree
+// is read-only like every clone. Pins live until the host reboots (the
+// directory is on /run), are replaced, or are collected.
 
 // treeLayout changes whenever buildTreeShared builds something else.
 const treeLayout = "tree-v1"
 
-const pinIndex = "template.json"
+// maxPins bounds the templates pinned in one directory.
+const maxPins = 8
 
 type pinIndexFile struct {
 	Key     string               `json:"key"`
 	Pin     string               `json:"pin"`
 	NS      [2]uint64            `json:"ns"` // the pinned namespace's (dev, inode)
+	Exe     exeID                `json:"exe"`
 	Sources map[string][2]uint64 `json:"sources"`
+}
+
+// exeID identifies the binary that pinned a template: while it is there,
+// unchanged, its processes may adopt it.
+type exeID struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	MTime int64  `json:"mtime"`
+}
+
+func thisExe() exeID {
+	exe, err := os.Executable()
+	if err != nil {
+		return exeID{}
+	}
+	return statExe(exe)
+}
+
+func statExe(path string) exeID {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return exeID{}
+	}
+	return exeID{Path: path, Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
+}
+
+// indexName is the index file of the templates pinned under key.
+func indexName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "template-" + hex.EncodeToString(sum[:8]) + ".json"
+}
+
+func isIndexName(name string) bool {
+	return strings.HasPrefix(name, "template-") && strings.HasSuffix(name, ".json")
 }
 
 // nsID is the (dev, inode) of the namespace behind descriptor fd.
@@ -83,8 +128,11 @@ func (t *treeTemplate) adopt(lc launchConfig) bool {
 	if unix.Stat(t.dir, &st) != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(t.dir, pinIndex))
-	if err != nil || key == "" {
+	if key == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(t.dir, indexName(key)))
+	if err != nil {
 		return false
 	}
 	var idx pinIndexFile
@@ -156,16 +204,17 @@ func (t *treeTemplate) buildPinned(lc launchConfig) bool {
 	// Pinned from a thread in the host's mount namespace (this one is in
 	// the template's), so the pin is where other processes look.
 	done := make(chan error, 1)
-	go func() { done <- t.pin(ns, templateKey(lc), sources) }()
+	go func() { done <- t.pin(ns, templateKey(lc), thisExe(), sources) }()
 	if err := <-done; err != nil {
 		t.pinErr = err
 	}
 	return true
 }
 
-// pin binds the namespace ns on a new file in t.dir and names it in the
-// index, replacing (and unpinning) the previous one.
-func (t *treeTemplate) pin(ns int, key string, sources map[string]fileID) error {
+// pin binds the namespace ns on a new file in t.dir and names it in key's
+// index, replacing (and unpinning) key's previous one, then collects the
+// pins of binaries that are gone (collect).
+func (t *treeTemplate) pin(ns int, key string, exe exeID, sources map[string]fileID) error {
 	if key == "" {
 		return errors.New("no key for this host and binary")
 	}
@@ -206,19 +255,16 @@ func (t *treeTemplate) pin(ns int, key string, sources map[string]fileID) error 
 		unpin(path)
 		return err
 	}
-	idx := pinIndexFile{Key: key, Pin: name, NS: id, Sources: map[string][2]uint64{}}
+	idx := pinIndexFile{Key: key, Pin: name, NS: id, Exe: exe, Sources: map[string][2]uint64{}}
 	for p, id := range sources {
 		idx.Sources[p] = [2]uint64{id.dev, id.ino}
 	}
 	b, _ := json.Marshal(idx)
-	var old pinIndexFile
-	if ob, err := os.ReadFile(filepath.Join(t.dir, pinIndex)); err == nil {
-		_ = json.Unmarshal(ob, &old)
-	}
-	tmp := filepath.Join(t.dir, "."+pinIndex+"."+name)
-	if err := os.WriteFile(tmp, b, 0o600); err == nil {
-		err = os.Rename(tmp, filepath.Join(t.dir, pinIndex))
-		if err != nil {
+	index := filepath.Join(t.dir, indexName(key))
+	old, _ := readIndex(index)
+	tmp := filepath.Join(t.dir, ".tmp-"+name)
+	if err = os.WriteFile(tmp, b, 0o600); err == nil {
+		if err = os.Rename(tmp, index); err != nil {
 			os.Remove(tmp)
 		}
 	}
@@ -226,10 +272,74 @@ func (t *treeTemplate) pin(ns int, key string, sources map[string]fileID) error 
 		unpin(path)
 		return err
 	}
-	if old.Pin != "" && old.Pin != name && filepath.Base(old.Pin) == old.Pin {
+	if old.Pin != "" && old.Pin != name {
 		unpin(filepath.Join(t.dir, old.Pin))
 	}
+	collect(t.dir, indexName(key))
 	return nil
+}
+
+// readIndex reads an index; a Pin that is not a plain name in the
+// directory reads as none.
+func readIndex(path string) (pinIndexFile, error) {
+	var idx pinIndexFile
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &idx)
+	}
+	if err != nil || filepath.Base(idx.Pin) != idx.Pin || !strings.HasPrefix(idx.Pin, "mnt-") {
+		idx.Pin = ""
+	}
+	return idx, err
+}
+
+// collect removes, from dir, the templates of binaries that are gone or
+// were replaced, then the oldest beyond maxPins (keep is never removed),
+// and any pin no index names. The caller holds dir's lock.
+func collect(dir, keep string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type live struct {
+		name string
+		mod  time.Time
+	}
+	var kept []live
+	named := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if !isIndexName(name) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		idx, _ := readIndex(path)
+		if name != keep && (idx.Exe.Path == "" || statExe(idx.Exe.Path) != idx.Exe) {
+			if idx.Pin != "" {
+				unpin(filepath.Join(dir, idx.Pin))
+			}
+			os.Remove(path)
+			continue
+		}
+		named[idx.Pin] = true
+		if fi, err := e.Info(); err == nil && name != keep {
+			kept = append(kept, live{name, fi.ModTime()})
+		}
+	}
+	slices.SortFunc(kept, func(a, b live) int { return b.mod.Compare(a.mod) })
+	for i := maxPins - 1; i < len(kept); i++ { // keep counts as one
+		path := filepath.Join(dir, kept[i].name)
+		if idx, _ := readIndex(path); idx.Pin != "" {
+			unpin(filepath.Join(dir, idx.Pin))
+			delete(named, idx.Pin)
+		}
+		os.Remove(path)
+	}
+	for _, e := range entries {
+		if name := e.Name(); strings.HasPrefix(name, "mnt-") && !named[name] {
+			unpin(filepath.Join(dir, name))
+		}
+	}
 }
 
 // unpin unmounts a pin and removes its file.
@@ -250,11 +360,13 @@ func UnpinTemplates(dir string) error {
 		return err
 	}
 	for _, e := range entries {
-		if len(e.Name()) > 4 && e.Name()[:4] == "mnt-" {
-			unpin(filepath.Join(dir, e.Name()))
+		switch name := e.Name(); {
+		case strings.HasPrefix(name, "mnt-"):
+			unpin(filepath.Join(dir, name))
+		case isIndexName(name):
+			_ = os.Remove(filepath.Join(dir, name))
 		}
 	}
-	_ = os.Remove(filepath.Join(dir, pinIndex))
 	// The directory's own private bind, if pin made one.
 	_ = unix.Unmount(dir, unix.MNT_DETACH)
 	return nil

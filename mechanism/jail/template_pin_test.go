@@ -196,7 +196,7 @@ func pinSharedFallback(base string) error {
 		return n
 	}
 	for i := range 2 {
-		if err := tm.pin(ns, "key", map[string]fileID{}); err != nil {
+		if err := tm.pin(ns, "key", thisExe(), map[string]fileID{}); err != nil {
 			return fmt.Errorf("pin %d: %w", i, err)
 		}
 		if got := nsfsUnder(mounts(), dir); len(got) != 1 {

@@ -3,7 +3,9 @@ package jail
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,10 +240,19 @@ func TestPinnedTemplate(t *testing.T) {
 			t.Fatalf("sandbox %s: %q", id, got)
 		}
 	}
+	// This binary's index (the only one until the end).
+	indexPath := func() string {
+		t.Helper()
+		m, _ := filepath.Glob(dir + "/template-*.json")
+		if len(m) != 1 {
+			t.Fatalf("index files: %v", m)
+		}
+		return m[0]
+	}
 	index := func() pinIndexFile {
 		t.Helper()
 		var idx pinIndexFile
-		b, err := os.ReadFile(dir + "/" + pinIndex)
+		b, err := os.ReadFile(indexPath())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +284,7 @@ func TestPinnedTemplate(t *testing.T) {
 		stale.Sources[p] = [2]uint64{id[0], id[1] + 1}
 	}
 	b, _ := json.Marshal(stale)
-	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+	if err := os.WriteFile(indexPath(), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	third := newJail()
@@ -296,7 +307,7 @@ func TestPinnedTemplate(t *testing.T) {
 	other := index()
 	other.Key = "another binary"
 	b, _ = json.Marshal(other)
-	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+	if err := os.WriteFile(indexPath(), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fourth := newJail()
@@ -310,12 +321,60 @@ func TestPinnedTemplate(t *testing.T) {
 	wrong := index()
 	wrong.NS[1]++
 	b, _ = json.Marshal(wrong)
-	if err := os.WriteFile(dir+"/"+pinIndex, b, 0o600); err != nil {
+	if err := os.WriteFile(indexPath(), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fifth := newJail()
 	start(fifth, "p5")
 	if fifth.tmpl.adopted {
 		t.Fatal("a pin of another namespace than the index names was adopted")
+	}
+
+	// Other binaries' templates: one whose binary is still there is kept
+	// beside this one's; one whose binary is gone is collected (its pin
+	// unmounted) by the next pin.
+	ns, root, ok := fifth.tmpl.get()
+	if !ok {
+		t.Fatal("no template")
+	}
+	defer unix.Close(ns)
+	unix.Close(root)
+	if err := fifth.tmpl.pin(ns, "another installed binary", thisExe(), fifth.tmpl.sources); err != nil {
+		t.Fatal(err)
+	}
+	if err := fifth.tmpl.pin(ns, "a binary since deleted", exeID{Path: "/nonexistent/managoat", Size: 1}, fifth.tmpl.sources); err != nil {
+		t.Fatal(err)
+	}
+	idx, _ := readIndex(filepath.Join(dir, indexName("a binary since deleted")))
+	if idx.Pin == "" {
+		t.Fatal("no index for the deleted binary's template")
+	}
+	sixth := newJail()
+	if err := sixth.tmpl.pin(ns, "a third binary", thisExe(), fifth.tmpl.sources); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, indexName("another installed binary"))); err != nil {
+		t.Fatalf("a live binary's template was collected: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, indexName("a binary since deleted"))); !os.IsNotExist(err) {
+		t.Fatalf("a deleted binary's index is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, idx.Pin)); !os.IsNotExist(err) {
+		t.Fatalf("a deleted binary's pin is still there: %v", err)
+	}
+	// At most maxPins templates, the newest kept.
+	for i := range maxPins + 2 {
+		if err := sixth.tmpl.pin(ns, fmt.Sprint("binary ", i), thisExe(), fifth.tmpl.sources); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, _ := filepath.Glob(dir + "/template-*.json"); len(m) != maxPins {
+		t.Fatalf("%d index files, want %d", len(m), maxPins)
+	}
+	if m, _ := filepath.Glob(dir + "/mnt-*"); len(m) != maxPins {
+		t.Fatalf("%d pins, want %d", len(m), maxPins)
+	}
+	if _, err := os.Stat(filepath.Join(dir, indexName(fmt.Sprint("binary ", maxPins+1)))); err != nil {
+		t.Fatalf("the newest template was collected: %v", err)
 	}
 }
