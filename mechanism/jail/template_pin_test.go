@@ -129,24 +129,19 @@ echo mine > ~/f; hostname`
 // there fails (EINVAL, it would propagate), and pin falls back to a
 // private bind of the directory. The pin works, nothing reaches the
 // peer, a second pin does not stack another bind, and UnpinTemplates
-// leaves no mount. In a private mount namespace on a discarded thread.
+// leaves no mount. Pinned from this process's mount namespace, as
+// provider/local does (the kernel refuses to bind the file of a
+// namespace into one it does not hold newer: pinning from a private
+// namespace of the test's own would test that instead); the shared
+// mount and its peer are the test's, under its temporary directory.
 func TestPinSharedFallback(t *testing.T) {
 	testenv.RequireRoot(t)
-	base := t.TempDir()
-	errc := make(chan error, 1)
-	go onDiscardedThread(func() { errc <- pinSharedFallback(base) })
-	if err := <-errc; err != nil {
+	if err := pinSharedFallback(t, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func pinSharedFallback(base string) error {
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-		return err
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return err
-	}
+func pinSharedFallback(t *testing.T, base string) error {
 	run, peer := filepath.Join(base, "run"), filepath.Join(base, "peer")
 	for _, d := range []string{run, peer} {
 		if err := os.Mkdir(d, 0o700); err != nil {
@@ -156,14 +151,18 @@ func pinSharedFallback(base string) error {
 	if err := unix.Mount("tmpfs", run, "tmpfs", 0, "size=64k"); err != nil {
 		return err
 	}
+	t.Cleanup(func() { _ = unix.Unmount(run, unix.MNT_DETACH) })
 	if err := unix.Mount("", run, "", unix.MS_SHARED, ""); err != nil {
 		return err
 	}
 	if err := unix.Mount(run, peer, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	// A mount namespace newer than this thread's (a template's stand-in).
-	nsc := make(chan int)
+	t.Cleanup(func() { _ = unix.Unmount(peer, unix.MNT_DETACH) })
+	// A mount namespace newer than this one (a template's stand-in),
+	// with its thread in it until the pins are done.
+	nsc, held := make(chan int), make(chan struct{})
+	defer close(held)
 	go onDiscardedThread(func() {
 		if unix.Unshare(unix.CLONE_NEWNS|unix.CLONE_FS) != nil {
 			nsc <- -1
@@ -174,6 +173,7 @@ func pinSharedFallback(base string) error {
 			fd = -1
 		}
 		nsc <- fd
+		<-held
 	})
 	ns := <-nsc
 	if ns < 0 {
@@ -183,7 +183,7 @@ func pinSharedFallback(base string) error {
 	dir := filepath.Join(run, "tmpl")
 	tm := &treeTemplate{dir: dir}
 	mounts := func() string {
-		b, _ := os.ReadFile("/proc/thread-self/mountinfo")
+		b, _ := os.ReadFile("/proc/self/mountinfo")
 		return string(b)
 	}
 	atDir := func() int {
