@@ -184,3 +184,21 @@ func TestRunRepeatedlyOnTheJail(t *testing.T) {
 		}
 	}
 }
+
+// doctor names the jail's init and where its tree templates are pinned.
+func TestDoctorNamesTheJailInit(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, errOut, code := managoatEnv(t, nil, "doctor")
+	if code != 0 {
+		t.Fatalf("doctor: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"\n  jail init: ", "\n  jail tree templates"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("doctor's output has no %q:\n%s", want, out)
+		}
+	}
+	out, _, _ = managoatEnv(t, []string{"MANAGOAT_JAIL_INIT=go"}, "doctor")
+	if !strings.Contains(out, "jail init: Go (MANAGOAT_JAIL_INIT=go)") {
+		t.Fatalf("doctor with MANAGOAT_JAIL_INIT=go:\n%s", out)
+	}
+}

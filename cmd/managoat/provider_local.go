@@ -58,5 +58,11 @@ func cmdDoctor(ctx context.Context, g *globals, args []string) error {
 		}
 		fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
 	}
+	fmt.Printf("  jail init: %s\n", jail.InitDescription())
+	if dir := local.JailTemplateDir(); dir != "" {
+		fmt.Printf("  jail tree templates pinned in %s: %d\n", dir, jail.PinnedTemplates(dir))
+	} else {
+		fmt.Println("  jail tree templates: not pinned (not root, or a binary under the temporary directory)")
+	}
 	return nil
 }

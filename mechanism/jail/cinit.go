@@ -40,6 +40,28 @@ func initMode() string {
 	return initGo
 }
 
+// InitDescription says which init a sandbox born restricted gets in this
+// process (see MANAGOAT_JAIL_INIT in the package doc), and why when it is
+// not the first choice; for managoat doctor.
+func InitDescription() string {
+	why := ""
+	if v := os.Getenv(initEnv); v != "" {
+		why = " (" + initEnv + "=" + v + ")"
+	} else if _, err := standaloneInit(); err != nil {
+		why = " (no standalone init: " + err.Error() + ")"
+	}
+	switch initMode() {
+	case initStandalone:
+		return "a standalone C program with no C library, embedded, run from a sealed memory file" + why
+	case initLinked:
+		return "C, the constructor cgo linked into this binary" + why
+	}
+	if !cInitLinked && why == "" {
+		why = " (built without cgo)"
+	}
+	return "Go" + why
+}
+
 // standaloneInit is a sealed memory file holding the standalone C init,
 // made once per process. The init is executed from it rather than from
 // this whole binary: an 18 KiB static program with no C library is ready

@@ -348,6 +348,19 @@ func unpin(path string) {
 	_ = os.Remove(path)
 }
 
+// PinnedTemplates counts the tree templates pinned in dir (a
+// Config.TemplateDir), for managoat doctor.
+func PinnedTemplates(dir string) int {
+	entries, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range entries {
+		if isIndexName(e.Name()) {
+			n++
+		}
+	}
+	return n
+}
+
 // UnpinTemplates removes every tree template pinned in dir (a
 // Config.TemplateDir): their namespaces end once no process holds them.
 // For tests and for an administrator's cleanup; sandboxes are unaffected.

@@ -17,13 +17,9 @@ import (
 func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
 	switch name {
 	case "jail":
-		cfg := jail.Config{StateDir: filepath.Join(base, "jail")}
-		if dir, inTemp := mechanism.DefaultRunDir(); !inTemp && os.Geteuid() == 0 && !exeInTempDir() {
-			// Every managoat process's first sandbox clones the tree
-			// template an earlier one pinned there (jail.Config).
-			cfg.TemplateDir = filepath.Join(dir, "jail-template")
-		}
-		m, err := jail.New(cfg)
+		// Every managoat process's first sandbox clones the tree
+		// template an earlier one pinned (jail.Config).
+		m, err := jail.New(jail.Config{StateDir: filepath.Join(base, "jail"), TemplateDir: JailTemplateDir()})
 		return m, true, err
 	case "trusted":
 		m, err := trusted.New(filepath.Join(base, "trusted"))
@@ -38,6 +34,16 @@ func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
 }
 
 func mechanismNames() []string { return []string{"jail", "oci", "oci:runsc", "trusted"} }
+
+// JailTemplateDir is where the jail's tree templates are pinned for the
+// next managoat processes: /run/managoat/jail-template as root, for an
+// installed binary; "" (no pinning) otherwise.
+func JailTemplateDir() string {
+	if dir, inTemp := mechanism.DefaultRunDir(); !inTemp && os.Geteuid() == 0 && !exeInTempDir() {
+		return filepath.Join(dir, "jail-template")
+	}
+	return ""
+}
 
 // exeInTempDir reports whether this process runs a binary under the
 // temporary directory: `go run` and `go test` build one per invocation,
