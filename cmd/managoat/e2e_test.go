@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -197,8 +198,11 @@ func TestDoctorNamesTheJailInit(t *testing.T) {
 			t.Fatalf("doctor's output has no %q:\n%s", want, out)
 		}
 	}
-	out, _, _ = managoatEnv(t, []string{"MANAGOAT_JAIL_INIT=go"}, "doctor")
-	if !strings.Contains(out, "jail init: Go (MANAGOAT_JAIL_INIT=go)") {
-		t.Fatalf("doctor with MANAGOAT_JAIL_INIT=go:\n%s", out)
+	out, _, _ = managoatEnv(t, []string{"MANAGOAT_JAIL_INIT=go"}, "doctor", "--json")
+	var r struct {
+		JailInit string `json:"jail_init"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.JailInit != "Go (MANAGOAT_JAIL_INIT=go)" {
+		t.Fatalf("doctor --json with MANAGOAT_JAIL_INIT=go: %v %q", err, r.JailInit)
 	}
 }

@@ -42,11 +42,21 @@ func cmdDoctor(ctx context.Context, g *globals, args []string) error {
 		return wrap("doctor", err)
 	}
 	checks := oci.Doctor(ctx)
+	type templates struct {
+		Dir    string `json:"dir,omitempty"`
+		Pinned int    `json:"pinned"`
+	}
+	pinned := templates{Dir: local.JailTemplateDir()}
+	if pinned.Dir != "" {
+		pinned.Pinned = jail.PinnedTemplates(pinned.Dir)
+	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(struct {
 			doctor.Report
-			OCI []oci.Check `json:"oci"`
-		}{r, checks})
+			OCI           []oci.Check `json:"oci"`
+			JailInit      string      `json:"jail_init"`
+			JailTemplates templates   `json:"jail_templates"`
+		}{r, checks, jail.InitDescription(), pinned})
 	}
 	if err := r.WriteText(os.Stdout); err != nil {
 		return err
@@ -59,8 +69,8 @@ func cmdDoctor(ctx context.Context, g *globals, args []string) error {
 		fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
 	}
 	fmt.Printf("  jail init: %s\n", jail.InitDescription())
-	if dir := local.JailTemplateDir(); dir != "" {
-		fmt.Printf("  jail tree templates pinned in %s: %d\n", dir, jail.PinnedTemplates(dir))
+	if pinned.Dir != "" {
+		fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
 	} else {
 		fmt.Println("  jail tree templates: not pinned (not root, or a binary under the temporary directory)")
 	}
