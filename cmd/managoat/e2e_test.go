@@ -16,20 +16,10 @@ import (
 	"github.com/managoat/managoat/internal/testenv"
 )
 
-// managoatEnv runs the binary with extra environment.
+// managoatEnv runs the binary with extra environment and no stdin.
 func managoatEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var o, e strings.Builder
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return o.String(), e.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), 0
+	return runBinary(t, nil, env, args...)
 }
 
 // TestLocalSessionOutlivesCLI: spawn --detach from one process, attach

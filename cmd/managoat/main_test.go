@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,9 +44,16 @@ func TestMain(m *testing.M) {
 
 func managoat(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runBinary(t, strings.NewReader(stdin), []string{"MANAGOAT_HOME=" + t.TempDir()}, args...)
+}
+
+// runBinary runs the managoat binary with stdin (nil: none) and extra
+// environment, and returns its output and exit code.
+func runBinary(t *testing.T, stdin io.Reader, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "MANAGOAT_HOME="+t.TempDir())
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = stdin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -280,18 +280,17 @@ func (p *Provider) homeDir(iid string) string     { return filepath.Join(p.insta
 // load reads a sandbox's record: ErrNotFound when it surely does not exist.
 func (p *Provider) load(name string) (*record, string, error) {
 	dir := p.sandboxDir(name)
-	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, "", sandbox.ErrNotFound
-		}
+	r, err := readRecord(dir)
+	var corrupt *recordError
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, "", sandbox.ErrNotFound
+	case errors.As(err, &corrupt):
+		return nil, "", &sandbox.ProviderError{Provider: Name, Reason: "corrupt record", Err: corrupt.err}
+	case err != nil:
 		return nil, "", sandbox.Unavailable("state", err)
 	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, "", &sandbox.ProviderError{Provider: Name, Reason: "corrupt record", Err: err}
-	}
-	return &r, dir, nil
+	return r, dir, nil
 }
 
 func (p *Provider) handle(h *sandbox.Handle) (*record, string, error) {

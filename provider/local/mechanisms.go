@@ -1,9 +1,7 @@
 package local
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/managoat/managoat/mechanism"
@@ -47,12 +45,8 @@ func MaybeRunSupervisor() { MaybeRunSupervisorWith(OpenMechanism) }
 // mechanism the binary's providers are configured with.
 func MaybeRunSupervisorWith(open Opener) {
 	supervisor.MaybeRun(func(dir string) (supervisor.Backend, error) {
-		b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+		r, err := readRecord(dir)
 		if err != nil {
-			return nil, err
-		}
-		var r record
-		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, err
 		}
 		stateDir := filepath.Dir(filepath.Dir(dir))

@@ -103,6 +103,8 @@ func (p *Provider) instanceUsed(iid string) bool {
 	return false
 }
 
+// readRecord reads the record in a sandbox's directory; a record that
+// does not decode is a *recordError.
 func readRecord(dir string) (*record, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -110,7 +112,13 @@ func readRecord(dir string) (*record, error) {
 	}
 	var r record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
+		return nil, &recordError{err}
 	}
 	return &r, nil
 }
+
+// recordError is a record that does not decode.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "corrupt record: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
