@@ -89,12 +89,8 @@ func abusePackets() map[string][]byte {
 func TestInitRefusesMalformedRequests(t *testing.T) {
 	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
-			j := startedJail(t, mode, "abuse")
+			j, st := startedState(t, mode, "abuse")
 			ctx := context.Background()
-			st, err := readState(j.dir("abuse"))
-			if err != nil {
-				t.Fatal(err)
-			}
 			devnull, err := os.Open(os.DevNull)
 			if err != nil {
 				t.Fatal(err)
@@ -167,6 +163,18 @@ func startedJail(t *testing.T, mode, id string) *Jail {
 	return j
 }
 
+// startedState is startedJail and the sandbox's state (its init's pid
+// and socket).
+func startedState(t *testing.T, mode, id string) (*Jail, *state) {
+	t.Helper()
+	j := startedJail(t, mode, id)
+	st, err := readState(j.dir(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, st
+}
+
 // A descriptor the manager's process holds without close-on-exec (here a
 // directory of the host, as a careless parent could leave) never reaches
 // a workload: with it, a workload would read the host's files.
@@ -234,11 +242,7 @@ func TestInitDoesNotLeakOnRefusedRequests(t *testing.T) {
 	testenv.Require(t, len(modes) > 0, "no C init: built without cgo, for an architecture with no standalone init")
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			j := startedJail(t, mode, "leak")
-			st, err := readState(j.dir("leak"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, st := startedState(t, mode, "leak")
 			rss := func() int {
 				b, _ := os.ReadFile("/proc/" + strconv.Itoa(st.InitPid) + "/status")
 				for _, line := range strings.Split(string(b), "\n") {

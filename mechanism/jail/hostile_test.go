@@ -66,11 +66,7 @@ func rawRequest(t *testing.T, sock string, pkt []byte, fds []int) (reply, bool) 
 func TestInitHostileRequests(t *testing.T) {
 	for _, mode := range InitModes() {
 		t.Run(mode, func(t *testing.T) {
-			j := startedJail(t, mode, "hostile")
-			st, err := readState(j.dir("hostile"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			j, st := startedState(t, mode, "hostile")
 			devnull, err := os.Open(os.DevNull)
 			if err != nil {
 				t.Fatal(err)
