@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
@@ -334,16 +333,23 @@ func probePriv() (string, error) {
 
 func probeSeccomp() (string, error) {
 	return onDiscardedThread(func() (string, error) {
-		f := seccomp.Filter{
-			NoNewPrivs: true,
-			Policy: seccomp.Policy{
-				DefaultAction: seccomp.ActionAllow,
-				Syscalls:      []seccomp.SyscallGroup{{Action: seccomp.ActionErrno, Names: []string{"getpgid"}}},
-			},
+		// getpgid answers EPERM; everything else is allowed. The probe
+		// thread makes no syscall of another ABI, so the program needs no
+		// architecture check (the jail's filter has one).
+		prog := []unix.SockFilter{
+			{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0}, // seccomp_data.nr
+			{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: unix.SYS_GETPGID},
+			{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+			{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
 		}
-		if err := seccomp.LoadFilter(f); err != nil {
-			return "", fmt.Errorf("load seccomp filter: %w", err)
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return "", fmt.Errorf("set no_new_privs: %w", err)
 		}
+		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+		if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+			return "", fmt.Errorf("load seccomp filter: %w", e)
+		}
+		runtime.KeepAlive(prog)
 		if _, err := unix.Getpgid(0); err != unix.EPERM {
 			return "", fmt.Errorf("filtered getpgid returned %v, want EPERM", err)
 		}

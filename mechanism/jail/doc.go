@@ -1,6 +1,7 @@
 // Package jail is the native Linux isolation mechanism: namespaces,
 // pivot_root, cgroups, Landlock and seccomp, with nothing but the kernel
-// (golang.org/x/sys/unix, go-landlock, go-seccomp-bpf).
+// (golang.org/x/sys/unix, go-landlock; the seccomp filter is assembled by
+// go-seccomp-bpf ahead of time, see mechanism/internal/seccompbpf).
 //
 // # The re-exec hook
 //

@@ -406,7 +406,7 @@ func resources(s mechanism.Spec) *ociResources {
 }
 
 // The namespace flags of clone a workload may not use.
-var cloneNewFlags = []uint64{0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000}
+var cloneNewFlags = denylist.CloneNewFlags
 
 func seccompProfile() *ociSeccomp {
 	eperm, enosys := uint(1), uint(38)

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/managoat/managoat/mechanism/internal/denylist"
-	"golang.org/x/net/bpf"
+	"github.com/managoat/managoat/mechanism/internal/seccompbpf"
 )
 
 // filterExecPath is where the shared rootfs holds the filter-exec helper.
@@ -71,39 +69,15 @@ const (
 	elfHeaders  = 64 + 56 // ELF header and one program header
 )
 
-// filterExecPolicy is the bundle's deny-list (as the OCI config's).
-func filterExecPolicy() seccomp.Policy {
-	names := denylist.Syscalls("amd64") // the helper is amd64 only
-	var cloneConds []seccomp.NameWithConditions
-	for _, f := range cloneNewFlags {
-		cloneConds = append(cloneConds, seccomp.NameWithConditions{Name: "clone",
-			Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: f}}})
-	}
-	enosys := seccomp.ActionErrno | seccomp.Action(38)
-	return seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Action: seccomp.ActionErrno, Names: names},
-			{Action: seccomp.ActionErrno, NamesWithCondtions: cloneConds},
-			{Action: enosys, Names: []string{"clone3"}},
-		},
-	}
-}
-
 // filterExecELF returns the helper executable: an ELF header, one loadable
 // segment holding the code, and the assembled filter after it.
 func filterExecELF() ([]byte, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("oci: the filter-exec helper exists for amd64 only")
 	}
-	pol := filterExecPolicy()
-	insns, err := pol.Assemble()
+	raw, err := seccompbpf.FilterExec()
 	if err != nil {
-		return nil, fmt.Errorf("oci: assemble seccomp filter: %w", err)
-	}
-	raw, err := bpf.Assemble(insns)
-	if err != nil {
-		return nil, fmt.Errorf("oci: assemble seccomp filter: %w", err)
+		return nil, fmt.Errorf("oci: seccomp filter: %w", err)
 	}
 	codeOff := elfHeaders
 	filterOff := codeOff + len(filterExecCode)
@@ -133,7 +107,7 @@ func filterExecELF() ([]byte, error) {
 	le.PutUint64(b[codeOff+fprogOffset+8:], uint64(elfBase+filterOff))
 	for i, r := range raw {
 		o := filterOff + 8*i
-		le.PutUint16(b[o:], r.Op)
+		le.PutUint16(b[o:], r.Code)
 		b[o+2], b[o+3] = r.Jt, r.Jf
 		le.PutUint32(b[o+4:], r.K)
 	}

@@ -32,3 +32,13 @@ func Syscalls(goarch string) []string {
 	}
 	return out
 }
+
+// CloneNewFlags are the namespace flags of clone(2) a workload may not
+// pass (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
+// CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET), one by one as an OCI
+// profile lists them.
+var CloneNewFlags = []uint64{0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000}
+
+// CloneNewMask is CloneNewFlags or'ed: a clone(2) with any of its bits set
+// is refused.
+const CloneNewMask = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000

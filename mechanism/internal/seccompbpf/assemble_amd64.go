@@ -1,0 +1,8 @@
+package seccompbpf
+
+import "golang.org/x/sys/unix"
+
+//go:generate go run gen.go
+
+func jail() ([]unix.SockFilter, error)       { return jailAMD64, nil }
+func filterExec() ([]unix.SockFilter, error) { return filterExecAMD64, nil }
