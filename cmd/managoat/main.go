@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/managoat/managoat/sandbox"
@@ -103,7 +104,7 @@ func run(args []string) int {
 		if c.name != name {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		err := c.run(ctx, g, args[1:])
 		return report(name, err)
@@ -115,6 +116,34 @@ func run(args []string) int {
 	fmt.Fprintf(os.Stderr, "managoat: unknown command %q\n", name)
 	usage()
 	return exitUsage
+}
+
+// notifyContext is signal.NotifyContext, with the handlers installed by a
+// goroutine while the command begins: the runtime's first signal.Notify
+// starts a thread and waits for it (about 0.2 ms), on the path of every
+// command. A signal in between has its default effect, as one before
+// main has. As with NotifyContext, the signals stay caught until stop.
+func notifyContext(sig ...os.Signal) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, sig...)
+		defer signal.Stop(ch)
+		select {
+		case <-ch:
+			cancel()
+			<-stopped
+		case <-stopped:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			cancel()
+			close(stopped)
+		})
+	}
 }
 
 // exitError carries a command's own exit code, or a detach.

@@ -104,7 +104,8 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 	d := net.Dialer{}
 	c, err := d.DialContext(ctx, "unixpacket", st.Socket)
 	if err != nil {
-		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", err)
+		// Recorded running, but nothing listens: the init is gone.
+		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", errors.Join(mechanism.ErrNotRunning, err))
 	}
 	conn := c.(*net.UnixConn)
 	b, err := req.marshal()
@@ -143,6 +144,10 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		_ = conn.SetReadDeadline(time.Time{})
 		if err != nil {
 			conn.Close()
+			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				// It accepted, then ended: it was on its way out.
+				err = errors.Join(mechanism.ErrNotRunning, err)
+			}
 			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", err)
 		}
 		var r reply

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -472,6 +471,27 @@ func (j *Jail) launchConfig(st *state) launchConfig {
 	}
 }
 
+// listenControl makes the listening socket the init serves on. Made with
+// the system calls rather than net.ListenUnix: this process never accepts
+// on it, so it needs no poller registration, and net would read
+// /proc/sys/net/core/somaxconn for the backlog (the kernel caps it there).
+func listenControl(path string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		unix.Close(fd)
+		os.Remove(path)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
 // launch starts st's init: through rs, begun by Start, when the init is
 // born restricted, else with startInit.
 func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restrictedStart) (err error) {
@@ -508,15 +528,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	sum := sha256.Sum256([]byte(dir))
 	sock := filepath.Join(j.cfg.RunDir, hex.EncodeToString(sum[:8])+".sock")
 	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	lf, err := listenControl(sock)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	lf, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return err
 	}
 	defer lf.Close()
 	defer func() {
@@ -753,6 +767,13 @@ func (j *Jail) Stop(ctx context.Context, id string) error {
 	if err := mechanism.ValidateID(id); err != nil {
 		return err
 	}
+	return j.stop(ctx, id, true)
+}
+
+// stop is Stop; record is false for a Destroy, which removes the state
+// next (the Stopping state is written all the same: a Destroy cut short
+// leaves a sandbox that the next Stop or Destroy cleans up).
+func (j *Jail) stop(ctx context.Context, id string, record bool) error {
 	dir := j.dir(id)
 	if _, err := os.Stat(dir); err != nil {
 		return nil
@@ -777,6 +798,9 @@ func (j *Jail) Stop(ctx context.Context, id string) error {
 		return err
 	}
 	j.cleanup(ctx, st)
+	if !record {
+		return nil
+	}
 	st.Status = mechanism.StatusStopped
 	return writeState(dir, st)
 }
@@ -787,13 +811,10 @@ func (j *Jail) Destroy(ctx context.Context, id string) error {
 	if err := mechanism.ValidateID(id); err != nil {
 		return err
 	}
-	if err := j.Stop(ctx, id); err != nil {
+	if err := j.stop(ctx, id, false); err != nil {
 		return err
 	}
 	dir := j.dir(id)
-	if _, err := os.Stat(dir); err != nil {
-		return nil
-	}
 	gone := filepath.Join(j.cfg.StateDir, ".destroy-"+randHex())
 	if err := os.Rename(dir, gone); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

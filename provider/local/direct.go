@@ -30,8 +30,11 @@ type directState struct {
 	closed bool
 }
 
-// directOK reports whether a spawn may take the direct path.
-func (p *Provider) directOK(ctx context.Context, r *record, m mechanism.Mechanism, dir string, opts sandbox.SpawnOptions) bool {
+// directOK reports whether a spawn may try the direct path. Whether the
+// mechanism's sandbox runs is not asked here (the jail would ask its init,
+// a round trip): the mechanism's StartProcess refuses with ErrNotRunning,
+// and Spawn then goes through the supervisor, which starts it.
+func (p *Provider) directOK(r *record, dir string, opts sandbox.SpawnOptions) bool {
 	if !p.lazy || !r.Lazy || opts.Detachable || opts.TTY {
 		return false
 	}
@@ -41,8 +44,7 @@ func (p *Provider) directOK(ctx context.Context, r *record, m mechanism.Mechanis
 	if _, err := os.Stat(filepath.Join(dir, supervisor.SocketName)); err == nil {
 		return false // a supervisor is up: its sessions are the truth
 	}
-	st, err := m.Status(ctx, r.InstanceID)
-	return err == nil && st == mechanism.StatusRunning
+	return true
 }
 
 func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mechanism, c sandbox.Cmd, opts sandbox.SpawnOptions) (*sandbox.Command, error) {

@@ -2,7 +2,11 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +90,61 @@ func TestDirectSpawn(t *testing.T) {
 			}
 			if _, _, term := events(t, c); term.Kind != sandbox.Exit || term.Code != 0 || c.SessionID == "" {
 				t.Fatalf("detachable spawn: %+v session %q", term, c.SessionID)
+			}
+		})
+	}
+}
+
+// TestDirectSpawnAfterTheSandboxStopped: the direct path does not ask
+// whether the mechanism's sandbox runs; a spawn into one that stopped
+// (recorded so, or its init killed behind the record's back) goes through
+// the supervisor, which starts it again.
+func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, how := range []string{"stopped", "init-killed"} {
+		t.Run(how, func(t *testing.T) {
+			state := t.TempDir()
+			p, err := New(Config{StateDir: state, MechanismName: "jail", LazySupervisor: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroyAll(p) })
+			ctx := context.Background()
+			h, err := p.Create(ctx, "stopped", sandbox.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _, err := p.load(h.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch how {
+			case "stopped":
+				if err := p.mech.Stop(ctx, r.InstanceID); err != nil {
+					t.Fatal(err)
+				}
+			case "init-killed":
+				b, err := os.ReadFile(filepath.Join(state, "mech", "jail", r.InstanceID, "state.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st struct {
+					InitPid int `json:"initPid"`
+				}
+				if err := json.Unmarshal(b, &st); err != nil || st.InitPid <= 0 {
+					t.Fatalf("init pid %d: %v", st.InitPid, err)
+				}
+				if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg := sandbox.NewRegistry(p)
+			c, err := reg.Spawn(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.SpawnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, _, term := events(t, c); out != "back\n" || term.Kind != sandbox.Exit || term.Code != 0 {
+				t.Fatalf("stdout %q terminal %+v", out, term)
 			}
 		})
 	}

@@ -364,26 +364,29 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	if err != nil {
 		return nil, err
 	}
+	// The record is made in tmp first, before the instance: a Create cut
+	// short leaves this mark, which Sweep looks for.
+	tmp := filepath.Join(p.state, "tmp", "new-"+iid)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, stateErr("create record", err)
+	}
 	if err := os.MkdirAll(home, 0o755); err != nil {
+		os.Remove(tmp)
 		return nil, stateErr("create home", err)
 	}
 	undoInstance := func() { _ = os.RemoveAll(p.instanceDir(iid)) }
 	if err := p.mech.Provision(ctx, iid, spec); err != nil {
 		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
 		undoInstance()
+		os.Remove(tmp)
 		return nil, mechErr("provision", err)
 	}
 	undo := func() {
 		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
 		undoInstance()
 	}
-	tmp := filepath.Join(p.state, "tmp", "new-"+iid)
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy}
 	b, _ := json.MarshalIndent(rec, "", "  ")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		undo()
-		return nil, stateErr("create record", err)
-	}
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		os.RemoveAll(tmp)
 		undo()
@@ -768,8 +771,11 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if err != nil {
 		return nil, mechErr("spawn", err)
 	}
-	if p.directOK(ctx, r, m, dir, opts) {
-		return p.spawnDirect(ctx, r, m, c, opts)
+	if p.directOK(r, dir, opts) {
+		cmd, err := p.spawnDirect(ctx, r, m, c, opts)
+		if !errors.Is(err, mechanism.ErrNotRunning) {
+			return cmd, err
+		}
 	}
 	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return nil, err

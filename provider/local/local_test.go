@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -508,6 +509,43 @@ func TestSweep(t *testing.T) {
 	}
 	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("live sandbox harmed: %v %v", res, err)
+	}
+}
+
+// TestSweepFollowsTheMarks: an instance a Create cut short left is found
+// by the mark that Create makes first (tmp/new-<id>), even where counting
+// instances against sandboxes would not show it (here a record whose
+// instance went missing evens the count).
+func TestSweepFollowsTheMarks(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	if _, err := p.Create(ctx, "live", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * sweepAge)
+	orphan := p.instanceDir("feedface00000000")
+	mark := filepath.Join(p.StateDir(), "tmp", "new-feedface00000000")
+	ghost := p.sandboxDir("ghost")
+	rec, _ := json.Marshal(record{Name: "ghost", InstanceID: "0000000000000001", Mechanism: "trusted"})
+	for _, d := range []string{filepath.Join(orphan, "home"), mark, ghost} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ghost, "meta.json"), rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{orphan, mark} {
+		os.Chtimes(d, old, old)
+	}
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("marked orphan instance kept: %v", err)
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Fatalf("old mark kept: %v", err)
 	}
 }
 

@@ -32,6 +32,7 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		return err == nil && time.Since(st.ModTime()) > sweepAge
 	}
 	inFlight := map[string]bool{}
+	leftovers := false
 	for _, e := range ents {
 		path := filepath.Join(tmp, e.Name())
 		switch {
@@ -40,6 +41,7 @@ func (p *Provider) Sweep(ctx context.Context) error {
 				inFlight[strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]] = true
 				continue
 			}
+			leftovers = true
 			if r, err := readRecord(path); err == nil {
 				_ = (supervisor.Client{Dir: path}).Shutdown(ctx, true)
 				if m, err := p.mechFor(r); err == nil {
@@ -54,25 +56,35 @@ func (p *Provider) Sweep(ctx context.Context) error {
 				inFlight[iid] = true
 				continue
 			}
+			leftovers = true
 			_ = os.RemoveAll(path) // the instance is swept below
 		case strings.HasPrefix(e.Name(), "probe-") && old(path):
 			_ = os.Remove(path)
 		}
 	}
 	// Instances no sandbox refers to.
-	used := map[string]bool{}
 	names, err := p.ListAllNames(ctx)
 	if err != nil {
 		return err
 	}
+	insts, err := os.ReadDir(filepath.Join(p.state, "instances"))
+	if err != nil {
+		return stateErr("sweep", err)
+	}
+	// An instance that no sandbox refers to left a mark in tmp: Create
+	// makes tmp/new-<id> before the instance, and Destroy renames the
+	// record there before removing it. With no old mark, and no more
+	// instances than sandboxes (which also catches what an older version
+	// left), there is nothing to find, and the records are not read:
+	// every command opens the provider.
+	if !leftovers && len(insts) <= len(names) {
+		return nil
+	}
+	used := map[string]bool{}
 	for _, n := range names {
 		if r, _, err := p.load(n); err == nil {
 			used[r.InstanceID] = true
 		}
-	}
-	insts, err := os.ReadDir(filepath.Join(p.state, "instances"))
-	if err != nil {
-		return stateErr("sweep", err)
 	}
 	for _, e := range insts {
 		iid := e.Name()
