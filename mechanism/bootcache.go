@@ -24,12 +24,13 @@ import (
 // the host has lost since is caught by the mechanism anyway, which fails
 // closed on the real operation (a cgroup it cannot create or whose limit
 // does not read back, a ruleset or filter that does not load); the
-// mechanism then calls Forget, and the next gate probes for real. The file
-// is keyed by the boot id, the kernel release, the effective uid and the
-// running executable (path, size, modification time), so a reboot, a
-// kernel or binary upgrade or another user starts afresh. A file that is
-// missing, unreadable, corrupt or in a directory others may write is
-// ignored.
+// mechanism then calls Forget, and the next gate probes for real. The
+// verdicts are keyed by the boot id, the kernel release, the effective uid
+// and the running executable (path, size, modification time), so a
+// reboot, a kernel or binary upgrade or another user starts afresh; the
+// file keeps the verdicts of the last 8 keys, so binaries used in turn do
+// not undo each other's. A file that is missing, unreadable, corrupt or in
+// a directory others may write is ignored.
 type BootCache struct {
 	Path string // the cache file; empty disables the cache
 	P    Prober
@@ -40,16 +41,29 @@ type BootCache struct {
 	avail  map[Capability]string
 }
 
+// bootCacheFile holds the verdicts of up to bootCacheKeys keys, the most
+// recently written first: two binaries used in turn (an installed one and
+// `go run`) each keep theirs rather than probing again after the other.
 type bootCacheFile struct {
+	Entries []bootCacheEntry `json:"entries"`
+}
+
+type bootCacheEntry struct {
 	Key       string                `json:"key"`
 	Available map[Capability]string `json:"available"`
 }
 
+const bootCacheKeys = 8
+
 // BootKey identifies this boot, kernel, effective user and binary; "" when
 // unknown. What is derived from the host and this binary, and kept across
 // processes until the host reboots (the probe verdicts of BootCache, the
-// jail's tree template), is valid only under the same key.
-func BootKey() string {
+// jail's tree template), is valid only under the same key. It is computed
+// once per process: the binary this process runs is the one it started
+// with, whatever has been installed over its path since.
+func BootKey() string { return bootKey() }
+
+var bootKey = sync.OnceValue(func() string {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
@@ -75,7 +89,7 @@ func BootKey() string {
 	}
 	return fmt.Sprintf("v1 boot=%s kernel=%s euid=%d exe=%s size=%d mtime=%d",
 		strings.TrimSpace(string(boot)), rel.String(), os.Geteuid(), exe, st.Size(), st.ModTime().UnixNano())
-}
+})
 
 // safeDir reports whether dir is owned by the effective uid and not
 // writable by group or others: a file there was written by this user.
@@ -102,17 +116,29 @@ func (c *BootCache) load() {
 		c.Path = ""
 		return
 	}
-	b, err := os.ReadFile(c.Path)
-	if err != nil {
-		return
-	}
-	var f bootCacheFile
-	if json.Unmarshal(b, &f) != nil || f.Key != c.key {
-		return
-	}
-	for k, v := range f.Available {
+	for k, v := range c.read()[c.key] {
 		c.avail[k] = v
 	}
+}
+
+// read returns the file's entries by key (none for a missing, unreadable or
+// corrupt file).
+func (c *BootCache) read() map[string]map[Capability]string {
+	b, err := os.ReadFile(c.Path)
+	if err != nil {
+		return nil
+	}
+	var f bootCacheFile
+	if json.Unmarshal(b, &f) != nil {
+		return nil
+	}
+	m := map[string]map[Capability]string{}
+	for _, e := range f.Entries {
+		if _, dup := m[e.Key]; !dup && e.Key != "" {
+			m[e.Key] = e.Available
+		}
+	}
+	return m
 }
 
 // Probe implements Prober.
@@ -135,7 +161,18 @@ func (c *BootCache) Probe(ctx context.Context, name Capability) Report {
 // reader sees one whole file; two processes racing lose nothing worse
 // than a verdict the next one probes again.
 func (c *BootCache) save() {
-	b, err := json.Marshal(bootCacheFile{Key: c.key, Available: c.avail})
+	f := bootCacheFile{Entries: []bootCacheEntry{{Key: c.key, Available: c.avail}}}
+	if b, err := os.ReadFile(c.Path); err == nil {
+		var old bootCacheFile
+		if json.Unmarshal(b, &old) == nil {
+			for _, e := range old.Entries {
+				if e.Key != c.key && e.Key != "" && len(f.Entries) < bootCacheKeys {
+					f.Entries = append(f.Entries, e)
+				}
+			}
+		}
+	}
+	b, err := json.Marshal(f)
 	if err != nil {
 		return
 	}

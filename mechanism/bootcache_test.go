@@ -2,6 +2,7 @@ package mechanism_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
@@ -75,7 +76,8 @@ func TestBootCacheIgnoresForeignFiles(t *testing.T) {
 	under := &countingProber{ok: map[mechanism.Capability]bool{mechanism.Landlock: true}}
 	for name, content := range map[string]string{
 		"corrupt":       `{"key":`,
-		"another boot":  `{"key":"v1 boot=0000 kernel=x","available":{"landlock":"forged"}}`,
+		"another boot":  `{"entries":[{"key":"v1 boot=0000 kernel=x","available":{"landlock":"forged"}}]}`,
+		"older format":  `{"key":"v1 boot=0000 kernel=x","available":{"landlock":"forged"}}`,
 		"unknown shape": `[1,2,3]`,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -99,6 +101,41 @@ func TestBootCacheIgnoresForeignFiles(t *testing.T) {
 	(&mechanism.BootCache{Path: path, P: under}).Probe(ctx, mechanism.Landlock)
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("cache written in a world-writable directory: %v", err)
+	}
+}
+
+// The verdicts of another binary (another key) in the file are kept when
+// this one writes its own, and never served to it.
+func TestBootCacheKeepsOtherKeys(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "probes.json")
+	other := `{"entries":[{"key":"v1 boot=0000 kernel=x exe=/other","available":{"landlock":"the other binary's"}}]}`
+	if err := os.WriteFile(path, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	under := &countingProber{ok: map[mechanism.Capability]bool{mechanism.Landlock: true}}
+	if r := (&mechanism.BootCache{Path: path, P: under}).Probe(ctx, mechanism.Landlock); r.Detail != "seen landlock" || under.count() != 1 {
+		t.Fatalf("probe = %+v after %d probes", r, under.count())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Entries []struct {
+			Key       string            `json:"key"`
+			Available map[string]string `json:"available"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Entries) != 2 {
+		t.Fatalf("file %s: %v", b, err)
+	}
+	if f.Entries[0].Key != mechanism.BootKey() || f.Entries[1].Available["landlock"] != "the other binary's" {
+		t.Fatalf("entries: %+v", f.Entries)
+	}
+	// A later process of this binary reads its own entry.
+	if r := (&mechanism.BootCache{Path: path, P: under}).Probe(ctx, mechanism.Landlock); r.Detail != "seen landlock" || under.count() != 1 {
+		t.Fatalf("second probe = %+v after %d probes", r, under.count())
 	}
 }
 
