@@ -160,6 +160,25 @@ func BenchmarkAttachReplay(b *testing.B) {
 // rssKiB sums VmRSS of pids.
 func rssKiB(pids []int) int64 { return statusKiB(pids, "VmRSS:") }
 
+// pssKiB sums the processes' proportional set sizes: each page shared by
+// k processes (the binary's, mapped by every supervisor) counts 1/k.
+func pssKiB(pids []int) int64 {
+	var total int64
+	for _, pid := range pids {
+		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(bs), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
 // statusKiB sums one field of /proc/<pid>/status (RssAnon: private memory;
 // VmRSS also counts the binary's shared pages).
 func statusKiB(pids []int, field string) int64 {
@@ -233,6 +252,7 @@ func Benchmark200Sandboxes(b *testing.B) {
 				b.ReportMetric(float64(rssKiB(pids))/1024, "supervisors-RSS-MiB")
 				b.ReportMetric(float64(rssKiB(pids))/1024/n, "RSS-MiB/supervisor")
 				b.ReportMetric(float64(statusKiB(pids, "RssAnon:"))/1024/n, "anon-MiB/supervisor")
+				b.ReportMetric(float64(pssKiB(pids))/1024/n, "PSS-MiB/supervisor")
 				dstart := time.Now()
 				destroyAll(p)
 				b.ReportMetric(time.Since(dstart).Seconds()*1000/n, "destroy-ms/sandbox")
