@@ -93,7 +93,8 @@
 // and a seccomp deny-list in the shape of a container runtime's default
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
 // swap, reboot, perf, ...; clone with namespace flags is EPERM, clone3 is
-// ENOSYS). The init then stays pid 1 of the sandbox, reaps orphans and
+// ENOSYS, and a system call of another architecture, such as i386's
+// int $0x80 on x86-64, kills the process). The init then stays pid 1 of the sandbox, reaps orphans and
 // starts commands on request over a unixpacket control socket; every
 // command inherits that state. Commands run as uid:gid 1000:1000
 // ("sprite"; Config.UID/GID) with no capabilities (CapEff, CapPrm and

@@ -6,6 +6,9 @@ import "golang.org/x/sys/unix"
 
 var jailAMD64 = []unix.SockFilter{
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
+	{Code: 0x0015, Jt: 1, Jf: 0, K: 0xc000003e},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x80000000},
+	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
 	{Code: 0x0015, Jt: 0, Jf: 70, K: 0xc000003e},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0},
 	{Code: 0x0035, Jt: 0, Jf: 1, K: 0x40000000},
@@ -81,6 +84,9 @@ var jailAMD64 = []unix.SockFilter{
 }
 
 var filterExecAMD64 = []unix.SockFilter{
+	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
+	{Code: 0x0015, Jt: 1, Jf: 0, K: 0xc000003e},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x80000000},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
 	{Code: 0x0015, Jt: 0, Jf: 94, K: 0xc000003e},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0},

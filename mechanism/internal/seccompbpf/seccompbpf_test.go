@@ -3,12 +3,18 @@
 package seccompbpf
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/managoat/managoat/mechanism/internal/denylist/policy"
+	"github.com/managoat/managoat/mechanism/internal/seccompbpf/internal/compat"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,53 +43,76 @@ func TestGeneratedIsCurrent(t *testing.T) {
 	}
 }
 
-// TestJailProgramFilters loads the generated jail program on a thread of
-// its own (discarded after) and tries what it must refuse and allow.
+// TestMain runs the filter checks in a child process of this test binary
+// (see TestJailProgramFilters) when asked to.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(filteredChild())
+	}
+	os.Exit(m.Run())
+}
+
+const childEnv = "SECCOMPBPF_TEST_CHILD"
+
+// TestJailProgramFilters loads the generated jail program in a child
+// process and tries what it must refuse and allow; last, an i386 call
+// (int $0x80), which must kill the process: the rules know only x86-64's
+// numbers, and an i386 unshare or keyctl would otherwise pass.
 func TestJailProgramFilters(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	ws, _ := ee.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGSYS {
+		t.Errorf("the i386 call did not kill the child with SIGSYS: %v", err)
+	}
+	want := "unshare: operation not permitted\nmount: operation not permitted\nclone3: function not implemented\ngetpid: allowed\ni386 getpid: trying\n"
+	if string(out) != want {
+		t.Errorf("child said:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// filteredChild loads the jail program on this thread (the process is
+// thrown away after) and reports what each call returned.
+func filteredChild() int {
+	runtime.LockOSThread()
 	prog, err := Jail()
 	if err != nil {
-		t.Fatal(err)
+		fmt.Println(err)
+		return 1
 	}
-	type result struct {
-		unshare, clone3, mount, getpid error
-		pid                            int
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Println("no_new_privs:", err)
+		return 1
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		var r result
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			r.getpid = err
-			done <- r
-			return
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		fmt.Println("seccomp:", e)
+		return 1
+	}
+	say := func(name string, e error) {
+		if e == nil {
+			fmt.Println(name + ": allowed")
+		} else {
+			fmt.Println(name+":", e)
 		}
-		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-		if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
-			r.getpid = e
-			done <- r
-			return
-		}
-		_, _, e := unix.Syscall(unix.SYS_UNSHARE, unix.CLONE_NEWUTS, 0, 0)
-		r.unshare = errnoErr(e)
-		_, _, e = unix.Syscall(unix.SYS_CLONE3, 0, 0, 0)
-		r.clone3 = errnoErr(e)
-		r.mount = unix.Mount("none", "/nonexistent", "tmpfs", 0, "")
-		r.pid = unix.Getpid()
-		done <- r
-	}()
-	r := <-done
-	if r.getpid != nil {
-		t.Fatalf("load the filter: %v", r.getpid)
 	}
-	if r.unshare != unix.EPERM || r.mount != unix.EPERM {
-		t.Errorf("unshare: %v, mount: %v; want EPERM for both", r.unshare, r.mount)
-	}
-	if r.clone3 != unix.ENOSYS {
-		t.Errorf("clone3: %v, want ENOSYS (RET_TRACE without a tracer)", r.clone3)
-	}
-	if r.pid != unix.Getpid() {
-		t.Errorf("getpid on the filtered thread: %d", r.pid)
-	}
+	_, _, e := unix.Syscall(unix.SYS_UNSHARE, unix.CLONE_NEWUTS, 0, 0)
+	say("unshare", errnoErr(e))
+	say("mount", unix.Mount("none", "/nonexistent", "tmpfs", 0, ""))
+	_, _, e = unix.Syscall(unix.SYS_CLONE3, 0, 0, 0)
+	say("clone3", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_GETPID, 0, 0, 0)
+	say("getpid", errnoErr(e))
+	fmt.Println("i386 getpid: trying")
+	os.Stdout.Sync()
+	compat.Syscall32(20, 0, 0, 0) // i386 getpid
+	fmt.Println("i386 getpid: allowed")
+	return 0
 }
 
 func errnoErr(e unix.Errno) error {

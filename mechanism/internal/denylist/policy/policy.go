@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/managoat/managoat/mechanism/internal/denylist"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -56,8 +57,20 @@ func FilterExec() seccomp.Policy {
 }
 
 // Assemble assembles p for this process's architecture (go-seccomp-bpf
-// assembles for no other).
+// assembles for no other), behind a guard that kills the process on a
+// system call of any other architecture.
+//
+// go-seccomp-bpf answers a call of another architecture with the policy's
+// default action, here allow: on x86-64 a process could make the i386
+// calls (int $0x80, with IA32 emulation on) that the deny-list refuses in
+// their x86-64 form (unshare, keyctl, ptrace, personality...). The rules
+// know only this architecture's numbers, so a call of another one is
+// refused outright, as libseccomp does by default.
 func Assemble(p seccomp.Policy) ([]unix.SockFilter, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
 	insts, err := p.Assemble()
 	if err != nil {
 		return nil, fmt.Errorf("assemble seccomp policy: %w", err)
@@ -66,9 +79,13 @@ func Assemble(p seccomp.Policy) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assemble seccomp BPF: %w", err)
 	}
-	prog := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4}, // seccomp_data.arch
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, K: uint32(info.ID)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_KILL_PROCESS},
+	}
+	for _, r := range raw {
+		prog = append(prog, unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K})
 	}
 	return prog, nil
 }
