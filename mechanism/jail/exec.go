@@ -100,12 +100,34 @@ type rproc struct {
 }
 
 // spawn asks the init of st to start req with files as stdin, stdout, stderr.
+// endedErr is err, a failure to talk to st's init on a connection it
+// accepted, marked ErrNotRunning when the init was on its way out: the
+// connection was closed (EOF, ECONNRESET, EPIPE) and the init is gone
+// within 50 ms (it closed its descriptors a moment before the kernel
+// made it a zombie). A live init closes connections too, when too many
+// wait: that is no reason to start the sandbox again.
+func endedErr(st *state, err error) error {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		return err
+	}
+	for i := 0; i < 50; i++ {
+		if !alive(st) {
+			return errors.Join(mechanism.ErrNotRunning, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return err
+}
+
 func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rproc, error) {
 	d := net.Dialer{}
 	c, err := d.DialContext(ctx, "unixpacket", st.Socket)
 	if err != nil {
-		// Recorded running, but nothing listens: the init is gone.
-		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", errors.Join(mechanism.ErrNotRunning, err))
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			// Recorded running, but nothing listens: the init is gone.
+			err = errors.Join(mechanism.ErrNotRunning, err)
+		}
+		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", err)
 	}
 	conn := c.(*net.UnixConn)
 	b, err := req.marshal()
@@ -130,7 +152,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		if errors.Is(err, unix.EMSGSIZE) {
 			return nil, mechanism.CouldNotRun(fmt.Sprintf("command line and environment take %d bytes, more than this host lets one request carry", len(b)), err)
 		}
-		return nil, mechanism.CouldNotRun("cannot send the request", err)
+		return nil, mechanism.CouldNotRun("cannot send the request", endedErr(st, err))
 	}
 	p := &rproc{conn: conn, initPid: st.InitPid, exit: make(chan reply, 1)}
 	if !req.Collect {
@@ -144,11 +166,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		_ = conn.SetReadDeadline(time.Time{})
 		if err != nil {
 			conn.Close()
-			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-				// It accepted, then ended: it was on its way out.
-				err = errors.Join(mechanism.ErrNotRunning, err)
-			}
-			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", err)
+			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", endedErr(st, err))
 		}
 		var r reply
 		if err := r.unmarshal(buf[:n]); err != nil || (!r.Started && r.Error == "") {
