@@ -122,13 +122,18 @@ func run(args []string) int {
 // goroutine while the command begins: the runtime's first signal.Notify
 // starts a thread and waits for it (about 0.2 ms), on the path of every
 // command. A signal in between has its default effect, as one before
-// main has. As with NotifyContext, the signals stay caught until stop.
+// main has; openProvider waits for the handlers (signalsReady) before a
+// command touches any sandbox. As with NotifyContext, the signals stay
+// caught until stop.
 func notifyContext(sig ...os.Signal) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
+	ready := make(chan struct{})
+	signalsReady = ready
 	go func() {
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, sig...)
+		close(ready)
 		defer signal.Stop(ch)
 		select {
 		case <-ch:
@@ -145,6 +150,10 @@ func notifyContext(sig ...os.Signal) (ctx context.Context, stop func()) {
 		})
 	}
 }
+
+// signalsReady is closed once notifyContext's handlers are installed (nil
+// when nothing installs them, as in tests that call commands directly).
+var signalsReady chan struct{}
 
 // exitError carries a command's own exit code, or a detach.
 type exitError struct{ code int }

@@ -48,5 +48,8 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("provider %s: %w", name, err)
 	}
+	if signalsReady != nil {
+		<-signalsReady // Ctrl-C is caught before any sandbox is touched
+	}
 	return sandbox.NewRegistry(p), p, nil
 }

@@ -370,6 +370,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, stateErr("create record", err)
 	}
+	defer lockMark(tmp)() // held while this Create runs, however long
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		os.Remove(tmp)
 		return nil, stateErr("create home", err)
@@ -388,15 +389,15 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
-		os.RemoveAll(tmp)
 		undo()
+		os.RemoveAll(tmp) // the mark goes after the instance
 		return nil, stateErr("create record", err)
 	}
 	// The one step that makes the sandbox exist: a rename onto a name
 	// that is taken fails (the directory there is never empty).
 	if err := os.Rename(tmp, p.sandboxDir(name)); err != nil {
-		os.RemoveAll(tmp)
 		undo()
+		os.RemoveAll(tmp)
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, os.ErrExist) {
 			return nil, sandbox.ErrAlreadyExists
 		}
@@ -545,20 +546,32 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	// The record and the journals go while the mechanism tears the
-	// sandbox down (its wait for the init's end leaves a core idle).
+	defer lockMark(trash)() // held while this Destroy runs
+	// The journals go while the mechanism tears the sandbox down (its
+	// wait for the init's end leaves a core idle); the record, the mark
+	// Sweep finds, goes last, after the instance.
 	trashed := make(chan struct{})
 	go func() {
 		defer close(trashed)
-		_ = os.RemoveAll(trash)
+		ents, _ := os.ReadDir(trash)
+		for _, e := range ents {
+			if e.Name() != "meta.json" {
+				_ = os.RemoveAll(filepath.Join(trash, e.Name()))
+			}
+		}
 	}()
 	if m, err := p.mechFor(r); err == nil {
 		if err := m.Destroy(ctx, r.InstanceID); err != nil {
 			p.log.Warn("mechanism destroy", "sandbox", name, "err", err)
 		}
 	}
-	_ = os.RemoveAll(p.instanceDir(r.InstanceID))
+	err = os.RemoveAll(p.instanceDir(r.InstanceID))
 	<-trashed
+	if err != nil {
+		p.log.Warn("remove the instance; Sweep retries", "sandbox", name, "err", err)
+		return nil // the name is free; the mark stays for Sweep
+	}
+	_ = os.RemoveAll(trash)
 	return nil
 }
 

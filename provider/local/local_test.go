@@ -490,7 +490,7 @@ func TestSweep(t *testing.T) {
 	os.MkdirAll(filepath.Join(orphan, "home"), 0o700)
 	newRec := filepath.Join(p.StateDir(), "tmp", "new-0123456789abcdef")
 	os.MkdirAll(newRec, 0o700)
-	young := p.instanceDir("0123456789abcdef")
+	young := p.instanceDir("fedcba9876543210")
 	os.MkdirAll(young, 0o700)
 	for _, d := range []string{orphan, newRec} {
 		os.Chtimes(d, old, old)
@@ -546,6 +546,42 @@ func TestSweepFollowsTheMarks(t *testing.T) {
 	}
 	if _, err := os.Stat(mark); !os.IsNotExist(err) {
 		t.Fatalf("old mark kept: %v", err)
+	}
+}
+
+// TestSweepLeavesARunningCreate: a Create slower than a minute (an image
+// pull, a first template) holds the lock on its mark, and Sweep leaves its
+// mark and instance alone until it has let go.
+func TestSweepLeavesARunningCreate(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	old := time.Now().Add(-2 * sweepAge)
+	inst := p.instanceDir("abad1dea00000000")
+	mark := filepath.Join(p.StateDir(), "tmp", "new-abad1dea00000000")
+	for _, d := range []string{filepath.Join(inst, "home"), mark} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(d, old, old)
+	}
+	os.Chtimes(inst, old, old)
+	unlock := lockMark(mark)
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{inst, mark} {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("a running Create's %s was swept: %v", d, err)
+		}
+	}
+	unlock()
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{inst, mark} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("an abandoned Create's %s was kept: %v", d, err)
+		}
 	}
 }
 

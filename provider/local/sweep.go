@@ -3,12 +3,15 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/managoat/managoat/provider/local/supervisor"
+	"golang.org/x/sys/unix"
 )
 
 // sweepAge is how old leftovers must be before Sweep removes them, so a
@@ -19,8 +22,9 @@ const sweepAge = time.Minute
 // left behind: records under construction, destroyed records not yet
 // removed, and instances (disks and mechanism sandboxes) that no sandbox
 // refers to. None of these is visible to ListAllNames; Sweep releases
-// their resources. Only leftovers older than a minute are touched. New
-// calls it.
+// their resources. Only leftovers older than a minute are touched, and
+// never one whose Create or Destroy still runs (it holds a lock on its
+// mark, however long it takes). New calls it.
 func (p *Provider) Sweep(ctx context.Context) error {
 	tmp := filepath.Join(p.state, "tmp")
 	ents, err := os.ReadDir(tmp)
@@ -32,13 +36,15 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		return err == nil && time.Since(st.ModTime()) > sweepAge
 	}
 	inFlight := map[string]bool{}
+	marks := map[string]string{} // instance id -> its old tmp/new- mark
 	leftovers := false
 	for _, e := range ents {
 		path := filepath.Join(tmp, e.Name())
 		switch {
 		case strings.HasPrefix(e.Name(), "trash-"):
-			if !old(path) {
-				inFlight[strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]] = true
+			iid := strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]
+			if !old(path) || markBusy(path) {
+				inFlight[iid] = true
 				continue
 			}
 			leftovers = true
@@ -47,21 +53,30 @@ func (p *Provider) Sweep(ctx context.Context) error {
 				if m, err := p.mechFor(r); err == nil {
 					_ = m.Destroy(ctx, r.InstanceID)
 				}
-				_ = os.RemoveAll(p.instanceDir(r.InstanceID))
+				if os.RemoveAll(p.instanceDir(r.InstanceID)) != nil {
+					continue // the mark stays until the instance is gone
+				}
 			}
 			_ = os.RemoveAll(path)
 		case strings.HasPrefix(e.Name(), "new-"):
 			iid := strings.TrimPrefix(e.Name(), "new-")
-			if !old(path) {
+			if !old(path) || markBusy(path) {
 				inFlight[iid] = true
 				continue
 			}
 			leftovers = true
-			_ = os.RemoveAll(path) // the instance is swept below
+			marks[iid] = path // removed once the instance is (below)
 		case strings.HasPrefix(e.Name(), "probe-") && old(path):
 			_ = os.Remove(path)
 		}
 	}
+	defer func() {
+		for iid, mark := range marks {
+			if _, err := os.Lstat(p.instanceDir(iid)); errors.Is(err, fs.ErrNotExist) {
+				_ = os.RemoveAll(mark)
+			}
+		}
+	}()
 	// Instances no sandbox refers to.
 	names, err := p.ListAllNames(ctx)
 	if err != nil {
@@ -71,12 +86,14 @@ func (p *Provider) Sweep(ctx context.Context) error {
 	if err != nil {
 		return stateErr("sweep", err)
 	}
-	// An instance that no sandbox refers to left a mark in tmp: Create
-	// makes tmp/new-<id> before the instance, and Destroy renames the
-	// record there before removing it. With no old mark, and no more
-	// instances than sandboxes (which also catches what an older version
-	// left), there is nothing to find, and the records are not read:
-	// every command opens the provider.
+	// An instance that no sandbox refers to has a mark in tmp: Create
+	// makes tmp/new-<id> before the instance and removes it only after
+	// the instance (or with the record renamed into place), and Destroy
+	// renames the record there and removes it after the instance, as this
+	// Sweep does. With no old mark, and no more instances than sandboxes
+	// (which also catches what an older version left), there is nothing to
+	// find, and the records are not read: every command opens the
+	// provider.
 	if !leftovers && len(insts) <= len(names) {
 		return nil
 	}
@@ -134,3 +151,28 @@ type recordError struct{ err error }
 
 func (e *recordError) Error() string { return "corrupt record: " + e.err.Error() }
 func (e *recordError) Unwrap() error { return e.err }
+
+// lockMark takes an exclusive lock on a Create's or Destroy's mark (a
+// directory in tmp) for as long as the operation runs; Sweep leaves a
+// locked mark alone. The lock goes with the descriptor (or the process).
+func lockMark(path string) (unlock func()) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return func() {}
+	}
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		unix.Close(fd)
+		return func() {}
+	}
+	return func() { unix.Close(fd) }
+}
+
+// markBusy reports whether a live Create or Destroy holds path's lock.
+func markBusy(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == unix.EWOULDBLOCK
+}
