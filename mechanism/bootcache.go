@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,8 +88,9 @@ var bootKey = sync.OnceValue(func() string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("v1 boot=%s kernel=%s euid=%d exe=%s size=%d mtime=%d",
-		strings.TrimSpace(string(boot)), rel.String(), os.Geteuid(), exe, st.Size(), st.ModTime().UnixNano())
+	return "v1 boot=" + strings.TrimSpace(string(boot)) + " kernel=" + rel.String() +
+		" euid=" + strconv.Itoa(os.Geteuid()) + " exe=" + exe + " size=" + strconv.FormatInt(st.Size(), 10) +
+		" mtime=" + strconv.FormatInt(st.ModTime().UnixNano(), 10)
 })
 
 // safeDir reports whether dir is owned by the effective uid and not

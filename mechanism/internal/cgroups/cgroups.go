@@ -3,8 +3,9 @@
 // placement and kill on the controller-less v2 tree). It is written for this
 // module rather than taken from a library because the maintained libraries
 // either handle one layout or pull in systemd/dbus; here a cgroup is a few
-// files and the layout is detected at run time from /proc/self/mountinfo and
-// /proc/self/cgroup.
+// files and the layout is detected at run time from /proc/self/cgroup and
+// the hierarchies' conventional mount points under /sys/fs/cgroup (checked
+// by file system magic), or /proc/self/mountinfo when they are elsewhere.
 package cgroups
 
 import (
@@ -49,7 +50,8 @@ type Layout struct {
 // Controllers a sandbox uses.
 var wanted = []string{"memory", "pids", "cpu", "cpuacct"}
 
-// Detect reads the layout from /proc/self/mountinfo and /proc/self/cgroup.
+// Detect reads the layout from /proc/self/cgroup, and the mount points of
+// the hierarchies (see standardLayout).
 func Detect() (*Layout, error) { return detect("/proc/self/cgroup", wanted) }
 
 // Of reads the cgroups of another process (a container's init): the same
@@ -59,14 +61,92 @@ func Of(pid int, controllers ...string) (*Layout, error) {
 }
 
 func detect(cgroupFile string, wanted []string) (*Layout, error) {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
 	cg, err := os.ReadFile(cgroupFile)
 	if err != nil {
 		return nil, err
 	}
+	own := ownCgroups(cg)
+	l, ok := standardLayout(stdRoot, own, wanted)
+	if !ok {
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return nil, err
+		}
+		l = mountinfoLayout(mi, own, wanted)
+	}
+	if l.V2 != "" {
+		if b, err := os.ReadFile(filepath.Join(l.V2, "cgroup.controllers")); err == nil {
+			l.V2Controllers = strings.Fields(string(b))
+		}
+	}
+	switch {
+	case l.V2 != "" && len(l.V1) == 0:
+		l.Mode = ModeV2
+	case l.V2 != "" && len(l.V1) > 0:
+		l.Mode = ModeHybrid
+	case len(l.V1) > 0:
+		l.Mode = ModeV1
+	default:
+		l.Mode = ModeNone
+	}
+	return l, nil
+}
+
+// stdRoot is where cgroup hierarchies are conventionally mounted.
+const stdRoot = "/sys/fs/cgroup"
+
+// standardLayout finds the hierarchies of own at their conventional mount
+// points: the unified tree at root (v2) or root/unified (hybrid), a v1
+// controller at root/<controller>, each checked by its file system magic,
+// and each of own's directories checked to exist there (a hierarchy
+// mounted from a subtree, as in a container without a cgroup namespace,
+// fails that). ok is false when any wanted one is not found so: the
+// caller reads mountinfo, which costs every process a traversal of its
+// mount table (0.1-0.5 ms here). A hierarchy mounted under another
+// controller's name would be taken for that controller; its limit files
+// would be missing, which Create and Verify report.
+func standardLayout(root string, own map[string]string, wanted []string) (*Layout, bool) {
+	l := &Layout{V1: map[string]string{}}
+	isDir := func(p string) bool {
+		st, err := os.Stat(p)
+		return err == nil && st.IsDir()
+	}
+	var fs unix.Statfs_t
+	if p, ok := own[""]; ok {
+		mnt := ""
+		for _, m := range []string{root, root + "/unified"} {
+			if unix.Statfs(m, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+				mnt = m
+				break
+			}
+		}
+		if mnt == "" || !isDir(filepath.Join(mnt, p)) {
+			return nil, false
+		}
+		l.V2 = filepath.Join(mnt, p)
+	}
+	for _, c := range wanted {
+		p, ok := own[c]
+		if !ok {
+			continue
+		}
+		// cpu and cpuacct are links to their co-mount (cpu,cpuacct):
+		// named by the mount, as mountinfo names them.
+		mnt, err := filepath.EvalSymlinks(root + "/" + c)
+		if err != nil {
+			return nil, false
+		}
+		if unix.Statfs(mnt, &fs) != nil || fs.Type != unix.CGROUP_SUPER_MAGIC || !isDir(filepath.Join(mnt, p)) {
+			return nil, false
+		}
+		l.V1[c] = filepath.Join(mnt, p)
+	}
+	return l, true
+}
+
+// ownCgroups parses /proc/<pid>/cgroup: controller (or "" for the unified
+// tree) to the process's path in that hierarchy.
+func ownCgroups(cg []byte) map[string]string {
 	own := map[string]string{} // controller or "" (v2) -> path
 	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -81,6 +161,11 @@ func detect(cgroupFile string, wanted []string) (*Layout, error) {
 			own[c] = parts[2]
 		}
 	}
+	return own
+}
+
+// mountinfoLayout finds the hierarchies of own in mountinfo.
+func mountinfoLayout(mi []byte, own map[string]string, wanted []string) *Layout {
 	l := &Layout{V1: map[string]string{}}
 	for _, line := range strings.Split(string(mi), "\n") {
 		f := strings.Fields(line)
@@ -114,27 +199,28 @@ func detect(cgroupFile string, wanted []string) (*Layout, error) {
 			}
 		}
 	}
-	if l.V2 != "" {
-		if b, err := os.ReadFile(filepath.Join(l.V2, "cgroup.controllers")); err == nil {
-			l.V2Controllers = strings.Fields(string(b))
-		}
-	}
-	switch {
-	case l.V2 != "" && len(l.V1) == 0:
-		l.Mode = ModeV2
-	case l.V2 != "" && len(l.V1) > 0:
-		l.Mode = ModeHybrid
-	case len(l.V1) > 0:
-		l.Mode = ModeV1
-	default:
-		l.Mode = ModeNone
-	}
-	return l, nil
+	return l
 }
 
+// unescape decodes the octal escapes (\ooo) the kernel writes in
+// mountinfo's paths for space, tab, newline and backslash.
 func unescape(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 func join(mnt, root, p string) string {
 	if root != "/" {
