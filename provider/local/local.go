@@ -365,39 +365,47 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		return nil, err
 	}
 	// The record is made in tmp first, before the instance: a Create cut
-	// short leaves this mark, which Sweep looks for.
+	// short leaves this mark, which Sweep looks for. The mark is locked
+	// while this Create runs, however long, and Sweep leaves it alone.
 	tmp := filepath.Join(p.state, "tmp", "new-"+iid)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, stateErr("create record", err)
 	}
-	defer lockMark(tmp)() // held while this Create runs, however long
-	if err := os.MkdirAll(home, 0o755); err != nil {
+	unlock, err := lockMark(tmp)
+	if err != nil {
 		os.Remove(tmp)
+		return nil, stateErr("create record", err)
+	}
+	defer unlock()
+	// undo releases what this Create made; the mark goes only once all of
+	// it has, or stays for Sweep to finish the job.
+	undo := func() {
+		err := p.mech.Destroy(context.WithoutCancel(ctx), iid)
+		if err == nil {
+			err = os.RemoveAll(p.instanceDir(iid))
+		}
+		if err == nil {
+			os.RemoveAll(tmp)
+		}
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		undo()
 		return nil, stateErr("create home", err)
 	}
-	undoInstance := func() { _ = os.RemoveAll(p.instanceDir(iid)) }
 	if err := p.mech.Provision(ctx, iid, spec); err != nil {
-		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
-		undoInstance()
-		os.Remove(tmp)
+		undo()
 		return nil, mechErr("provision", err)
-	}
-	undo := func() {
-		_ = p.mech.Destroy(context.WithoutCancel(ctx), iid)
-		undoInstance()
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
-		os.RemoveAll(tmp) // the mark goes after the instance
 		return nil, stateErr("create record", err)
 	}
 	// The one step that makes the sandbox exist: a rename onto a name
 	// that is taken fails (the directory there is never empty).
 	if err := os.Rename(tmp, p.sandboxDir(name)); err != nil {
 		undo()
-		os.RemoveAll(tmp)
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, os.ErrExist) {
 			return nil, sandbox.ErrAlreadyExists
 		}
@@ -526,6 +534,17 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// The record is locked before it moves to tmp as the mark of this
+	// Destroy (the lock is on the directory, and moves with it), so
+	// Sweep leaves it alone however long the teardown takes.
+	unlock, err := lockMark(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // destroyed concurrently
+		}
+		return stateErr("destroy", err)
+	}
+	defer unlock()
 	trash := filepath.Join(p.state, "tmp", "trash-"+r.InstanceID+"-"+newID())
 	if err := os.Rename(dir, trash); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -546,10 +565,10 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	defer lockMark(trash)() // held while this Destroy runs
 	// The journals go while the mechanism tears the sandbox down (its
 	// wait for the init's end leaves a core idle); the record, the mark
-	// Sweep finds, goes last, after the instance.
+	// Sweep finds, goes last, once the mechanism's sandbox and the
+	// instance are gone. Whatever fails stays behind it for Sweep.
 	trashed := make(chan struct{})
 	go func() {
 		defer close(trashed)
@@ -560,16 +579,17 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 			}
 		}
 	}()
-	if m, err := p.mechFor(r); err == nil {
-		if err := m.Destroy(ctx, r.InstanceID); err != nil {
-			p.log.Warn("mechanism destroy", "sandbox", name, "err", err)
-		}
+	m, err := p.mechFor(r)
+	if err == nil {
+		err = m.Destroy(ctx, r.InstanceID)
 	}
-	err = os.RemoveAll(p.instanceDir(r.InstanceID))
+	if err == nil {
+		err = os.RemoveAll(p.instanceDir(r.InstanceID))
+	}
 	<-trashed
 	if err != nil {
-		p.log.Warn("remove the instance; Sweep retries", "sandbox", name, "err", err)
-		return nil // the name is free; the mark stays for Sweep
+		p.log.Warn("destroy left work for Sweep", "sandbox", name, "err", err)
+		return nil // the name is free; the mark stays
 	}
 	_ = os.RemoveAll(trash)
 	return nil

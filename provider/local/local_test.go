@@ -10,16 +10,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
-
-	"github.com/managoat/managoat/provider/local/supervisor"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/jail"
+	"github.com/managoat/managoat/provider/local/supervisor"
 	"github.com/managoat/managoat/sandbox"
 	"github.com/managoat/managoat/sandbox/sandboxtest"
 )
@@ -565,7 +566,10 @@ func TestSweepLeavesARunningCreate(t *testing.T) {
 		os.Chtimes(d, old, old)
 	}
 	os.Chtimes(inst, old, old)
-	unlock := lockMark(mark)
+	unlock, err := lockMark(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -582,6 +586,74 @@ func TestSweepLeavesARunningCreate(t *testing.T) {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Fatalf("an abandoned Create's %s was kept: %v", d, err)
 		}
+	}
+}
+
+// failingDestroy is a mechanism whose Destroy fails while fail is set.
+type failingDestroy struct {
+	mechanism.Mechanism
+	fail atomic.Bool
+}
+
+func (f *failingDestroy) Destroy(ctx context.Context, id string) error {
+	if f.fail.Load() {
+		return errors.New("teardown interrupted")
+	}
+	return f.Mechanism.Destroy(ctx, id)
+}
+
+// TestDestroyLeavesWhatFailedToSweep: a Destroy whose mechanism teardown
+// fails frees the name and leaves the record (its mark) and the instance
+// for Sweep, which finishes the job.
+func TestDestroyLeavesWhatFailedToSweep(t *testing.T) {
+	state := t.TempDir()
+	tr, err := OpenMechanism("trusted", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &failingDestroy{Mechanism: tr}
+	p, err := New(Config{StateDir: state, Mechanism: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	ctx := context.Background()
+	h, err := p.Create(ctx, "leaky", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := p.load(h.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.fail.Store(true)
+	if err := p.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.load(h.Name); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("the name is still taken: %v", err)
+	}
+	marks, _ := filepath.Glob(filepath.Join(state, "tmp", "trash-"+r.InstanceID+"-*"))
+	if len(marks) != 1 {
+		t.Fatalf("marks %v, want the record left in tmp", marks)
+	}
+	if _, err := os.Stat(p.instanceDir(r.InstanceID)); err != nil {
+		t.Fatalf("the instance went before its sandbox: %v", err)
+	}
+	m.fail.Store(false)
+	old := time.Now().Add(-2 * sweepAge)
+	os.Chtimes(marks[0], old, old)
+	os.Chtimes(p.instanceDir(r.InstanceID), old, old)
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{marks[0], p.instanceDir(r.InstanceID)} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("Sweep left %s: %v", d, err)
+		}
+	}
+	if st, err := tr.Status(ctx, r.InstanceID); err != nil || st != mechanism.StatusAbsent {
+		t.Fatalf("mechanism sandbox after Sweep: %v %v", st, err)
 	}
 }
 

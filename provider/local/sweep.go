@@ -36,39 +36,48 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		return err == nil && time.Since(st.ModTime()) > sweepAge
 	}
 	inFlight := map[string]bool{}
-	marks := map[string]string{} // instance id -> its old tmp/new- mark
+	marks := map[string]string{} // instance id -> its old mark, removed once the instance is
 	leftovers := false
 	for _, e := range ents {
 		path := filepath.Join(tmp, e.Name())
+		var iid string
 		switch {
 		case strings.HasPrefix(e.Name(), "trash-"):
-			iid := strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]
-			if !old(path) || markBusy(path) {
-				inFlight[iid] = true
-				continue
-			}
-			leftovers = true
-			if r, err := readRecord(path); err == nil {
-				_ = (supervisor.Client{Dir: path}).Shutdown(ctx, true)
-				if m, err := p.mechFor(r); err == nil {
-					_ = m.Destroy(ctx, r.InstanceID)
-				}
-				if os.RemoveAll(p.instanceDir(r.InstanceID)) != nil {
-					continue // the mark stays until the instance is gone
-				}
-			}
-			_ = os.RemoveAll(path)
+			iid = strings.SplitN(strings.TrimPrefix(e.Name(), "trash-"), "-", 2)[0]
 		case strings.HasPrefix(e.Name(), "new-"):
-			iid := strings.TrimPrefix(e.Name(), "new-")
-			if !old(path) || markBusy(path) {
-				inFlight[iid] = true
-				continue
-			}
-			leftovers = true
-			marks[iid] = path // removed once the instance is (below)
+			iid = strings.TrimPrefix(e.Name(), "new-")
 		case strings.HasPrefix(e.Name(), "probe-") && old(path):
 			_ = os.Remove(path)
+			continue
+		default:
+			continue
 		}
+		if !old(path) {
+			inFlight[iid] = true
+			continue
+		}
+		unlock, ok := tryLockMark(path)
+		if !ok { // its Create or Destroy still runs
+			inFlight[iid] = true
+			continue
+		}
+		defer unlock()
+		leftovers = true
+		if r, err := readRecord(path); err == nil && strings.HasPrefix(e.Name(), "trash-") {
+			// A Destroy cut short: finish it; the mark goes with the
+			// instance, below, or stays for the next Sweep.
+			_ = (supervisor.Client{Dir: path}).Shutdown(ctx, true)
+			m, err := p.mechFor(r)
+			if err == nil {
+				err = m.Destroy(ctx, r.InstanceID)
+			}
+			if err != nil {
+				inFlight[iid] = true // not torn down: keep its instance
+				continue
+			}
+			iid = r.InstanceID
+		}
+		marks[iid] = path
 	}
 	defer func() {
 		for iid, mark := range marks {
@@ -113,8 +122,9 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		if p.instanceUsed(iid) {
 			continue
 		}
-		_ = p.mech.Destroy(ctx, iid)
-		_ = os.RemoveAll(path)
+		if p.mech.Destroy(ctx, iid) == nil {
+			_ = os.RemoveAll(path)
+		}
 	}
 	return nil
 }
@@ -153,26 +163,39 @@ func (e *recordError) Error() string { return "corrupt record: " + e.err.Error()
 func (e *recordError) Unwrap() error { return e.err }
 
 // lockMark takes an exclusive lock on a Create's or Destroy's mark (a
-// directory in tmp) for as long as the operation runs; Sweep leaves a
-// locked mark alone. The lock goes with the descriptor (or the process).
-func lockMark(path string) (unlock func()) {
+// directory, in tmp or on its way there) for as long as the operation
+// runs; Sweep leaves a locked mark alone. The lock is on the directory's
+// inode, so it moves with a rename, and goes with the descriptor (or the
+// process). It waits for a Sweep that holds it for a moment.
+func lockMark(path string) (unlock func(), err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return func() {}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "flock", Path: path, Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// tryLockMark takes the lock of a mark whose operation has ended (ok
+// false when a live Create or Destroy holds it), for Sweep to hold while
+// it finishes that operation.
+func tryLockMark(path string) (unlock func(), ok bool) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
 	}
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
 		unix.Close(fd)
-		return func() {}
+		return nil, false
 	}
-	return func() { unix.Close(fd) }
-}
-
-// markBusy reports whether a live Create or Destroy holds path's lock.
-func markBusy(path string) bool {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == unix.EWOULDBLOCK
+	return func() { unix.Close(fd) }, true
 }

@@ -97,19 +97,24 @@ const stdRoot = "/sys/fs/cgroup"
 
 // standardLayout finds the hierarchies of own at their conventional mount
 // points: the unified tree at root (v2) or root/unified (hybrid), a v1
-// controller at root/<controller>, each checked by its file system magic,
-// and each of own's directories checked to exist there (a hierarchy
-// mounted from a subtree, as in a container without a cgroup namespace,
-// fails that). ok is false when any wanted one is not found so: the
-// caller reads mountinfo, which costs every process a traversal of its
-// mount table (0.1-0.5 ms here). A hierarchy mounted under another
-// controller's name would be taken for that controller; its limit files
-// would be missing, which Create and Verify report.
+// controller at root/<controller>, each checked by its file system magic
+// and checked to be mounted from its hierarchy's root (a v1 root alone has
+// cgroup.sane_behavior; a v2 root alone has no cgroup.type), so a subtree
+// mounted there, as in a container, is not taken for the whole tree; and
+// each of own's directories must exist. ok is false when any wanted one is
+// not found so: the caller reads mountinfo, which costs every process a
+// traversal of its mount table (0.1-0.5 ms here). A hierarchy mounted
+// under another controller's name would be taken for that controller; its
+// limit files would be missing, which Create and Verify report.
 func standardLayout(root string, own map[string]string, wanted []string) (*Layout, bool) {
 	l := &Layout{V1: map[string]string{}}
 	isDir := func(p string) bool {
 		st, err := os.Stat(p)
 		return err == nil && st.IsDir()
+	}
+	exists := func(p string) bool {
+		_, err := os.Stat(p)
+		return err == nil
 	}
 	var fs unix.Statfs_t
 	if p, ok := own[""]; ok {
@@ -120,7 +125,7 @@ func standardLayout(root string, own map[string]string, wanted []string) (*Layou
 				break
 			}
 		}
-		if mnt == "" || !isDir(filepath.Join(mnt, p)) {
+		if mnt == "" || exists(mnt+"/cgroup.type") || !isDir(filepath.Join(mnt, p)) {
 			return nil, false
 		}
 		l.V2 = filepath.Join(mnt, p)
@@ -136,7 +141,8 @@ func standardLayout(root string, own map[string]string, wanted []string) (*Layou
 		if err != nil {
 			return nil, false
 		}
-		if unix.Statfs(mnt, &fs) != nil || fs.Type != unix.CGROUP_SUPER_MAGIC || !isDir(filepath.Join(mnt, p)) {
+		if unix.Statfs(mnt, &fs) != nil || fs.Type != unix.CGROUP_SUPER_MAGIC ||
+			!exists(mnt+"/cgroup.sane_behavior") || !isDir(filepath.Join(mnt, p)) {
 			return nil, false
 		}
 		l.V1[c] = filepath.Join(mnt, p)
