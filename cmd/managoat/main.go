@@ -122,9 +122,11 @@ func run(args []string) int {
 // goroutine while the command begins: the runtime's first signal.Notify
 // starts a thread and waits for it (about 0.2 ms), on the path of every
 // command. A signal in between has its default effect, as one before
-// main has; openProvider waits for the handlers (signalsReady) before a
-// command touches any sandbox. As with NotifyContext, the signals stay
-// caught until stop.
+// main has; openProvider waits for the handlers (signalsReady) before it
+// returns, so they are in place before the command acts on its sandbox
+// (opening the local provider may already finish what an interrupted
+// command left, which a later one finishes again if need be). As with
+// NotifyContext, the signals stay caught until stop.
 func notifyContext(sig ...os.Signal) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

@@ -49,7 +49,7 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 		return nil, nil, fmt.Errorf("provider %s: %w", name, err)
 	}
 	if signalsReady != nil {
-		<-signalsReady // Ctrl-C is caught before any sandbox is touched
+		<-signalsReady // Ctrl-C is caught before the command acts
 	}
 	return sandbox.NewRegistry(p), p, nil
 }

@@ -94,7 +94,9 @@
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
 // swap, reboot, perf, ...; clone with namespace flags is EPERM, clone3 is
 // ENOSYS, and a system call of another architecture, such as i386's
-// int $0x80 on x86-64, kills the process). The init then stays pid 1 of the sandbox, reaps orphans and
+// int $0x80 on x86-64, kills the process: 32-bit x86 programs do not run
+// in a jail; the OCI mechanisms' profile translates the list for them).
+// The init then stays pid 1 of the sandbox, reaps orphans and
 // starts commands on request over a unixpacket control socket; every
 // command inherits that state. Commands run as uid:gid 1000:1000
 // ("sprite"; Config.UID/GID) with no capabilities (CapEff, CapPrm and

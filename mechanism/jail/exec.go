@@ -102,19 +102,18 @@ type rproc struct {
 // spawn asks the init of st to start req with files as stdin, stdout, stderr.
 // endedErr is err, a failure to talk to st's init on a connection it
 // accepted, marked ErrNotRunning when the init was on its way out: the
-// connection was closed (EOF, ECONNRESET, EPIPE) and the init is gone
-// within 50 ms (it closed its descriptors a moment before the kernel
-// made it a zombie). A live init closes connections too, when too many
-// wait: that is no reason to start the sandbox again.
+// connection was closed (EOF, ECONNRESET, EPIPE) and the init is gone or
+// exiting (PF_EXITING: an init closes its descriptors, then, as pid 1,
+// waits for the rest of its namespace to die before it is a zombie). A
+// live init closes connections too, when too many wait: that is no reason
+// to start the sandbox again.
 func endedErr(st *state, err error) error {
 	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		return err
 	}
-	for i := 0; i < 50; i++ {
-		if !alive(st) {
-			return errors.Join(mechanism.ErrNotRunning, err)
-		}
-		time.Sleep(time.Millisecond)
+	start, state, flags := procStat(st.InitPid)
+	if start == 0 || start != st.InitStart || state == 'Z' || state == 'X' || flags&pfExiting != 0 {
+		return errors.Join(mechanism.ErrNotRunning, err)
 	}
 	return err
 }

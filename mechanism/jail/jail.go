@@ -353,23 +353,35 @@ func normSpec(s mechanism.Spec) mechanism.Spec {
 	return s
 }
 
-// procStart returns the start time (clock ticks since boot) of pid, or 0.
+// procStart returns the start time (clock ticks since boot) of pid, or 0,
+// and its state letter.
 func procStart(pid int) (uint64, byte) {
+	start, state, _ := procStat(pid)
+	return start, state
+}
+
+// pfExiting is the kernel's PF_EXITING: the process has begun to exit.
+const pfExiting = 0x4
+
+// procStat returns pid's start time (0 when it is gone), state letter and
+// flags, from /proc/<pid>/stat.
+func procStat(pid int) (start uint64, state byte, flags uint64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n, f[0][0]
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	flags, _ = strconv.ParseUint(f[6], 10, 64)
+	return start, f[0][0], flags
 }
 
 // alive reports whether the recorded init still runs (same pid, same start).

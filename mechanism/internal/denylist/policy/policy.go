@@ -69,7 +69,7 @@ func FilterExec() seccomp.Policy {
 func Assemble(p seccomp.Policy) ([]unix.SockFilter, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("assemble seccomp policy: %w", err)
 	}
 	insts, err := p.Assemble()
 	if err != nil {
