@@ -162,35 +162,22 @@ func rssKiB(pids []int) int64 { return statusKiB(pids, "VmRSS:") }
 
 // pssKiB sums the processes' proportional set sizes: each page shared by
 // k processes (the binary's, mapped by every supervisor) counts 1/k.
-func pssKiB(pids []int) int64 {
-	var total int64
-	for _, pid := range pids {
-		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(bs), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
+func pssKiB(pids []int) int64 { return procKiB(pids, "smaps_rollup", "Pss:") }
 
 // statusKiB sums one field of /proc/<pid>/status (RssAnon: private memory;
 // VmRSS also counts the binary's shared pages).
-func statusKiB(pids []int, field string) int64 {
+func statusKiB(pids []int, field string) int64 { return procKiB(pids, "status", field) }
+
+// procKiB sums the kB field named field of /proc/<pid>/<file>.
+func procKiB(pids []int, file, field string) int64 {
 	var total int64
 	for _, pid := range pids {
-		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		bs, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 		if err != nil {
 			continue
 		}
 		for _, l := range strings.Split(string(bs), "\n") {
-			if strings.HasPrefix(l, field) {
-				f := strings.Fields(l)
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 				n, _ := strconv.ParseInt(f[1], 10, 64)
 				total += n
 			}
