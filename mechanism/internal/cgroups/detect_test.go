@@ -36,18 +36,14 @@ func TestUnescape(t *testing.T) {
 // conventional mount points, both ways of finding them agree.
 func TestStandardLayoutMatchesMountinfo(t *testing.T) {
 	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Skip("no /proc/self/cgroup:", err)
-	}
+	testenv.Require(t, err == nil, fmt.Sprintf("no /proc/self/cgroup: %v", err))
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	own := ownCgroups(cg)
 	std, ok := standardLayout(stdRoot, own, wanted)
-	if !ok {
-		t.Skip("this host's hierarchies are not at their conventional mount points")
-	}
+	testenv.Require(t, ok, "this host's cgroup hierarchies are not at their conventional mount points")
 	if got := mountinfoLayout(mi, own, wanted); !reflect.DeepEqual(std, got) {
 		t.Fatalf("standard %+v, mountinfo %+v", std, got)
 	}
@@ -64,14 +60,10 @@ func TestStandardLayoutMatchesMountinfo(t *testing.T) {
 func TestStandardLayoutRefusesSubtrees(t *testing.T) {
 	testenv.RequireRoot(t)
 	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Skip("no /proc/self/cgroup:", err)
-	}
+	testenv.Require(t, err == nil, fmt.Sprintf("no /proc/self/cgroup: %v", err))
 	own := ownCgroups(cg)
 	real, ok := standardLayout(stdRoot, own, wanted)
-	if !ok {
-		t.Skip("this host's hierarchies are not at their conventional mount points")
-	}
+	testenv.Require(t, ok, "this host's cgroup hierarchies are not at their conventional mount points")
 	// A subtree of each hierarchy, holding a cgroup of the process's own
 	// path (the trap), bind-mounted where its hierarchy would be.
 	root := t.TempDir()
