@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
 )
@@ -255,44 +256,6 @@ func writeState(dir string, st *state) error {
 	return err
 }
 
-// lock takes an exclusive flock on the file or directory at path, waiting
-// for ctx. A directory is its own lock: no lock file to create.
-func lock(ctx context.Context, path string) (func(), error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if err != unix.EWOULDBLOCK {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-func lockHeld(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return err == unix.EWOULDBLOCK
-	}
-	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return false
-}
-
 // Provision implements mechanism.Mechanism. It creates the sandbox's
 // directory and home; nothing runs until Start.
 func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) error {
@@ -305,7 +268,7 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := mechanism.Gate(ctx, j, spec, j.cfg.Prober); err != nil {
 		return err
 	}
-	unlock, err := lock(ctx, j.cfg.StateDir)
+	unlock, err := flock.Lock(ctx, j.cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -427,7 +390,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		netns = newNetPrep()
 		defer netns.release()
 	}
-	unlock, err := lock(ctx, dir)
+	unlock, err := flock.Lock(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -790,7 +753,7 @@ func (j *Jail) stop(ctx context.Context, id string, record bool) error {
 	if _, err := os.Stat(dir); err != nil {
 		return nil
 	}
-	unlock, err := lock(ctx, dir)
+	unlock, err := flock.Lock(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -866,7 +829,7 @@ func (j *Jail) Status(ctx context.Context, id string) (mechanism.Status, error) 
 	case mechanism.StatusProvisioned, mechanism.StatusStopped:
 		return st.Status, nil
 	case mechanism.StatusStarting, mechanism.StatusStopping:
-		if lockHeld(dir) {
+		if flock.Held(dir) {
 			return st.Status, nil
 		}
 	}

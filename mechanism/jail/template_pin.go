@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
 )
 
@@ -223,7 +224,7 @@ func (t *treeTemplate) pin(ns int, key string, exe exeID, sources map[string]fil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	unlock, err := lock(ctx, t.dir)
+	unlock, err := flock.Lock(ctx, t.dir)
 	if err != nil {
 		return err
 	}

@@ -120,6 +120,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/provider/local/journal"
 	"github.com/managoat/managoat/provider/local/supervisor"
@@ -371,7 +372,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, stateErr("create record", err)
 	}
-	unlock, err := lockMark(tmp)
+	unlock, err := flock.Lock(ctx, tmp)
 	if err != nil {
 		os.Remove(tmp)
 		return nil, stateErr("create record", err)
@@ -537,7 +538,7 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 	// The record is locked before it moves to tmp as the mark of this
 	// Destroy (the lock is on the directory, and moves with it), so
 	// Sweep leaves it alone however long the teardown takes.
-	unlock, err := lockMark(dir)
+	unlock, err := flock.Lock(ctx, dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // destroyed concurrently

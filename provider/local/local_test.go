@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/jail"
@@ -566,7 +567,7 @@ func TestSweepLeavesARunningCreate(t *testing.T) {
 		os.Chtimes(d, old, old)
 	}
 	os.Chtimes(inst, old, old)
-	unlock, err := lockMark(mark)
+	unlock, err := flock.Lock(ctx, mark)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/provider/local/supervisor"
-	"golang.org/x/sys/unix"
 )
 
 // sweepAge is how old leftovers must be before Sweep removes them, so a
@@ -56,7 +56,7 @@ func (p *Provider) Sweep(ctx context.Context) error {
 			inFlight[iid] = true
 			continue
 		}
-		unlock, ok := tryLockMark(path)
+		unlock, ok := flock.TryLock(path)
 		if !ok { // its Create or Destroy still runs
 			inFlight[iid] = true
 			continue
@@ -161,41 +161,3 @@ type recordError struct{ err error }
 
 func (e *recordError) Error() string { return "corrupt record: " + e.err.Error() }
 func (e *recordError) Unwrap() error { return e.err }
-
-// lockMark takes an exclusive lock on a Create's or Destroy's mark (a
-// directory, in tmp or on its way there) for as long as the operation
-// runs; Sweep leaves a locked mark alone. The lock is on the directory's
-// inode, so it moves with a rename, and goes with the descriptor (or the
-// process). It waits for a Sweep that holds it for a moment.
-func lockMark(path string) (unlock func(), err error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "flock", Path: path, Err: err}
-	}
-	return func() { unix.Close(fd) }, nil
-}
-
-// tryLockMark takes the lock of a mark whose operation has ended (ok
-// false when a live Create or Destroy holds it), for Sweep to hold while
-// it finishes that operation.
-func tryLockMark(path string) (unlock func(), ok bool) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, false
-	}
-	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		unix.Close(fd)
-		return nil, false
-	}
-	return func() { unix.Close(fd) }, true
-}
