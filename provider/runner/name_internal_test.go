@@ -1,10 +1,11 @@
 package runner
 
 import (
-	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/managoat/managoat/internal/corpus"
 )
 
 // runnerNameRe is the pattern validRunnerName hand-implements (spec §3.9).
@@ -14,24 +15,7 @@ func runnerNameCorpus() []string {
 	c := []string{"", "a", "0", ".", "_", "-", "a.", "a-", "a_", "-a", ".a", "_a", "A", "aB", "a b", "a\n",
 		"\na", "é", "a\xff", "a\x00", strings.Repeat("x", 62), strings.Repeat("x", 63), strings.Repeat("x", 64),
 		"laptop-1.home_lan", "z", "9", "{", "`", "/", ":"}
-	r := rand.New(rand.NewPCG(3, 4))
-	const alpha = "AZ :\n\x00\xffé/+{`"
-	for range 2000 {
-		n := r.IntN(67)
-		if r.IntN(2) == 0 {
-			n = r.IntN(5)
-		}
-		var b strings.Builder
-		for range n {
-			if r.IntN(8) == 0 {
-				b.WriteByte(alpha[r.IntN(len(alpha))])
-			} else {
-				b.WriteByte("az09._-"[r.IntN(7)])
-			}
-		}
-		c = append(c, b.String())
-	}
-	return c
+	return corpus.Strings(3, 4, c, "az09._-", "AZ :\n\x00\xffé/+{`", 5, 67, 2000)
 }
 
 func TestValidRunnerNameMatchesRegexp(t *testing.T) {

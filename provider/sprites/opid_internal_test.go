@@ -1,10 +1,11 @@
 package sprites
 
 import (
-	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/managoat/managoat/internal/corpus"
 )
 
 // operationIDRe is the pattern validOperationID hand-implements (spec §6.1.12).
@@ -14,24 +15,7 @@ func opIDCorpus() []string {
 	c := []string{"", "a", "A", "0", "_", "-", "a-b_C9", "a b", "a\n", "\na", "a.b", "é", "a\x00",
 		"a\xff", strings.Repeat("x", 127), strings.Repeat("x", 128), strings.Repeat("x", 129),
 		strings.Repeat("é", 64), "sandbox-operation:1", "/", "+", "=", "`", "@", "[", "{", "Z", "z", "9"}
-	r := rand.New(rand.NewPCG(1, 2))
-	const alpha = "aZ09_-. :\n\x00\xffé/+=`@[{"
-	for range 2000 {
-		n := r.IntN(132)
-		if r.IntN(2) == 0 {
-			n = r.IntN(6)
-		}
-		var b strings.Builder
-		for range n {
-			if r.IntN(8) == 0 {
-				b.WriteByte(alpha[r.IntN(len(alpha))])
-			} else {
-				b.WriteByte("azAZ09_-"[r.IntN(8)])
-			}
-		}
-		c = append(c, b.String())
-	}
-	return c
+	return corpus.Strings(1, 2, c, "azAZ09_-", "aZ09_-. :\n\x00\xffé/+=`@[{", 6, 132, 2000)
 }
 
 func TestValidOperationIDMatchesRegexp(t *testing.T) {
