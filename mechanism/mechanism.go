@@ -251,6 +251,15 @@ type EgressUpdater interface {
 	UpdateEgress(ctx context.Context, id string, allow []string) error
 }
 
+// OrphanSweeper is implemented by a mechanism that can find what sandboxes
+// left on the host when their state went without a Destroy (cgroups,
+// sockets) and remove it. SweepOrphans returns what it removed; it never
+// touches a sandbox whose state is there, nor anything made in the last
+// minute.
+type OrphanSweeper interface {
+	SweepOrphans(ctx context.Context) ([]string, error)
+}
+
 // Required returns m's required capabilities (DefaultRequired when silent).
 func Required(m Mechanism) []Capability {
 	if r, ok := m.(CapabilityRequirer); ok {

@@ -113,6 +113,10 @@
 // the wall clock from the budget the jail itself enforces. The cgroup layout
 // (v1, v2 or hybrid) is detected at run time; on a hybrid host the limits
 // live on v1 and the v2 tree is used for placement and cgroup.kill.
+// Stop, Destroy and the next Start remove a sandbox's cgroups and control
+// socket whenever its state is there; SweepOrphans (which provider/local
+// runs every ten minutes) removes those whose state went without a
+// Destroy: a state directory deleted whole, a process killed half-way.
 //
 // CPU throttling is not a kill: a CPU cap shows as slowness, never as
 // LimitExceeded cpu. Every command runs in a session of its own (setsid):

@@ -1,5 +1,7 @@
 package jail
 
+import "time"
+
 // InitEnv selects the init (initEnv).
 const InitEnv = initEnv
 
@@ -16,3 +18,14 @@ func InitModes() []string {
 	}
 	return append(modes, initGo)
 }
+
+// SetOrphanAge sets how old a leftover must be for SweepOrphans until t
+// ends.
+func SetOrphanAge(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := orphanAge
+	orphanAge = d
+	t.Cleanup(func() { orphanAge = old })
+}
+
+// CgroupName is the name of the cgroups of sandbox id of j.
+func CgroupName(j *Jail, id string) string { return cgroupPrefix + j.hash + "-" + id }

@@ -75,6 +75,7 @@ var (
 	_ mechanism.CapabilityConstructor = (*Jail)(nil)
 	_ mechanism.CapabilityGuarantor   = (*Jail)(nil)
 	_ mechanism.EgressUpdater         = (*Jail)(nil)
+	_ mechanism.OrphanSweeper         = (*Jail)(nil)
 )
 
 // New returns a Jail keeping its state under cfg.StateDir.

@@ -924,3 +924,50 @@ func TestCreateCheckpointOnce(t *testing.T) {
 		}
 	}
 }
+
+// countingSweeper is a mechanism whose orphan sweep counts its calls.
+type countingSweeper struct {
+	mechanism.Mechanism
+	calls atomic.Int64
+}
+
+func (c *countingSweeper) SweepOrphans(context.Context) ([]string, error) {
+	c.calls.Add(1)
+	return nil, nil
+}
+
+// TestSweepOrphansEveryInterval: opening the provider has the mechanism
+// sweep its orphans once, then not again until the stamp is older than
+// orphanInterval.
+func TestSweepOrphansEveryInterval(t *testing.T) {
+	state := t.TempDir()
+	tr, err := OpenMechanism("trusted", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &countingSweeper{Mechanism: tr}
+	open := func() {
+		t.Helper()
+		if _, err := New(Config{StateDir: state, Mechanism: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open()
+	open()
+	if n := m.calls.Load(); n != 1 {
+		t.Fatalf("%d sweeps after two opens, want 1", n)
+	}
+	stamp := filepath.Join(state, "tmp", "orphans-swept")
+	then := time.Now().Add(-orphanInterval - time.Second)
+	if err := os.Chtimes(stamp, then, then); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	if n := m.calls.Load(); n != 2 {
+		t.Fatalf("%d sweeps after the stamp aged, want 2", n)
+	}
+	open()
+	if n := m.calls.Load(); n != 2 {
+		t.Fatalf("%d sweeps after the stamp was renewed, want 2", n)
+	}
+}

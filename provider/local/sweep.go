@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/managoat/managoat/internal/flock"
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/provider/local/supervisor"
 )
 
@@ -25,7 +26,12 @@ const sweepAge = time.Minute
 // their resources. Only leftovers older than a minute are touched, and
 // never one whose Create or Destroy still runs (it holds a lock on its
 // mark, however long it takes). New calls it.
+//
+// Every ten minutes at most (a stamp in tmp says when), it also has the
+// mechanism remove what sandboxes whose state is gone left on the host
+// (mechanism.OrphanSweeper), and logs each removal.
 func (p *Provider) Sweep(ctx context.Context) error {
+	p.sweepOrphans(ctx)
 	tmp := filepath.Join(p.state, "tmp")
 	ents, err := os.ReadDir(tmp)
 	if err != nil {
@@ -161,3 +167,37 @@ type recordError struct{ err error }
 
 func (e *recordError) Error() string { return "corrupt record: " + e.err.Error() }
 func (e *recordError) Unwrap() error { return e.err }
+
+// orphanInterval is how often Sweep has the mechanism look for orphans:
+// listing the cgroup hierarchies and the run directory is not work for
+// every command.
+const orphanInterval = 10 * time.Minute
+
+// sweepOrphans runs the mechanism's orphan sweep when the stamp in tmp is
+// older than orphanInterval (or missing), and renews the stamp first: two
+// processes racing both sweep, which is harmless.
+func (p *Provider) sweepOrphans(ctx context.Context) {
+	s, ok := p.mech.(mechanism.OrphanSweeper)
+	if !ok {
+		return
+	}
+	stamp := filepath.Join(p.state, "tmp", "orphans-swept")
+	if st, err := os.Lstat(stamp); err == nil && time.Since(st.ModTime()) < orphanInterval {
+		return
+	}
+	now := time.Now()
+	if err := os.Chtimes(stamp, now, now); errors.Is(err, fs.ErrNotExist) {
+		f, err := os.OpenFile(stamp, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return // an unwritable state directory: New reports it
+		}
+		f.Close()
+	}
+	removed, err := s.SweepOrphans(ctx)
+	for _, r := range removed {
+		p.log.Info("removed what a sandbox whose state is gone left on the host", "path", r)
+	}
+	if err != nil {
+		p.log.Warn("sweep orphans", "err", err)
+	}
+}

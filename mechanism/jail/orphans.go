@@ -1,0 +1,167 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/cgroups"
+)
+
+// orphanAge is how old a leftover must be before SweepOrphans takes it: a
+// start in flight makes its cgroups and its control socket moments before
+// it puts the init in the one and listens on the other.
+var orphanAge = time.Minute
+
+// cgroupPrefix begins the name of every jail sandbox's cgroups; the
+// jail's hash and the sandbox id follow (launch).
+const cgroupPrefix = "managoat-jail-"
+
+// socketName matches the name of a control socket in the run directory.
+var socketName = regexp.MustCompile(`^[0-9a-f]{16}\.sock$`)
+
+// SweepOrphans removes what sandboxes left on the host when their state
+// went without a Destroy (a state directory deleted whole, a process
+// killed half-way through a Destroy): Destroy, Stop and Start clean up
+// every sandbox whose state is still there, but nothing else finds these.
+// It returns the paths it removed.
+//
+//   - A cgroup of this Jail (named for its state directory) whose sandbox
+//     has no state: its processes are killed and the cgroup removed.
+//   - An empty cgroup of any jail, sibling of the ones this process would
+//     make: the kernel refuses to remove a cgroup that has processes or
+//     children, so a running sandbox's cannot go, whichever state
+//     directory it belongs to.
+//   - A control socket in the run directory that nobody listens on.
+//
+// Only leftovers older than a minute are touched, so a start in flight
+// in another process is never hurt. Errors of single removals are
+// returned joined; the sweep goes on past them.
+func (j *Jail) SweepOrphans(ctx context.Context) ([]string, error) {
+	var removed []string
+	var errs []error
+	if l, err := mechanism.CgroupLayout(); err == nil && l.Mode != cgroups.ModeNone {
+		r, err := j.sweepCgroups(ctx, l)
+		removed = append(removed, r...)
+		errs = append(errs, err)
+	}
+	r, err := sweepSockets(j.cfg.RunDir)
+	removed = append(removed, r...)
+	errs = append(errs, err)
+	return removed, errors.Join(errs...)
+}
+
+// old reports whether path was last changed over orphanAge ago.
+func old(path string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return false
+	}
+	return time.Since(time.Unix(st.Ctim.Unix())) > orphanAge
+}
+
+func (j *Jail) sweepCgroups(ctx context.Context, l *cgroups.Layout) ([]string, error) {
+	parents := []string{}
+	if l.V2 != "" {
+		parents = append(parents, l.V2)
+	}
+	for _, d := range l.V1 {
+		if !slices.Contains(parents, d) { // cpu and cpuacct may share one
+			parents = append(parents, d)
+		}
+	}
+	mine := cgroupPrefix + j.hash + "-"
+	all := cgroups.Limits{MemoryBytes: 1, Pids: 1, CPUMillis: 1}
+	var removed []string
+	var errs []error
+	done := map[string]bool{}
+	for _, parent := range parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if !e.IsDir() || !strings.HasPrefix(name, cgroupPrefix) || done[name] {
+				continue
+			}
+			path := filepath.Join(parent, name)
+			if !old(path) {
+				continue
+			}
+			if id, ok := strings.CutPrefix(name, mine); ok && mechanism.ValidateID(id) == nil {
+				if _, err := os.Lstat(j.dir(id)); !errors.Is(err, fs.ErrNotExist) {
+					continue // its sandbox's own cleanup takes it
+				}
+				done[name] = true
+				g := l.OpenFor(name, all)
+				var dirs []string
+				for _, d := range append([]string{g.V2}, slices.Collect(maps.Values(g.V1))...) {
+					if _, err := os.Lstat(d); d != "" && err == nil {
+						dirs = append(dirs, d)
+					}
+				}
+				g.Kill()
+				if err := g.Remove(ctx); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				removed = append(removed, dirs...)
+				continue
+			}
+			// Another jail's: only if empty, which rmdir alone decides.
+			if unix.Rmdir(path) == nil {
+				removed = append(removed, path)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// sweepSockets removes the control sockets in dir that refuse a
+// connection: their init is gone (a live init listens from before its
+// socket is old enough to be looked at, until Destroy removes it).
+func sweepSockets(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var removed []string
+	for _, e := range ents {
+		if e.Type() != fs.ModeSocket || !socketName.MatchString(e.Name()) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if !old(path) || !refused(path) {
+			continue
+		}
+		if err := os.Remove(path); err == nil {
+			removed = append(removed, path)
+		}
+	}
+	return removed, nil
+}
+
+// refused reports whether a connection to the socket at path is refused:
+// nothing listens on it. A full backlog (EAGAIN) is not a refusal.
+func refused(path string) bool {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Connect(fd, &unix.SockaddrUnix{Name: path}) == unix.ECONNREFUSED
+}
