@@ -21,7 +21,10 @@
 //   - (Completion, nil): the command ran; a non-zero ExitStatus is a result.
 //   - (_, *CouldNotRunError): the command did not run (no such sandbox, not
 //     running, binary missing). Never reported as an exit status. Match with
-//     errors.Is(err, ErrCouldNotRun).
+//     errors.Is(err, ErrCouldNotRun). One that also matches ErrNotRunning
+//     says the command never started because the sandbox was not running,
+//     so a caller may start it and try once more (provider/local does);
+//     a sandbox that stops under a command that started is not reported so.
 //   - (Completion, *LimitExceededError): a limit the sandbox was launched
 //     under stopped it (memory, pids, cpu, wall_clock), attributed from the
 //     kernel's own counters. The returned Completion holds the partial output.

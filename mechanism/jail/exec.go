@@ -361,7 +361,7 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		before = g.Stats()
 	}
 	began := time.Now()
-	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true, Collect: true}, [3]*os.File{in, outW, errW})
+	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true}, [3]*os.File{in, outW, errW})
 	inDone()
 	outW.Close()
 	errW.Close()

@@ -36,7 +36,10 @@ type request struct {
 	Env         []string
 	Dir         string
 	KillOnClose bool
-	// Collect: send no started reply, only the final one (Execute).
+	// Collect: send no started reply, only the final one. Execute does
+	// not use it: a connection lost before the started reply tells it
+	// the command never ran (and a caller may start the sandbox again and
+	// retry), which a lost connection alone does not.
 	Collect bool
 	Signal  int
 	Ping    bool

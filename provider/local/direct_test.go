@@ -95,14 +95,15 @@ func TestDirectSpawn(t *testing.T) {
 	}
 }
 
-// TestDirectSpawnAfterTheSandboxStopped: the direct path does not ask
-// whether the mechanism's sandbox runs; a spawn into one that stopped
-// (recorded so, or its init killed behind the record's back) goes through
-// the supervisor, which starts it again.
+// TestDirectSpawnAfterTheSandboxStopped: the direct paths of Spawn and
+// Exec do not ask whether the mechanism's sandbox runs; a spawn or an exec
+// into one that stopped (recorded so, or its init killed behind the
+// record's back) starts it again, and the command runs once.
 func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, how := range []string{"stopped", "init-killed"} {
-		t.Run(how, func(t *testing.T) {
+	for _, tc := range []struct{ how, op string }{{"stopped", "spawn"}, {"init-killed", "spawn"}, {"stopped", "exec"}, {"init-killed", "exec"}} {
+		how := tc.how
+		t.Run(tc.op+"-"+how, func(t *testing.T) {
 			state := t.TempDir()
 			p, err := New(Config{StateDir: state, MechanismName: "jail", LazySupervisor: true})
 			if err != nil {
@@ -139,6 +140,13 @@ func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 				}
 			}
 			reg := sandbox.NewRegistry(p)
+			if tc.op == "exec" {
+				res, err := reg.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.ExecOptions{})
+				if err != nil || string(res.Output) != "back\n" || res.ExitCode != 0 {
+					t.Fatalf("exec: %+v, %v", res, err)
+				}
+				return
+			}
 			c, err := reg.Spawn(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.SpawnOptions{})
 			if err != nil {
 				t.Fatal(err)

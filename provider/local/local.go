@@ -659,18 +659,17 @@ func (p *Provider) ensureRunning(ctx context.Context, r *record, dir string) err
 	return nil
 }
 
-// ensureExecutable is ensureRunning for Exec: a lazily created sandbox
-// whose mechanism sandbox runs, with no supervisor and not suspended, needs
-// nothing more.
-func (p *Provider) ensureExecutable(ctx context.Context, r *record, m mechanism.Mechanism, dir string) error {
-	if r.Lazy {
-		if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); errors.Is(err, os.ErrNotExist) {
-			if st, err := m.Status(ctx, r.InstanceID); err == nil && st == mechanism.StatusRunning {
-				return nil
-			}
-		}
+// execDirect reports whether Exec may go straight to the mechanism: a
+// lazily created sandbox that is not suspended. Its mechanism sandbox
+// usually runs; when it does not, Execute says so (ErrNotRunning, before
+// anything starts) and exec starts it, as Spawn does: no Status round
+// trip to the init on every command.
+func execDirect(r *record, dir string) bool {
+	if !r.Lazy {
+		return false
 	}
-	return p.ensureRunning(ctx, r, dir)
+	_, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // supErr maps a supervisor client error into the taxonomy.
@@ -1018,8 +1017,11 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	if err != nil {
 		return sandbox.ExecResult{}, mechErr("exec", err)
 	}
-	if err := p.ensureExecutable(ctx, r, m, dir); err != nil {
-		return sandbox.ExecResult{}, err
+	direct := execDirect(r, dir)
+	if !direct {
+		if err := p.ensureRunning(ctx, r, dir); err != nil {
+			return sandbox.ExecResult{}, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -1043,6 +1045,14 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	go func() {
 		defer close(done)
 		comp, err := m.Execute(ctx, r.InstanceID, argv, eo)
+		if direct && errors.Is(err, mechanism.ErrNotRunning) {
+			// Nothing ran: start the sandbox and try once more.
+			if err := p.ensureRunning(ctx, r, dir); err != nil {
+				stream.Fail(err)
+				return
+			}
+			comp, err = m.Execute(ctx, r.InstanceID, argv, eo)
+		}
 		var le *mechanism.LimitExceededError
 		switch {
 		case err == nil:
