@@ -29,3 +29,17 @@ func SetOrphanAge(t interface{ Cleanup(func()) }, d time.Duration) {
 
 // CgroupName is the name of the cgroups of sandbox id of j.
 func CgroupName(j *Jail, id string) string { return cgroupPrefix + j.hash + "-" + id }
+
+// SetOrphanScope limits the cgroups SweepOrphans looks at to names until t
+// ends (a sweep of other tests' cgroups, in flight, would hurt them).
+func SetOrphanScope(t interface{ Cleanup(func()) }, names ...string) {
+	orphanScope = func(n string) bool {
+		for _, m := range names {
+			if n == m {
+				return true
+			}
+		}
+		return false
+	}
+	t.Cleanup(func() { orphanScope = nil })
+}

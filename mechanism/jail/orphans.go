@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
 )
@@ -22,6 +23,10 @@ import (
 // start in flight makes its cgroups and its control socket moments before
 // it puts the init in the one and listens on the other.
 var orphanAge = time.Minute
+
+// orphanScope, when set (by tests), limits the cgroups SweepOrphans looks
+// at to the names it accepts.
+var orphanScope func(name string) bool
 
 // cgroupPrefix begins the name of every jail sandbox's cgroups; the
 // jail's hash and the sandbox id follow (launch).
@@ -92,7 +97,8 @@ func (j *Jail) sweepCgroups(ctx context.Context, l *cgroups.Layout) ([]string, e
 		}
 		for _, e := range ents {
 			name := e.Name()
-			if !e.IsDir() || !strings.HasPrefix(name, cgroupPrefix) || done[name] {
+			if !e.IsDir() || !strings.HasPrefix(name, cgroupPrefix) || done[name] ||
+				(orphanScope != nil && !orphanScope(name)) {
 				continue
 			}
 			path := filepath.Join(parent, name)
@@ -100,7 +106,16 @@ func (j *Jail) sweepCgroups(ctx context.Context, l *cgroups.Layout) ([]string, e
 				continue
 			}
 			if id, ok := strings.CutPrefix(name, mine); ok && mechanism.ValidateID(id) == nil {
+				// Under the lock Provision takes: no sandbox of this id
+				// can be made (and started, into a cgroup of this name)
+				// between the look and the kill.
+				unlock, err := flock.Lock(ctx, j.cfg.StateDir)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
 				if _, err := os.Lstat(j.dir(id)); !errors.Is(err, fs.ErrNotExist) {
+					unlock()
 					continue // its sandbox's own cleanup takes it
 				}
 				done[name] = true
@@ -112,7 +127,9 @@ func (j *Jail) sweepCgroups(ctx context.Context, l *cgroups.Layout) ([]string, e
 					}
 				}
 				g.Kill()
-				if err := g.Remove(ctx); err != nil {
+				err = g.Remove(ctx)
+				unlock()
+				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -140,6 +157,7 @@ func sweepSockets(dir string) ([]string, error) {
 		return nil, err
 	}
 	var removed []string
+	var errs []error
 	for _, e := range ents {
 		if e.Type() != fs.ModeSocket || !socketName.MatchString(e.Name()) {
 			continue
@@ -148,11 +166,13 @@ func sweepSockets(dir string) ([]string, error) {
 		if !old(path) || !refused(path) {
 			continue
 		}
-		if err := os.Remove(path); err == nil {
+		if err := unix.Unlink(path); err == nil {
 			removed = append(removed, path)
+		} else if err != unix.ENOENT {
+			errs = append(errs, &fs.PathError{Op: "unlink", Path: path, Err: err})
 		}
 	}
-	return removed, nil
+	return removed, errors.Join(errs...)
 }
 
 // refused reports whether a connection to the socket at path is refused:

@@ -103,7 +103,8 @@ func TestSweepOrphans(t *testing.T) {
 
 	ours := []string{filepath.Join(parent, mine), filepath.Join(parent, foreignEmpty), dead,
 		filepath.Join(parent, foreignBusy), filepath.Join(parent, unrelated), listening, misnamed, regular, link, outside}
-	// Young: none of them goes (the host's own old orphans may).
+	jail.SetOrphanScope(t, mine, foreignEmpty, foreignBusy, unrelated, jail.CgroupName(j, "live"))
+	// Young: none of them goes.
 	removed, err := j.SweepOrphans(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,9 @@ func TestSweepOrphans(t *testing.T) {
 		if slices.Contains(ours, p) || filepath.Base(p) == mine {
 			t.Fatalf("a sweep of leftovers younger than a minute removed %s", p)
 		}
+	}
+	if err := mineProc.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("a sweep of leftovers younger than a minute killed the orphan's process: %v", err)
 	}
 
 	jail.SetOrphanAge(t, 0)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/internal/testenv"
@@ -969,5 +970,25 @@ func TestSweepOrphansEveryInterval(t *testing.T) {
 	open()
 	if n := m.calls.Load(); n != 2 {
 		t.Fatalf("%d sweeps after the stamp was renewed, want 2", n)
+	}
+	// A stamp replaced by an old symlink is neither followed (no file is
+	// made where it points) nor swept for on every command.
+	target := filepath.Join(t.TempDir(), "made-by-root")
+	if err := os.Remove(stamp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, stamp); err != nil {
+		t.Fatal(err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(then.UnixNano()), unix.NsecToTimespec(then.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, stamp, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stamp's symlink was followed: %v", err)
+	}
+	if n := m.calls.Load(); n != 2 {
+		t.Fatalf("%d sweeps with a symlinked stamp, want 2", n)
 	}
 }

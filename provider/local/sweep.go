@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
@@ -173,26 +176,34 @@ func (e *recordError) Unwrap() error { return e.err }
 // every command.
 const orphanInterval = 10 * time.Minute
 
-// sweepOrphans runs the mechanism's orphan sweep when the stamp in tmp is
-// older than orphanInterval (or missing), and renews the stamp first: two
-// processes racing both sweep, which is harmless.
+// sweepOrphans runs the mechanism's orphan sweep, for two seconds at
+// most, when the stamp in tmp is older than orphanInterval (or missing, or
+// dated in the future), once it has renewed the stamp: two processes
+// racing both sweep, which is harmless. A stamp it cannot renew (not a
+// regular file of ours) means no sweep, rather than one on every command.
 func (p *Provider) sweepOrphans(ctx context.Context) {
 	s, ok := p.mech.(mechanism.OrphanSweeper)
 	if !ok {
 		return
 	}
 	stamp := filepath.Join(p.state, "tmp", "orphans-swept")
-	if st, err := os.Lstat(stamp); err == nil && time.Since(st.ModTime()) < orphanInterval {
+	if st, err := os.Lstat(stamp); err == nil {
+		if age := time.Since(st.ModTime()); age >= 0 && age < orphanInterval {
+			return
+		}
+	}
+	f, err := os.OpenFile(stamp, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return
 	}
 	now := time.Now()
-	if err := os.Chtimes(stamp, now, now); errors.Is(err, fs.ErrNotExist) {
-		f, err := os.OpenFile(stamp, os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
-			return // an unwritable state directory: New reports it
-		}
-		f.Close()
+	err = unix.Futimes(int(f.Fd()), []unix.Timeval{unix.NsecToTimeval(now.UnixNano()), unix.NsecToTimeval(now.UnixNano())})
+	f.Close()
+	if err != nil {
+		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	removed, err := s.SweepOrphans(ctx)
 	for _, r := range removed {
 		p.log.Info("removed what a sandbox whose state is gone left on the host", "path", r)
