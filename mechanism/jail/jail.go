@@ -105,8 +105,16 @@ func New(cfg Config) (*Jail, error) {
 	if err := os.Mkdir(filepath.Join(cfg.StateDir, ".root"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(cfg.StateDir))
-	j := &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:4]), reaps: map[string]chan struct{}{}}
+	// The cgroups' names carry the state directory's identity, path and
+	// inode: the same path in another mount namespace (a container's
+	// /var/lib/managoat) is another jail, whose sandboxes SweepOrphans
+	// must not take for its own.
+	var sd unix.Stat_t
+	if err := unix.Stat(cfg.StateDir, &sd); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d:%d", cfg.StateDir, sd.Dev, sd.Ino))
+	j := &Jail{cfg: cfg, rootless: os.Geteuid() != 0, hash: hex.EncodeToString(sum[:6]), reaps: map[string]chan struct{}{}}
 	if !j.rootless {
 		j.tmpl.dir = cfg.TemplateDir
 	}
@@ -475,7 +483,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	limited := lim != cgroups.Limits{}
 	var g *cgroups.Group
 	if l, lerr := mechanism.CgroupLayout(); lerr == nil && l.Mode != cgroups.ModeNone {
-		name := "managoat-jail-" + j.hash + "-" + st.ID
+		name := cgroupPrefix + j.hash + "-" + st.ID
 		stale := l.OpenFor(name, lim)
 		if stale.Exists() {
 			stale.Kill()

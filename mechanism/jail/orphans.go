@@ -41,8 +41,9 @@ var socketName = regexp.MustCompile(`^[0-9a-f]{16}\.sock$`)
 // every sandbox whose state is still there, but nothing else finds these.
 // It returns the paths it removed.
 //
-//   - A cgroup of this Jail (named for its state directory) whose sandbox
-//     has no state: its processes are killed and the cgroup removed.
+//   - A cgroup of this Jail (named for its state directory's path and
+//     inode) whose sandbox has no state: its processes are killed and the
+//     cgroup removed, under the lock Provision takes.
 //   - An empty cgroup of any jail, sibling of the ones this process would
 //     make: the kernel refuses to remove a cgroup that has processes or
 //     children, so a running sandbox's cannot go, whichever state
@@ -163,16 +164,74 @@ func sweepSockets(dir string) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		if !old(path) || !refused(path) {
+		id, ok := socketID(path)
+		if !ok || !old(path) || !refused(path) {
 			continue
 		}
-		if err := unix.Unlink(path); err == nil {
+		if gone, err := removeDeadSocket(dir, path, id); err != nil {
+			errs = append(errs, err)
+		} else if gone {
 			removed = append(removed, path)
-		} else if err != unix.ENOENT {
-			errs = append(errs, &fs.PathError{Op: "unlink", Path: path, Err: err})
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// removeDeadSocket removes the socket at path, judged dead as st, unless a
+// start replaced it meanwhile (its init removes the old socket and binds a
+// new one at the same path): the socket is first moved to a private name,
+// where it is checked to be the one judged and still refusing; a newer one
+// is moved back, and gone is false. What is left is a start caught between
+// its bind and its listen (two consecutive system calls) whose new socket
+// has the inode number and birth time of the dead one, the file system
+// having reused both: that sandbox loses its control socket until its next
+// start.
+func removeDeadSocket(dir, path string, judged fileIdentity) (gone bool, err error) {
+	aside := filepath.Join(dir, ".sweep-"+randHex())
+	if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE); err != nil {
+		if err == unix.ENOENT {
+			return false, nil // removed meanwhile
+		}
+		return false, &fs.PathError{Op: "rename", Path: path, Err: err}
+	}
+	if now, ok := socketID(aside); ok && now == judged && refused(aside) {
+		if err := unix.Unlink(aside); err != nil {
+			return false, &fs.PathError{Op: "unlink", Path: aside, Err: err}
+		}
+		return true, nil
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, aside, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE); err != nil {
+		// An even newer socket took the name: the one set aside is stale.
+		_ = unix.Unlink(aside)
+	}
+	return false, nil
+}
+
+// fileIdentity tells a file from one made later at the same path: its
+// device, inode number and birth time (an inode number freed by a removal
+// is soon given to the next file).
+type fileIdentity struct {
+	dev, ino   uint64
+	btime      int64
+	btimeNsec  uint32
+	btimeKnown bool
+}
+
+// socketID is the identity of the socket at path (not followed); ok is
+// false for anything else.
+func socketID(path string) (id fileIdentity, ok bool) {
+	var sx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_BTIME, &sx); err != nil {
+		return id, false
+	}
+	if sx.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return id, false
+	}
+	id = fileIdentity{dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor), ino: sx.Ino}
+	if sx.Mask&unix.STATX_BTIME != 0 {
+		id.btime, id.btimeNsec, id.btimeKnown = sx.Btime.Sec, sx.Btime.Nsec, true
+	}
+	return id, true
 }
 
 // refused reports whether a connection to the socket at path is refused:
