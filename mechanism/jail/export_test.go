@@ -1,6 +1,11 @@
 package jail
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // InitEnv selects the init (initEnv).
 const InitEnv = initEnv
@@ -42,4 +47,25 @@ func SetOrphanScope(t interface{ Cleanup(func()) }, names ...string) {
 		return false
 	}
 	t.Cleanup(func() { orphanScope = nil })
+}
+
+// BindTestSocket makes a unix seqpacket socket bound at path, listening
+// when listen, and returns its descriptor (a control socket's kind).
+func BindTestSocket(t testing.TB, path string, listen bool) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	if listen {
+		if err := unix.Listen(fd, 4); err != nil {
+			unix.Close(fd)
+			t.Fatal(err)
+		}
+	}
+	return fd
 }

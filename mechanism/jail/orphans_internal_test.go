@@ -15,22 +15,7 @@ import (
 func TestRemoveDeadSocketLeavesAReplacement(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "00000000000000aa.sock")
-	bind := func(listen bool) int {
-		t.Helper()
-		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
-			t.Fatal(err)
-		}
-		if listen {
-			if err := unix.Listen(fd, 4); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return fd
-	}
+	bind := func(listen bool) int { return BindTestSocket(t, path, listen) }
 	unix.Close(bind(false))
 	dead, ok := socketID(path)
 	if !ok {

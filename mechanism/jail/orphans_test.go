@@ -151,23 +151,15 @@ func TestSweepOrphans(t *testing.T) {
 	}
 }
 
-// bindUnix makes a unix socket at path that listens, or is bound and
-// closed (a dead socket, as an init killed without a Destroy leaves).
+// bindUnix makes a unix socket at path that listens until t ends, or is
+// bound and closed (a dead socket, as an init killed without a Destroy
+// leaves).
 func bindUnix(t *testing.T, path string, listen bool) {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
-		t.Fatal(err)
-	}
+	fd := jail.BindTestSocket(t, path, listen)
 	if !listen {
 		unix.Close(fd)
 		return
-	}
-	if err := unix.Listen(fd, 4); err != nil {
-		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 }
