@@ -93,9 +93,9 @@
 // and a seccomp deny-list in the shape of a container runtime's default
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
 // swap, reboot, perf, ...; clone with namespace flags is EPERM, clone3 is
-// ENOSYS, and a system call of another architecture, such as i386's
-// int $0x80 on x86-64, kills the process: 32-bit x86 programs do not run
-// in a jail; the OCI mechanisms' profile translates the list for them).
+// ENOSYS; on x86-64 the same rules hold for i386's system calls, made
+// through int $0x80 by 32-bit programs, and a system call of any other
+// architecture kills the process).
 // The init then stays pid 1 of the sandbox, reaps orphans and
 // starts commands on request over a unixpacket control socket; every
 // command inherits that state. Commands run as uid:gid 1000:1000

@@ -24,6 +24,12 @@ var amd64Only = []string{
 	"uselib", "ustat", "sysfs", "iopl", "ioperm", "modify_ldt",
 }
 
+// I386Extra are i386 system calls without an x86-64 namesake that do what
+// a denied one does (the 64-bit-time clock setters, stime), or that
+// Docker's default profile never allows (vm86): the jail's filter denies
+// them when it translates the list for i386.
+var I386Extra = []string{"clock_settime64", "clock_adjtime64", "stime", "vm86", "vm86old"}
+
 // Syscalls returns the denied syscall names for goarch (runtime.GOARCH).
 func Syscalls(goarch string) []string {
 	out := append([]string(nil), common...)

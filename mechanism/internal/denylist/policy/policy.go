@@ -1,5 +1,6 @@
 // Package policy states managoat's seccomp filters as go-seccomp-bpf
-// policies, and assembles them.
+// policies, and assembles them, on x86-64 with a translation of each for
+// i386's system calls (Assemble) that the library does not make.
 //
 // Only the generator and the tests of package seccompbpf import it on
 // x86-64, where the assembled programs are generated into the source:
@@ -56,16 +57,18 @@ func FilterExec() seccomp.Policy {
 	}
 }
 
-// Assemble assembles p for this process's architecture (go-seccomp-bpf
-// assembles for no other), behind a guard that kills the process on a
-// system call of any other architecture.
+// Assemble assembles p for this process's architecture, behind a guard on
+// the architecture of each system call. On x86-64 the policy is also
+// translated for i386 (compat386), whose calls a process makes through
+// int $0x80 when the kernel has IA32 emulation; a call of any other
+// architecture kills the process, as libseccomp does by default for one a
+// filter does not list. (The x32 ABI shares x86-64's architecture value;
+// go-seccomp-bpf's program answers it ENOSYS.)
 //
-// go-seccomp-bpf answers a call of another architecture with the policy's
-// default action, here allow: on x86-64 a process could make the i386
-// calls (int $0x80, with IA32 emulation on) that the deny-list refuses in
-// their x86-64 form (unshare, keyctl, ptrace, personality...). The rules
-// know only this architecture's numbers, so a call of another one is
-// refused outright, as libseccomp does by default.
+// go-seccomp-bpf assembles for the running architecture only, and answers
+// a call of another one with the policy's default action, here allow: an
+// i386 unshare, keyctl, ptrace or personality would pass the x86-64
+// rules. Hence the guard, and the translation written here.
 func Assemble(p seccomp.Policy) ([]unix.SockFilter, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
@@ -75,17 +78,108 @@ func Assemble(p seccomp.Policy) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assemble seccomp policy: %w", err)
 	}
-	raw, err := bpf.Assemble(insts)
+	var compat []bpf.Instruction
+	if info.ID == arch.X86_64.ID {
+		if compat, err = compat386(p); err != nil {
+			return nil, fmt.Errorf("assemble seccomp policy for i386: %w", err)
+		}
+	}
+	// ld arch; native: on to go-seccomp-bpf's program; i386: its section;
+	// anything else: kill.
+	guard := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: archOffset, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: uint8(len(compat) + 2)},
+	}
+	if len(compat)+2 > 255 {
+		return nil, fmt.Errorf("assemble seccomp policy: the i386 section is too long (%d instructions)", len(compat))
+	}
+	if compat != nil {
+		guard = append(guard, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(arch.I386.ID), SkipFalse: uint8(len(compat))})
+	} else {
+		guard = append(guard, bpf.Jump{Skip: 0})
+	}
+	all := append(guard, compat...)
+	all = append(all, bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS})
+	all = append(all, insts...)
+	raw, err := bpf.Assemble(all)
 	if err != nil {
 		return nil, fmt.Errorf("assemble seccomp BPF: %w", err)
 	}
-	prog := []unix.SockFilter{
-		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4}, // seccomp_data.arch
-		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, K: uint32(info.ID)},
-		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_KILL_PROCESS},
-	}
-	for _, r := range raw {
-		prog = append(prog, unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K})
+	prog := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	return prog, nil
+}
+
+// Offsets in struct seccomp_data: nr, arch, instruction_pointer, args.
+const (
+	nrOffset   = 0
+	archOffset = 4
+	argsOffset = 16
+)
+
+// compat386 is p for i386 system calls: denylist.I386Extra refused
+// (EPERM) first, then each rule by name, with the syscall's i386 number
+// (a name i386 lacks is skipped, as libseccomp does), in the policy's
+// order, then the default action. Conditions are
+// supported as the policies use them: bits set in argument 0, read as the
+// 32 bits an i386 call passes. The section ends in a return on every path.
+func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
+	ret := func(a seccomp.Action) bpf.Instruction {
+		if a == seccomp.ActionErrno {
+			a |= seccomp.Action(unix.EPERM) // as go-seccomp-bpf returns it
+		}
+		return bpf.RetConstant{Val: uint32(a)}
+	}
+	out := []bpf.Instruction{bpf.LoadAbsolute{Off: nrOffset, Size: 4}}
+	seen := map[int]bool{}
+	groups := append([]seccomp.SyscallGroup{{Action: seccomp.ActionErrno, Names: denylist.I386Extra}}, p.Syscalls...)
+	for _, g := range groups {
+		for _, name := range g.Names {
+			nr, ok := arch.I386.SyscallNames[name]
+			if !ok || seen[nr] {
+				continue
+			}
+			seen[nr] = true
+			out = append(out,
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1},
+				ret(g.Action))
+		}
+		// Rules on one name are alternatives: any of their masks. Each
+		// rule has one condition, bits set in argument 0 (any of them,
+		// as go-seccomp-bpf reads BitsSet).
+		var order []string
+		masks := map[string]uint64{}
+		for _, nc := range g.NamesWithCondtions {
+			if len(nc.Conditions) != 1 {
+				return nil, fmt.Errorf("%s: one condition per rule is translated (got %d)", nc.Name, len(nc.Conditions))
+			}
+			c := nc.Conditions[0]
+			if c.Argument != 0 || c.Operation != seccomp.BitsSet || c.Value == 0 || c.Value>>32 != 0 {
+				return nil, fmt.Errorf("%s: only bits set in argument 0 are translated (got %+v)", nc.Name, c)
+			}
+			if _, ok := masks[nc.Name]; !ok {
+				order = append(order, nc.Name)
+			}
+			masks[nc.Name] |= c.Value
+		}
+		for _, name := range order {
+			nr, ok := arch.I386.SyscallNames[name]
+			if !ok || seen[nr] {
+				continue
+			}
+			seen[nr] = true
+			// Not this syscall: skip the four below. Else the action when
+			// a bit of the mask is set in argument 0, the default
+			// otherwise (decided here: A no longer holds the number).
+			out = append(out,
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 4},
+				bpf.LoadAbsolute{Off: argsOffset, Size: 4},
+				bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: uint32(masks[name]), SkipFalse: 1},
+				ret(g.Action),
+				ret(p.DefaultAction))
+		}
+	}
+	return append(out, ret(p.DefaultAction)), nil
 }
