@@ -25,10 +25,14 @@ var amd64Only = []string{
 }
 
 // I386Extra are i386 system calls without an x86-64 namesake that do what
-// a denied one does (the 64-bit-time clock setters, stime), or that
-// Docker's default profile never allows (vm86): the jail's filter denies
-// them when it translates the list for i386.
-var I386Extra = []string{"clock_settime64", "clock_adjtime64", "stime", "vm86", "vm86old"}
+// a denied one does (umount is umount2 without flags; the 64-bit-time
+// clock setters and stime set the clock), or that Docker's default
+// profile never allows (vm86): the jail's filter denies them when it
+// translates the list for i386.
+var I386Extra = []string{"umount", "clock_settime64", "clock_adjtime64", "stime", "vm86", "vm86old"}
+
+// NotOnI386 are the denied names i386 has no system call for.
+var NotOnI386 = []string{"kexec_file_load"}
 
 // Syscalls returns the denied syscall names for goarch (runtime.GOARCH).
 func Syscalls(goarch string) []string {

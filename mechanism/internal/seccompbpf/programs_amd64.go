@@ -6,9 +6,11 @@ import "golang.org/x/sys/unix"
 
 var jailAMD64 = []unix.SockFilter{
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
-	{Code: 0x0015, Jt: 135, Jf: 0, K: 0xc000003e},
-	{Code: 0x0015, Jt: 0, Jf: 133, K: 0x40000003},
+	{Code: 0x0015, Jt: 137, Jf: 0, K: 0xc000003e},
+	{Code: 0x0015, Jt: 0, Jf: 135, K: 0x40000003},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0},
+	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x16},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x194},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x195},
@@ -219,9 +221,11 @@ var jailAMD64 = []unix.SockFilter{
 
 var filterExecAMD64 = []unix.SockFilter{
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
-	{Code: 0x0015, Jt: 135, Jf: 0, K: 0xc000003e},
-	{Code: 0x0015, Jt: 0, Jf: 133, K: 0x40000003},
+	{Code: 0x0015, Jt: 137, Jf: 0, K: 0xc000003e},
+	{Code: 0x0015, Jt: 0, Jf: 135, K: 0x40000003},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x0},
+	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x16},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x194},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x195},

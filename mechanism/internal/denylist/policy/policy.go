@@ -12,6 +12,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -120,11 +121,16 @@ const (
 )
 
 // compat386 is p for i386 system calls: denylist.I386Extra refused
-// (EPERM) first, then each rule by name, with the syscall's i386 number
-// (a name i386 lacks is skipped, as libseccomp does), in the policy's
-// order, then the default action. Conditions are
-// supported as the policies use them: bits set in argument 0, read as the
-// 32 bits an i386 call passes. The section ends in a return on every path.
+// (EPERM) first, then each rule by name, with the syscall's i386 number,
+// in the policy's order, then the default action. Conditions are
+// translated as the policies use them: bits set in argument 0, read as
+// the 32 bits an i386 call passes. The section ends in a return on every
+// path.
+//
+// It refuses what it cannot translate faithfully rather than guess: a
+// name i386 lacks (but denylist.NotOnI386), a name in two groups or with
+// both plain and conditional rules (go-seccomp-bpf would fall through
+// from one to the other), a condition of another kind.
 func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
 	ret := func(a seccomp.Action) bpf.Instruction {
 		if a == seccomp.ActionErrno {
@@ -132,19 +138,40 @@ func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
 		}
 		return bpf.RetConstant{Val: uint32(a)}
 	}
+	number := func(name string) (int, bool, error) {
+		nr, ok := arch.I386.SyscallNames[name]
+		if !ok {
+			if slices.Contains(denylist.NotOnI386, name) {
+				return 0, false, nil
+			}
+			return 0, false, fmt.Errorf("%s: no such i386 system call", name)
+		}
+		return nr, true, nil
+	}
 	out := []bpf.Instruction{bpf.LoadAbsolute{Off: nrOffset, Size: 4}}
-	seen := map[int]bool{}
+	seen := map[string]bool{}
+	claim := func(name string) error {
+		if seen[name] {
+			return fmt.Errorf("%s: in more than one rule group", name)
+		}
+		seen[name] = true
+		return nil
+	}
 	groups := append([]seccomp.SyscallGroup{{Action: seccomp.ActionErrno, Names: denylist.I386Extra}}, p.Syscalls...)
 	for _, g := range groups {
 		for _, name := range g.Names {
-			nr, ok := arch.I386.SyscallNames[name]
-			if !ok || seen[nr] {
-				continue
+			if err := claim(name); err != nil {
+				return nil, err
 			}
-			seen[nr] = true
-			out = append(out,
-				bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1},
-				ret(g.Action))
+			nr, ok, err := number(name)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out,
+					bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1},
+					ret(g.Action))
+			}
 		}
 		// Rules on one name are alternatives: any of their masks. Each
 		// rule has one condition, bits set in argument 0 (any of them,
@@ -160,16 +187,21 @@ func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
 				return nil, fmt.Errorf("%s: only bits set in argument 0 are translated (got %+v)", nc.Name, c)
 			}
 			if _, ok := masks[nc.Name]; !ok {
+				if err := claim(nc.Name); err != nil {
+					return nil, err
+				}
 				order = append(order, nc.Name)
 			}
 			masks[nc.Name] |= c.Value
 		}
 		for _, name := range order {
-			nr, ok := arch.I386.SyscallNames[name]
-			if !ok || seen[nr] {
+			nr, ok, err := number(name)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
 				continue
 			}
-			seen[nr] = true
 			// Not this syscall: skip the four below. Else the action when
 			// a bit of the mask is set in argument 0, the default
 			// otherwise (decided here: A no longer holds the number).
