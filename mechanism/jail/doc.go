@@ -92,7 +92,7 @@
 // /dev/shm and the harmless devices (and scoping abstract unix sockets),
 // and a seccomp deny-list in the shape of a container runtime's default
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
-// swap, reboot, perf, ...; clone with namespace flags is EPERM, clone3 is
+// swap, reboot, perf, io_uring, ...; clone with namespace flags is EPERM, clone3 is
 // ENOSYS; on x86-64 the same rules hold for i386's system calls, made
 // through int $0x80 by 32-bit programs, and a system call of any other
 // architecture kills the process).

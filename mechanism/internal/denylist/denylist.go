@@ -3,8 +3,8 @@
 // syscalls of a container runtime's default profile (Docker/containerd
 // without extra capabilities) that a workload never gets — mounts,
 // tracing, kexec, bpf, keyrings, kernel modules, clocks, swap, reboot,
-// namespaces, perf, handle-based opens, userfaultfd, and obsolete or
-// dangerous interfaces.
+// namespaces, perf, handle-based opens, userfaultfd, io_uring, and
+// obsolete or dangerous interfaces.
 package denylist
 
 var common = []string{
@@ -17,6 +17,9 @@ var common = []string{
 	"swapoff", "swapon", "syslog", "umount2", "unshare", "userfaultfd",
 	"vhangup", "lookup_dcookie", "adjtimex", "personality", "pidfd_getfd",
 	"fanotify_init", "process_madvise", "setdomainname", "sethostname",
+	// open_tree with mount_setattr in one call; quotactl by descriptor;
+	// io_uring, which Docker's default refuses since v25.
+	"open_tree_attr", "quotactl_fd", "io_uring_setup", "io_uring_enter", "io_uring_register",
 }
 
 var amd64Only = []string{

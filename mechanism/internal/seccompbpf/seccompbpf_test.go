@@ -85,6 +85,7 @@ func TestJailProgramFilters(t *testing.T) {
 	want := `unshare: operation not permitted
 mount: operation not permitted
 clone3: function not implemented
+io_uring_setup: operation not permitted
 getpid: allowed
 x32 getpid: function not implemented
 i386 getpid: allowed
@@ -131,6 +132,8 @@ func filteredChild() int {
 	say("mount", unix.Mount("none", "/nonexistent", "tmpfs", 0, ""))
 	_, _, e = unix.Syscall(unix.SYS_CLONE3, 0, 0, 0)
 	say("clone3", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_IO_URING_SETUP, 0, 0, 0) // EINVAL unfiltered
+	say("io_uring_setup", errnoErr(e))
 	_, _, e = unix.Syscall(unix.SYS_GETPID, 0, 0, 0)
 	say("getpid", errnoErr(e))
 	_, _, e = unix.Syscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
