@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -389,15 +390,17 @@ func buildTreeShared(cfg launchConfig) error {
 		binds = append(binds, [2]string{src, dst})
 	}
 	// Mount points of the writable mounts, /dev and /proc; /var/tmp, /run.
-	home := r + mechanism.Home
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		return err
-	}
-	if err := os.Mkdir(r+"/tmp", 0o1777); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(r+"/var", 0o755); err != nil {
-		return err
+	// Each level with Mkdir, never MkdirAll: were r removed on the host
+	// meanwhile (its tmpfs detached with it), MkdirAll would make r again
+	// on the host's file system, and the tree there.
+	for _, d := range []string{path.Dir(mechanism.Home), mechanism.Home, "/tmp", "/var"} {
+		mode := os.FileMode(0o755)
+		if d == "/tmp" {
+			mode = 0o1777
+		}
+		if err := os.Mkdir(r+d, mode); err != nil {
+			return err
+		}
 	}
 	if err := os.Symlink("/tmp", r+"/var/tmp"); err != nil {
 		return err
