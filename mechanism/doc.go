@@ -23,8 +23,9 @@
 //     running, binary missing). Never reported as an exit status. Match with
 //     errors.Is(err, ErrCouldNotRun). One that also matches ErrNotRunning
 //     says the command never started because the sandbox was not running,
-//     so a caller may start it and try once more (provider/local does);
-//     a sandbox that stops under a command that started is not reported so.
+//     so a caller may start it and try once more (provider/local does).
+//     A sandbox that stopped under a command that started, or may have,
+//     is ErrInterrupted instead: never to be retried blindly.
 //   - (Completion, *LimitExceededError): a limit the sandbox was launched
 //     under stopped it (memory, pids, cpu, wall_clock), attributed from the
 //     kernel's own counters. The returned Completion holds the partial output.

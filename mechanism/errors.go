@@ -11,6 +11,7 @@ var (
 	ErrNotFound              = errors.New("mechanism: sandbox not found")
 	ErrExists                = errors.New("mechanism: sandbox exists with a different spec")
 	ErrNotRunning            = errors.New("mechanism: sandbox not running")
+	ErrInterrupted           = errors.New("mechanism: sandbox stopped under the command")
 	ErrInvalid               = errors.New("mechanism: invalid input")
 	ErrNotSupported          = errors.New("mechanism: not supported")
 	ErrCouldNotRun           = errors.New("mechanism: could not run")

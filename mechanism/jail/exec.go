@@ -100,22 +100,35 @@ type rproc struct {
 }
 
 // spawn asks the init of st to start req with files as stdin, stdout, stderr.
-// endedErr is err, a failure to talk to st's init on a connection it
-// accepted, marked ErrNotRunning when the init was on its way out: the
-// connection was closed (EOF, ECONNRESET, EPIPE) and the init is gone or
-// exiting (PF_EXITING: an init closes its descriptors, then, as pid 1,
-// waits for the rest of its namespace to die before it is a zombie). A
-// live init closes connections too, when too many wait: that is no reason
-// to start the sandbox again.
+// It reports ErrNotRunning only when the command surely did not start:
+// the socket refuses the connection, the init is dying before the request
+// is sent (a dying init still accepts connections it will never serve),
+// or the request could not be sent to a dying init. A connection lost
+// after the request went is ErrInterrupted when the init died: the
+// command may have started, and must not be started again.
+//
+// endedErr is err, a failure to send to st's init, marked ErrNotRunning
+// when the connection was closed (EOF, ECONNRESET, EPIPE) by an init on
+// its way out. A live init closes connections too, when too many wait:
+// that is no reason to start the sandbox again.
 func endedErr(st *state, err error) error {
-	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
-		return err
-	}
-	start, state, flags := procStat(st.InitPid)
-	if start == 0 || start != st.InitStart || state == 'Z' || state == 'X' || flags&pfExiting != 0 {
+	if closedErr(err) && dying(st) {
 		return errors.Join(mechanism.ErrNotRunning, err)
 	}
 	return err
+}
+
+// lostErr is err, a connection to st's init lost after the request was
+// sent, marked ErrInterrupted when the init is dying.
+func lostErr(st *state, err error) error {
+	if closedErr(err) && dying(st) {
+		return errors.Join(mechanism.ErrInterrupted, err)
+	}
+	return err
+}
+
+func closedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rproc, error) {
@@ -129,6 +142,10 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		return nil, mechanism.CouldNotRun("cannot reach the sandbox's init", err)
 	}
 	conn := c.(*net.UnixConn)
+	if dying(st) {
+		conn.Close()
+		return nil, mechanism.CouldNotRun("the sandbox's init is exiting", mechanism.ErrNotRunning)
+	}
 	b, err := req.marshal()
 	if err != nil {
 		conn.Close()
@@ -165,7 +182,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		_ = conn.SetReadDeadline(time.Time{})
 		if err != nil {
 			conn.Close()
-			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", endedErr(st, err))
+			return nil, mechanism.CouldNotRun("no answer from the sandbox's init", lostErr(st, err))
 		}
 		var r reply
 		if err := r.unmarshal(buf[:n]); err != nil || (!r.Started && r.Error == "") {
@@ -183,7 +200,7 @@ func spawn(ctx context.Context, st *state, req request, files [3]*os.File) (*rpr
 		for {
 			n, err := conn.Read(b)
 			if err != nil {
-				p.exit <- reply{Error: "connection to the sandbox's init lost: " + err.Error()}
+				p.exit <- reply{Error: "connection to the sandbox's init lost: " + err.Error(), lost: closedErr(err)}
 				return
 			}
 			var r reply
@@ -361,7 +378,7 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		before = g.Stats()
 	}
 	began := time.Now()
-	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true}, [3]*os.File{in, outW, errW})
+	p, err := spawn(ctx, st, request{Argv: argv, Env: buildEnv(st.Spec, opts.Env), Dir: dir, KillOnClose: true, Collect: true}, [3]*os.File{in, outW, errW})
 	inDone()
 	outW.Close()
 	errW.Close()
@@ -434,7 +451,11 @@ func (j *Jail) Execute(ctx context.Context, id string, argv []string, opts mecha
 		return c, mechanism.CouldNotRun("canceled while running", ctxErr)
 	}
 	if !r.Exited {
-		return c, mechanism.CouldNotRun(r.Error, nil)
+		var cause error
+		if r.lost && dying(st) {
+			cause = mechanism.ErrInterrupted // started, perhaps: never again
+		}
+		return c, mechanism.CouldNotRun(r.Error, cause)
 	}
 	return c, nil
 }

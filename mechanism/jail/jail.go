@@ -328,32 +328,46 @@ func normSpec(s mechanism.Spec) mechanism.Spec {
 // procStart returns the start time (clock ticks since boot) of pid, or 0,
 // and its state letter.
 func procStart(pid int) (uint64, byte) {
-	start, state, _ := procStat(pid)
+	start, state, _, _ := procStat(pid)
 	return start, state
 }
 
 // pfExiting is the kernel's PF_EXITING: the process has begun to exit.
 const pfExiting = 0x4
 
-// procStat returns pid's start time (0 when it is gone), state letter and
-// flags, from /proc/<pid>/stat.
-func procStat(pid int) (start uint64, state byte, flags uint64) {
+// procStat returns pid's start time (clock ticks since boot; 0 when it is
+// gone), state letter, flags and pending signals (the thread's own set,
+// where a SIGKILL sent to the process is put at once), from
+// /proc/<pid>/stat.
+func procStat(pid int) (start uint64, state byte, flags, pending uint64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, 0, 0
+	if len(f) < 29 {
+		return 0, 0, 0, 0
 	}
 	start, _ = strconv.ParseUint(f[19], 10, 64)
 	flags, _ = strconv.ParseUint(f[6], 10, 64)
-	return start, f[0][0], flags
+	pending, _ = strconv.ParseUint(f[28], 10, 64)
+	return start, f[0][0], flags, pending
+}
+
+// dying reports whether st's init is gone or on its way out: not there
+// (or another process under its number), a zombie, exiting (PF_EXITING:
+// an init closes its descriptors, then, as pid 1, waits for the rest of
+// its namespace to die before it is a zombie), or killed (SIGKILL
+// pending, not yet acted on). A dying init serves no more requests.
+func dying(st *state) bool {
+	start, state, flags, pending := procStat(st.InitPid)
+	return start == 0 || start != st.InitStart || state == 'Z' || state == 'X' ||
+		flags&pfExiting != 0 || pending&(1<<(unix.SIGKILL-1)) != 0
 }
 
 // alive reports whether the recorded init still runs (same pid, same start).

@@ -36,10 +36,7 @@ type request struct {
 	Env         []string
 	Dir         string
 	KillOnClose bool
-	// Collect: send no started reply, only the final one. Execute does
-	// not use it: a connection lost before the started reply tells it
-	// the command never ran (and a caller may start the sandbox again and
-	// retry), which a lost connection alone does not.
+	// Collect: send no started reply, only the final one (Execute).
 	Collect bool
 	Signal  int
 	Ping    bool
@@ -54,6 +51,8 @@ type reply struct {
 	Exited   bool
 	Code     int
 	Sig      int
+
+	lost bool // not on the wire: the connection was lost (rproc's reader)
 }
 
 const (

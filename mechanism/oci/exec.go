@@ -397,9 +397,9 @@ func (m *Mechanism) Execute(ctx context.Context, id string, argv []string, opts 
 		// A sandbox that stopped under the command (Stop, Destroy, a
 		// runtime failure) did not let it finish.
 		if st, err := m.state(context.Background(), id); errors.Is(err, errNoContainer) || (err == nil && st.Status != "running") {
-			// Not ErrNotRunning: the command started, and a retry would
-			// run it twice.
-			return c, mechanism.CouldNotRun("sandbox "+id+" stopped while the command ran", nil)
+			// ErrInterrupted, not ErrNotRunning: the command started, and
+			// a retry would run it twice.
+			return c, mechanism.CouldNotRun("sandbox "+id+" stopped while the command ran", mechanism.ErrInterrupted)
 		}
 	}
 	return c, nil

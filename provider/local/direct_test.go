@@ -110,7 +110,8 @@ func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { destroyAll(p) })
-			ctx := context.Background()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			h, err := p.Create(ctx, "stopped", sandbox.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -140,20 +141,92 @@ func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 				}
 			}
 			reg := sandbox.NewRegistry(p)
+			// The command leaves a mark in the home: it must be there
+			// once, however many attempts it took.
+			cmd := sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ran >> count; echo back"}}
 			if tc.op == "exec" {
-				res, err := reg.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.ExecOptions{})
+				res, err := reg.Exec(ctx, h, cmd, sandbox.ExecOptions{})
 				if err != nil || string(res.Output) != "back\n" || res.ExitCode != 0 {
 					t.Fatalf("exec: %+v, %v", res, err)
 				}
-				return
+			} else {
+				c, err := reg.Spawn(ctx, h, cmd, sandbox.SpawnOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, _, term := events(t, c); out != "back\n" || term.Kind != sandbox.Exit || term.Code != 0 {
+					t.Fatalf("stdout %q terminal %+v", out, term)
+				}
 			}
-			c, err := reg.Spawn(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"back"}}, sandbox.SpawnOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out, _, term := events(t, c); out != "back\n" || term.Kind != sandbox.Exit || term.Code != 0 {
-				t.Fatalf("stdout %q terminal %+v", out, term)
+			res, err := reg.Exec(ctx, h, sandbox.Cmd{Name: "cat", Args: []string{"count"}}, sandbox.ExecOptions{})
+			if err != nil || string(res.Output) != "ran\n" {
+				t.Fatalf("the command's marks: %q, %v; want one", res.Output, err)
 			}
 		})
+	}
+}
+
+// TestExecInterruptedIsNotRetried: an exec whose sandbox dies under the
+// running command fails as unavailable, and is not run again (the direct
+// path retries only a command that never started).
+func TestExecInterruptedIsNotRetried(t *testing.T) {
+	testenv.RequireRoot(t)
+	state := t.TempDir()
+	p, err := New(Config{StateDir: state, MechanismName: "jail", LazySupervisor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := p.Create(ctx, "interrupted", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := p.load(h.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := sandbox.NewRegistry(p)
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := reg.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ran >> count; sleep 60"}}, sandbox.ExecOptions{})
+		done <- result{res, err}
+	}()
+	count := filepath.Join(p.homeDir(r.InstanceID), "count")
+	for {
+		if b, _ := os.ReadFile(count); len(b) > 0 {
+			break
+		}
+		select {
+		case got := <-done:
+			t.Fatalf("exec ended before its mark: %+v", got)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(state, "mech", "jail", r.InstanceID, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		InitPid int `json:"initPid"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.InitPid <= 0 {
+		t.Fatalf("init pid %d: %v", st.InitPid, err)
+	}
+	if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	var ue *sandbox.UnavailableError
+	if !errors.As(got.err, &ue) {
+		t.Fatalf("exec under a killed sandbox: %+v, %v; want unavailable", got.res, got.err)
+	}
+	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
+		t.Fatalf("the command's marks: %q; want one (not run again)", b)
 	}
 }

@@ -1051,6 +1051,9 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 				stream.Fail(err)
 				return
 			}
+			if d, ok := ctx.Deadline(); ok {
+				eo.Timeout = time.Until(d)
+			}
 			comp, err = m.Execute(ctx, r.InstanceID, argv, eo)
 		}
 		var le *mechanism.LimitExceededError
@@ -1067,7 +1070,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			stream.Exit(comp.ExitStatus)
 		case ctx.Err() != nil:
 			stream.Fail(sandbox.ExecTimeout(opts.Timeout))
-		case errors.Is(err, mechanism.ErrNotRunning), errors.Is(err, mechanism.ErrNotFound):
+		case errors.Is(err, mechanism.ErrNotRunning), errors.Is(err, mechanism.ErrNotFound), errors.Is(err, mechanism.ErrInterrupted):
 			stream.Fail(sandbox.Unavailable("not_running", err))
 		case errors.Is(err, mechanism.ErrCouldNotRun):
 			stream.Fail(&sandbox.InvalidError{Reason: "could_not_run", Msg: err.Error()})
