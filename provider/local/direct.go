@@ -85,6 +85,9 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 		if inW != nil {
 			inW.Close()
 		}
+		if errors.Is(err, mechanism.ErrInterrupted) {
+			return nil, sandbox.Unavailable("not_running", err) // started, perhaps: not again
+		}
 		if errors.Is(err, mechanism.ErrCouldNotRun) && !errors.Is(err, mechanism.ErrNotRunning) && !errors.Is(err, mechanism.ErrNotFound) {
 			return nil, sandbox.Invalid("could_not_run", err.Error())
 		}
