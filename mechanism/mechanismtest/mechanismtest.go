@@ -99,6 +99,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"lifecycle", checkLifecycle},
 		{"exit_status_and_streams", checkStreams},
 		{"could_not_run", checkCouldNotRun},
+		{"not_running_means_never_started", checkNotRunning},
 		{"truncation", checkTruncation},
 		{"on_output_64KiB_line", checkLongLine},
 		{"memory", checkMemory},
@@ -298,6 +299,64 @@ func checkCouldNotRun(t *testing.T, k *kit, m mechanism.Mechanism) {
 	}
 	if errors.Is(err, mechanism.ErrLimitExceeded) {
 		t.Errorf("destroyed sandbox reported a limit: %v", err)
+	}
+}
+
+// checkNotRunning: Execute in a stopped sandbox is CouldNotRun and
+// ErrNotRunning (the command never started, a caller may start the sandbox
+// and try again); a command the sandbox stops under, after it started, is
+// never reported so (a retry would run it twice): it ends with a
+// completion, or an error that is not ErrNotRunning (ErrInterrupted, for
+// the mechanisms of this module).
+func checkNotRunning(t *testing.T, k *kit, m mechanism.Mechanism) {
+	id := k.sandbox(t, m, "nr", mechanism.Spec{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := m.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sh(ctx, m, id, "echo ran >> $HOME/marks", mechanism.ExecOptions{})
+	if !errors.Is(err, mechanism.ErrCouldNotRun) || !errors.Is(err, mechanism.ErrNotRunning) || errors.Is(err, mechanism.ErrInterrupted) {
+		t.Errorf("stopped sandbox: completion %+v, err %v; want CouldNotRun and NotRunning", c, err)
+	}
+	if err := m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if c := mustSh(t, m, id, "cat $HOME/marks 2>/dev/null; true"); len(c.Stdout) != 0 {
+		t.Errorf("the command refused in a stopped sandbox ran: marks %q", c.Stdout)
+	}
+	type result struct {
+		c   mechanism.Completion
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sh(ctx, m, id, "echo ran >> $HOME/marks; sleep 60", mechanism.ExecOptions{})
+		done <- result{c, err}
+	}()
+	for {
+		c, err := sh(ctx, m, id, "cat $HOME/marks 2>/dev/null; true", mechanism.ExecOptions{})
+		if err != nil {
+			t.Fatalf("looking for the mark: %v", err)
+		}
+		if len(c.Stdout) > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the command ended before its mark: %+v, %v", r.c, r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := m.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if errors.Is(r.err, mechanism.ErrNotRunning) {
+		t.Errorf("a command the sandbox stopped under: %v; it started, so not NotRunning", r.err)
+	}
+	if r.err == nil && r.c.ExitStatus == 0 && r.c.Signal == 0 {
+		t.Errorf("a command the sandbox stopped under reported success: %+v", r.c)
 	}
 }
 
