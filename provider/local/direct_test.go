@@ -104,41 +104,16 @@ func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 	for _, tc := range []struct{ how, op string }{{"stopped", "spawn"}, {"init-killed", "spawn"}, {"stopped", "exec"}, {"init-killed", "exec"}} {
 		how := tc.how
 		t.Run(tc.op+"-"+how, func(t *testing.T) {
-			state := t.TempDir()
-			p, err := New(Config{StateDir: state, MechanismName: "jail", LazySupervisor: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { destroyAll(p) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			h, err := p.Create(ctx, "stopped", sandbox.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, _, err := p.load(h.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, h, r := lazyJailSandbox(t, ctx, "stopped")
 			switch how {
 			case "stopped":
 				if err := p.mech.Stop(ctx, r.InstanceID); err != nil {
 					t.Fatal(err)
 				}
 			case "init-killed":
-				b, err := os.ReadFile(filepath.Join(state, "mech", "jail", r.InstanceID, "state.json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var st struct {
-					InitPid int `json:"initPid"`
-				}
-				if err := json.Unmarshal(b, &st); err != nil || st.InitPid <= 0 {
-					t.Fatalf("init pid %d: %v", st.InitPid, err)
-				}
-				if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
+				killInit(t, p, r.InstanceID)
 			}
 			reg := sandbox.NewRegistry(p)
 			// The command leaves a mark in the home: it must be there
@@ -171,22 +146,9 @@ func TestDirectSpawnAfterTheSandboxStopped(t *testing.T) {
 // path retries only a command that never started).
 func TestExecInterruptedIsNotRetried(t *testing.T) {
 	testenv.RequireRoot(t)
-	state := t.TempDir()
-	p, err := New(Config{StateDir: state, MechanismName: "jail", LazySupervisor: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyAll(p) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h, err := p.Create(ctx, "interrupted", sandbox.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, _, err := p.load(h.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, h, r := lazyJailSandbox(t, ctx, "interrupted")
 	reg := sandbox.NewRegistry(p)
 	type result struct {
 		res sandbox.ExecResult
@@ -208,7 +170,41 @@ func TestExecInterruptedIsNotRetried(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(state, "mech", "jail", r.InstanceID, "state.json"))
+	killInit(t, p, r.InstanceID)
+	got := <-done
+	var ue *sandbox.UnavailableError
+	if !errors.As(got.err, &ue) {
+		t.Fatalf("exec under a killed sandbox: %+v, %v; want unavailable", got.res, got.err)
+	}
+	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
+		t.Fatalf("the command's marks: %q; want one (not run again)", b)
+	}
+}
+
+// lazyJailSandbox creates a sandbox on a lazily supervised jail provider
+// in a fresh state directory, and returns its record.
+func lazyJailSandbox(t *testing.T, ctx context.Context, name string) (*Provider, *sandbox.Handle, *record) {
+	t.Helper()
+	p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	h, err := p.Create(ctx, name, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := p.load(h.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, h, r
+}
+
+// killInit kills the jail init of instance iid behind the record's back.
+func killInit(t *testing.T, p *Provider, iid string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.StateDir(), "mech", "jail", iid, "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,13 +216,5 @@ func TestExecInterruptedIsNotRetried(t *testing.T) {
 	}
 	if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
-	}
-	got := <-done
-	var ue *sandbox.UnavailableError
-	if !errors.As(got.err, &ue) {
-		t.Fatalf("exec under a killed sandbox: %+v, %v; want unavailable", got.res, got.err)
-	}
-	if b, _ := os.ReadFile(count); string(b) != "ran\n" {
-		t.Fatalf("the command's marks: %q; want one (not run again)", b)
 	}
 }
