@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/internal/testenv"
 )
 
 // BenchmarkRunTrue measures `managoat run -- true` end to end (a process
@@ -21,13 +24,9 @@ import (
 // so that a shared machine's drift hits them alike; the ratios are of the
 // medians (of the means too).
 func BenchmarkRunTrue(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root for the jail and unshare")
-	}
+	testenv.RequireRoot(b)
 	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		b.Skip("unshare not installed")
-	}
+	testenv.Require(b, err == nil, "unshare (util-linux) is not installed")
 	home := b.TempDir()
 	// The same with the state directory on tmpfs, when /dev/shm is one:
 	// what the state directory's file system costs (this VM's ext4, with
@@ -105,9 +104,7 @@ func BenchmarkRunTrue(b *testing.B) {
 // under the user's cache directory, removed when b ends.
 func installedCopy(b *testing.B) string {
 	cache, err := os.UserCacheDir()
-	if err != nil {
-		b.Skip("no cache directory for an installed copy:", err)
-	}
+	testenv.Require(b, err == nil, fmt.Sprintf("no cache directory for an installed copy: %v", err))
 	dir, err := os.MkdirTemp(cache, "managoat-bench-")
 	if err != nil {
 		b.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -122,8 +121,8 @@ func (j *Jail) sweepCgroups(ctx context.Context, l *cgroups.Layout) ([]string, e
 				done[name] = true
 				g := l.OpenFor(name, all)
 				var dirs []string
-				for _, d := range append([]string{g.V2}, slices.Collect(maps.Values(g.V1))...) {
-					if _, err := os.Lstat(d); d != "" && err == nil {
+				for _, d := range g.Dirs() {
+					if _, err := os.Lstat(d); err == nil && !slices.Contains(dirs, d) {
 						dirs = append(dirs, d)
 					}
 				}

@@ -43,13 +43,7 @@ func pinnedJail(t *testing.T, dir string) *Jail {
 // clone mounts reaches the pinned namespace. Processes pinning at the
 // same time leave one pin, and unpinning leaves no nsfs mount.
 func TestPinnedTemplateIsolation(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := UnpinTemplates(dir); err != nil {
-			t.Error(err)
-		}
+	dir := pinDir(t, func(dir string) {
 		b, _ := os.ReadFile("/proc/self/mountinfo")
 		if left := nsfsUnder(string(b), dir); len(left) > 0 {
 			t.Errorf("nsfs mounts left after UnpinTemplates: %v", left)

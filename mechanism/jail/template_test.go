@@ -17,12 +17,35 @@ import (
 	"github.com/managoat/managoat/mechanism"
 )
 
+// requireTemplates requires root and a kernel where the template serves.
+func requireTemplates(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+}
+
+// pinDir requires what requireTemplates does and returns a TemplateDir
+// whose pins are undone when t ends; then, when set, after checks dir.
+func pinDir(t *testing.T, after func(dir string)) string {
+	t.Helper()
+	requireTemplates(t)
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if err := UnpinTemplates(dir); err != nil {
+			t.Error(err)
+		}
+		if after != nil {
+			after(dir)
+		}
+	})
+	return dir
+}
+
 // templateJail returns a Jail on a kernel where the template serves, and
 // a function that provisions and starts a sandbox in it.
 func templateJail(t *testing.T) (*Jail, func(id string)) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
+	requireTemplates(t)
 	j, err := New(Config{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -217,14 +240,7 @@ func TestTreeTemplateStale(t *testing.T) {
 // is adopted, its clones are whole sandboxes, and a pin whose host
 // sources changed is replaced, never adopted.
 func TestPinnedTemplate(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Require(t, procPidnsOption(), "the template serves only inits born restricted (procfs pidns option, Linux 6.18)")
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := UnpinTemplates(dir); err != nil {
-			t.Error(err)
-		}
-	})
+	dir := pinDir(t, nil)
 	state := t.TempDir()
 	newJail := func() *Jail {
 		j, err := New(Config{StateDir: state, TemplateDir: dir})

@@ -568,14 +568,16 @@ func (g *Group) Kill() {
 	if g.V2 != "" && exists(filepath.Join(g.V2, "cgroup.kill")) {
 		_ = os.WriteFile(filepath.Join(g.V2, "cgroup.kill"), []byte("1"), 0)
 	}
-	for _, d := range g.dirs() {
+	for _, d := range g.Dirs() {
 		for _, p := range Procs(d) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 	}
 }
 
-func (g *Group) dirs() []string {
+// Dirs are the group's directories, one per hierarchy (some may not
+// exist).
+func (g *Group) Dirs() []string {
 	var ds []string
 	for _, d := range g.V1 {
 		ds = append(ds, d)
@@ -593,7 +595,7 @@ func (g *Group) Remove(ctx context.Context) error {
 	var last error
 	for {
 		last = nil
-		for _, d := range g.dirs() {
+		for _, d := range g.Dirs() {
 			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
 				last = fmt.Errorf("rmdir %s: %w", d, err)
 			}
@@ -660,7 +662,7 @@ func (g *Group) Stats() Stats {
 // memory controller accounts for the group).
 func (g *Group) rss() int64 {
 	var total int64
-	for _, d := range g.dirs() {
+	for _, d := range g.Dirs() {
 		for _, p := range Procs(d) {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
 			if err != nil {
