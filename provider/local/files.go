@@ -1,8 +1,10 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,7 +46,7 @@ func (p *Provider) owner(m mechanism.Mechanism, home string) (int, int) {
 		return o.Owner()
 	}
 	if st, err := os.Stat(home); err == nil {
-		if s, ok := st.Sys().(*unix.Stat_t); ok {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok {
 			return int(s.Uid), int(s.Gid)
 		}
 	}
@@ -56,15 +59,19 @@ func fileErr(err error) error {
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		return sandbox.ErrNotFound
-	case strings.Contains(err.Error(), "escapes"), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+	case strings.Contains(err.Error(), "escapes"), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV),
+		errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR):
 		return sandbox.Invalid("path", err.Error())
 	}
 	return &sandbox.ProviderError{Provider: Name, Reason: "file", Err: err}
 }
 
 // WriteFile writes data at path inside the sandbox's home, creating parent
-// directories. A path outside the home, or one that escapes it through
-// "../" or a symlink, is Invalid.
+// directories. It replaces the file (a new file renamed over the old one),
+// so it never writes through a hard link, and a reader sees the old data
+// or the new, never half. A path outside the home, one that escapes it
+// through "../" or a symlink, or one where something other than a regular
+// file is (a directory, a symlink, a fifo), is Invalid.
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string, data []byte, opts sandbox.WriteFileOptions) error {
 	r, _, err := p.handle(h)
 	if err != nil {
@@ -104,21 +111,45 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 	if mode == 0 {
 		mode = 0o644
 	}
-	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, mode)
+	// The data goes to a new file that then replaces the old one: never
+	// through what is at the path, which the sandbox chose (a hard link
+	// to a host file, under the trusted mechanism; a fifo, whose open
+	// would wait), and a reader never sees half of it.
+	if fi, err := root.Lstat(rel); err == nil && !fi.Mode().IsRegular() {
+		return sandbox.Invalid("path", name+" is not a regular file")
+	}
+	tmp := path.Join(path.Dir(rel), ".managoat-write-"+newID())
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fileErr(err)
 	}
-	_ = f.Chown(uid, gid)
-	_ = f.Chmod(mode)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, rel)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
 		return fileErr(err)
 	}
-	return fileErr(f.Close())
+	return nil
 }
 
-// ReadFile reads a file inside the sandbox's home; escapes are Invalid,
-// a missing file ErrNotFound.
+// MaxReadFile is the largest file ReadFile returns: a bigger one is
+// Invalid (file_too_large) rather than a heap the size of the file; read
+// it through HostPath, or a command, instead.
+const MaxReadFile = 1 << 30
+
+// ReadFile reads a regular file inside the sandbox's home; escapes, and
+// anything but a regular file, are Invalid, a missing file ErrNotFound.
 func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, name string) ([]byte, error) {
 	r, _, err := p.handle(h)
 	if err != nil {
@@ -133,8 +164,31 @@ func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, name string)
 		return nil, fileErr(err)
 	}
 	defer root.Close()
-	b, err := root.ReadFile(rel)
-	return b, fileErr(err)
+	// O_NONBLOCK: the open of a fifo returns at once, to be refused below.
+	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fileErr(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileErr(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, sandbox.Invalid("path", name+" is not a regular file")
+	}
+	if fi.Size() > MaxReadFile {
+		return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%s has %d bytes, more than ReadFile's %d", name, fi.Size(), MaxReadFile))
+	}
+	var b bytes.Buffer
+	b.Grow(int(fi.Size()) + 512)
+	if _, err := b.ReadFrom(io.LimitReader(f, MaxReadFile+1)); err != nil {
+		return nil, fileErr(err)
+	}
+	if b.Len() > MaxReadFile {
+		return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%s grew past ReadFile's %d bytes", name, MaxReadFile))
+	}
+	return b.Bytes(), nil
 }
 
 // HostPath maps a path under the sandbox's home to the host file backing
@@ -170,8 +224,13 @@ func validCheckpointID(id string) bool {
 	return true
 }
 
-// CreateCheckpoint snapshots the sandbox's home (with reflinks where the
-// filesystem allows, else a copy) and returns the checkpoint's id.
+// CreateCheckpoint snapshots the sandbox's home and returns the
+// checkpoint's id. Files are reflinked where the file system can, else
+// copied with their holes kept; owners, permission bits, times and
+// symlinks are kept; setuid and setgid bits, hard links between files
+// (each becomes a file of its own), sockets, fifos and devices are not.
+// The copy never leaves the home, whatever the sandbox renames while it
+// runs (copytree.go).
 func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts sandbox.CheckpointOptions) (string, error) {
 	r, _, err := p.handle(h)
 	if err != nil {
@@ -183,7 +242,7 @@ func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts
 		return "", stateErr("checkpoint", err)
 	}
 	tmp := filepath.Join(dir, "."+id)
-	if err := copyTree(ctx, p.homeDir(r.InstanceID), tmp); err != nil {
+	if err := snapshot(ctx, p.homeDir(r.InstanceID), tmp); err != nil {
 		os.RemoveAll(tmp)
 		return "", stateErr("checkpoint", err)
 	}
@@ -233,7 +292,7 @@ func (p *Provider) CreateCheckpointOnce(ctx context.Context, h *sandbox.Handle, 
 		return "", stateErr("checkpoint", err)
 	}
 	tmp := filepath.Join(dir, "."+id+"-"+newID())
-	if err := copyTree(ctx, p.homeDir(r.InstanceID), tmp); err != nil {
+	if err := snapshot(ctx, p.homeDir(r.InstanceID), tmp); err != nil {
 		os.RemoveAll(tmp)
 		if ctx.Err() != nil {
 			return "", sandbox.Unavailable("checkpoint_timeout", err)
@@ -278,26 +337,8 @@ func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, id 
 	if st, err := os.Stat(src); err != nil || !st.IsDir() {
 		return sandbox.ErrNotFound
 	}
-	home := p.homeDir(r.InstanceID)
-	// The home may be bind-mounted into a running sandbox: replace its
-	// contents, never the directory itself.
-	ents, err := os.ReadDir(home)
-	if err != nil {
+	if err := restore(ctx, src, p.homeDir(r.InstanceID)); err != nil {
 		return &sandbox.RestoreFailedError{Detail: err.Error()}
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(home, e.Name())); err != nil {
-			return &sandbox.RestoreFailedError{Detail: err.Error()}
-		}
-	}
-	ents, err = os.ReadDir(src)
-	if err != nil {
-		return &sandbox.RestoreFailedError{Detail: err.Error()}
-	}
-	for _, e := range ents {
-		if err := copyTree(ctx, filepath.Join(src, e.Name()), filepath.Join(home, e.Name())); err != nil {
-			return &sandbox.RestoreFailedError{Detail: err.Error()}
-		}
 	}
 	return nil
 }
@@ -320,76 +361,4 @@ func (p *Provider) Checkpoints(ctx context.Context, h *sandbox.Handle) ([]string
 	}
 	sort.Strings(ids)
 	return ids, nil
-}
-
-// copyTree copies src to dst (which must not exist), keeping modes,
-// owners and symlinks; regular files are reflinked when the filesystem
-// can (FICLONE), else copied.
-func copyTree(ctx context.Context, src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, _ := info.Sys().(*unix.Stat_t)
-		chown := func() {
-			if st != nil {
-				_ = os.Lchown(target, int(st.Uid), int(st.Gid))
-			}
-		}
-		switch {
-		case d.IsDir():
-			if err := os.Mkdir(target, info.Mode().Perm()); err != nil {
-				return err
-			}
-			chown()
-			_ = os.Chmod(target, info.Mode().Perm())
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(l, target); err != nil {
-				return err
-			}
-			chown()
-		case info.Mode().IsRegular():
-			if err := copyFile(p, target, info.Mode().Perm()); err != nil {
-				return err
-			}
-			chown()
-			_ = os.Chmod(target, info.Mode().Perm())
-		default:
-			// sockets, fifos, devices: not part of a snapshot
-		}
-		return nil
-	})
-}
-
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
-		return out.Close()
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

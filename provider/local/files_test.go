@@ -1,0 +1,358 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// The attacks below are what code in a sandbox can do to its own home
+// while the provider copies it. The test makes the same changes from the
+// host, on the home's host path: the file system sees the same renames.
+
+// runSwapping runs f while a and b are exchanged over and over, and
+// returns how many exchanges happened during it.
+func runSwapping(a, b string, f func()) int {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var n int
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-done
+	return n
+}
+
+func fill(t *testing.T, dir string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// swapInLinks replaces dir, whenever it is a real directory, by a symlink
+// to target (the real one moves aside), until stop is closed: what a
+// sandbox does to its home to send a restore elsewhere. It returns the
+// count of swaps once stop is closed and it has ended.
+func swapInLinks(dir, target string, stop <-chan struct{}) <-chan int {
+	res := make(chan int, 1)
+	go func() {
+		n := 0
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				res <- n
+				return
+			default:
+			}
+			var st unix.Stat_t
+			if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				continue
+			}
+			l := fmt.Sprintf("%s.l%d", dir, i)
+			if os.Symlink(target, l) == nil && unix.Renameat2(unix.AT_FDCWD, l, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+	}()
+	return res
+}
+
+// A restore writes the home while the sandbox swaps one of its
+// directories for a symlink to a host directory: nothing may land there.
+func TestRestoreNeverWritesOutsideTheHome(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "restore-race", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	fill(t, filepath.Join(home, "zz"), 1500)
+	if err := os.WriteFile(filepath.Join(home, "zz", "zzz-payload"), []byte("from the sandbox"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir()
+	swaps := 0
+	for round := 0; round < 3; round++ {
+		stop := make(chan struct{})
+		n := swapInLinks(filepath.Join(home, "zz"), victim, stop)
+		_ = p.RestoreCheckpoint(ctx, h, id) // may fail: the tree moved under it
+		close(stop)
+		swaps += <-n
+		if ents, _ := os.ReadDir(victim); len(ents) > 0 {
+			t.Fatalf("round %d: the restore wrote %d entries into the host directory behind the symlink (first %s)", round, len(ents), ents[0].Name())
+		}
+	}
+	if swaps == 0 {
+		t.Fatal("no swap happened during the restores: the test did not attack")
+	}
+	t.Logf("%d swaps during 3 restores", swaps)
+}
+
+// A snapshot reads the home while the sandbox swaps a directory with a
+// symlink to a host directory: no host file may enter the checkpoint.
+func TestCheckpointNeverReadsOutsideTheHome(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "snapshot-race", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	fill(t, filepath.Join(home, "aa"), 1000) // listed and copied first: time for the swap to land
+	if err := os.Mkdir(filepath.Join(home, "zz"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secret, "secret.txt"), []byte("HOST-SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(home, "zzl")); err != nil {
+		t.Fatal(err)
+	}
+	swaps := runSwapping(filepath.Join(home, "zz"), filepath.Join(home, "zzl"), func() {
+		for range 3 {
+			if _, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{}); err != nil {
+				t.Errorf("checkpoint: %v", err)
+			}
+		}
+	})
+	if swaps == 0 {
+		t.Fatal("no exchange happened during the checkpoints: the test did not attack")
+	}
+	err = filepath.WalkDir(p.checkpointsDir(mustRecord(t, p, h).InstanceID), func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if bytes.Contains(b, []byte("HOST-SECRET")) {
+			return fmt.Errorf("%s holds the host's secret", path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRecord(t *testing.T, p *Provider, h *sandbox.Handle) *record {
+	t.Helper()
+	r, _, err := p.load(h.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A restore brings back the owners, permission bits, times, symlinks and
+// holes of the snapshot; setuid bits and fifos are left out.
+func TestCheckpointKeepsWhatItShould(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "cp-attrs", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	at := func(name string) string { return filepath.Join(home, name) }
+	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(at("d/e"), 0o750))
+	must(os.WriteFile(at("d/e/owned"), []byte("by 1000"), 0o640))
+	must(os.Lchown(at("d/e/owned"), 1000, 1001))
+	must(os.Lchown(at("d/e"), 1000, 1001))
+	must(os.Chtimes(at("d/e/owned"), past, past))
+	must(os.WriteFile(at("suid"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.Chmod(at("suid"), 0o4755))
+	must(os.Symlink("d/e/owned", at("link")))
+	must(unix.Mkfifo(at("fifo"), 0o644))
+	sparse, err := os.Create(at("sparse"))
+	must(err)
+	must(sparse.Truncate(1 << 30))
+	_, err = sparse.WriteAt([]byte("tail"), 1<<30-4)
+	must(err)
+	must(sparse.Close())
+	must(os.Chtimes(at("d/e"), past, past))
+
+	id, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{})
+	must(err)
+	for _, n := range []string{"d", "suid", "link", "fifo", "sparse"} {
+		must(os.RemoveAll(at(n)))
+	}
+	must(p.RestoreCheckpoint(ctx, h, id))
+
+	var st unix.Stat_t
+	must(unix.Lstat(at("d/e/owned"), &st))
+	if st.Uid != 1000 || st.Gid != 1001 || st.Mode&0o7777 != 0o640 {
+		t.Errorf("owned: uid %d gid %d mode %o, want 1000 1001 640", st.Uid, st.Gid, st.Mode&0o7777)
+	}
+	if got := time.Unix(st.Mtim.Unix()); !got.Equal(past) {
+		t.Errorf("owned: mtime %v, want %v", got, past)
+	}
+	must(unix.Lstat(at("d/e"), &st))
+	if st.Uid != 1000 || st.Mode&0o777 != 0o750 || !time.Unix(st.Mtim.Unix()).Equal(past) {
+		t.Errorf("d/e: uid %d mode %o mtime %v", st.Uid, st.Mode&0o777, time.Unix(st.Mtim.Unix()))
+	}
+	must(unix.Lstat(at("suid"), &st))
+	if st.Mode&0o7777 != 0o755 {
+		t.Errorf("suid: mode %o, want 755 (setuid dropped)", st.Mode&0o7777)
+	}
+	if l, err := os.Readlink(at("link")); err != nil || l != "d/e/owned" {
+		t.Errorf("link: %q %v", l, err)
+	}
+	if _, err := os.Lstat(at("fifo")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a fifo was restored: %v", err)
+	}
+	must(unix.Stat(at("sparse"), &st))
+	if st.Size != 1<<30 || st.Blocks*512 > 1<<20 {
+		t.Errorf("sparse: size %d, %d bytes on disk: the holes were filled", st.Size, st.Blocks*512)
+	}
+	tail := make([]byte, 4)
+	if f, err := os.Open(at("sparse")); err == nil {
+		f.ReadAt(tail, 1<<30-4)
+		f.Close()
+	}
+	if string(tail) != "tail" {
+		t.Errorf("sparse: the data after the hole is %q", tail)
+	}
+}
+
+// CreateCheckpointOnce's timeout bounds the copy of one big file too.
+func TestCheckpointOnceTimeoutInsideAFile(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "cp-timeout", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 64<<20)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	if err := os.WriteFile(filepath.Join(p.HostPath(h, "/home/sprite"), "big"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.CreateCheckpointOnce(ctx, h, sandbox.CheckpointOnceOptions{OperationID: "slow", Timeout: time.Millisecond})
+	var ue *sandbox.UnavailableError
+	if !errors.As(err, &ue) || ue.Reason != "checkpoint_timeout" {
+		t.Fatalf("a 1 ms checkpoint of 64 MiB: %v, want unavailable checkpoint_timeout", err)
+	}
+	if ids, _ := p.Checkpoints(ctx, h); len(ids) != 0 {
+		t.Fatalf("a timed-out checkpoint left %v", ids)
+	}
+}
+
+// ReadFile and WriteFile refuse what is not a regular file, at once, and
+// never write through a hard link.
+func TestFilesRefuseWhatIsNotARegularFile(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "not-regular", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	if err := unix.Mkfifo(filepath.Join(home, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(home, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big, err := os.Create(filepath.Join(home, "huge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Truncate(1 << 40) // a terabyte of hole
+	big.Close()
+	invalid := func(what string, err error) {
+		t.Helper()
+		var ie *sandbox.InvalidError
+		if !errors.As(err, &ie) {
+			t.Errorf("%s: %v (%T), want Invalid", what, err, err)
+		}
+	}
+	// A fifo's open waits for the other end: it must not be opened so.
+	fifo := make(chan [2]error, 1)
+	go func() {
+		_, rerr := p.ReadFile(ctx, h, "pipe")
+		fifo <- [2]error{rerr, p.WriteFile(ctx, h, "pipe", []byte("x"), sandbox.WriteFileOptions{})}
+	}()
+	select {
+	case errs := <-fifo:
+		invalid("read a fifo", errs[0])
+		invalid("write a fifo", errs[1])
+	case <-time.After(10 * time.Second):
+		unix.Open(filepath.Join(home, "pipe"), unix.O_RDWR|unix.O_NONBLOCK, 0) // let it go
+		t.Fatal("a read or write of a fifo waited for a peer")
+	}
+	_, err = p.ReadFile(ctx, h, "dir")
+	invalid("read a directory", err)
+	_, err = p.ReadFile(ctx, h, "huge")
+	invalid("read a terabyte", err)
+	_, err = p.ReadFile(ctx, h, strings.Repeat("n", 300))
+	invalid("a 300-byte name", err)
+
+	// A hard link in the home to a file outside it (trusted code can make
+	// one): the write replaces the link, the outside file is untouched.
+	outside := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(outside, []byte("host data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(outside, filepath.Join(home, "hl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteFile(ctx, h, "hl", []byte("sandbox data"), sandbox.WriteFileOptions{Mode: 0o666}); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(outside, &st); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "host data" || st.Mode&0o777 != 0o600 {
+		t.Fatalf("the host file behind a hard link became %q, mode %o", b, st.Mode&0o777)
+	}
+	if b, _ := p.ReadFile(ctx, h, "hl"); string(b) != "sandbox data" {
+		t.Fatalf("the sandbox's file: %q", b)
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 4 {
+		t.Fatalf("the write left a temporary file: %v", ents)
+	}
+}
