@@ -251,6 +251,17 @@ type EgressUpdater interface {
 	UpdateEgress(ctx context.Context, id string, allow []string) error
 }
 
+// Freezer is implemented by a mechanism that can stop every process of a
+// running sandbox where it is, all at once, and continue them later: a
+// suspend that keeps memory and sessions. A frozen sandbox's init does not
+// answer either; the caller thaws it before asking anything of it. Freeze
+// of a sandbox that does not run is ErrNotRunning; Thaw of one that is not
+// frozen does nothing.
+type Freezer interface {
+	Freeze(ctx context.Context, id string) error
+	Thaw(ctx context.Context, id string) error
+}
+
 // OrphanSweeper is implemented by a mechanism that can find what sandboxes
 // left on the host when their state went without a Destroy (cgroups,
 // sockets) and remove it. SweepOrphans returns what it removed; it never

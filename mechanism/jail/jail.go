@@ -173,6 +173,7 @@ type state struct {
 	InitStart uint64           `json:"initStart,omitempty"`
 	Cgroup    string           `json:"cgroup,omitempty"`
 	Socket    string           `json:"socket,omitempty"`
+	Frozen    bool             `json:"frozen,omitempty"` // by Freeze, until Thaw or the init's end
 	Note      string           `json:"note,omitempty"`
 }
 
@@ -756,7 +757,7 @@ func (j *Jail) cleanup(ctx context.Context, st *state) {
 	if st.Socket != "" {
 		_ = os.Remove(st.Socket)
 	}
-	st.InitPid, st.InitStart, st.Cgroup, st.Socket = 0, 0, "", ""
+	st.InitPid, st.InitStart, st.Cgroup, st.Socket, st.Frozen = 0, 0, "", "", false
 }
 
 // Stop implements mechanism.Mechanism: it kills the init (and with it the
@@ -859,6 +860,9 @@ func (j *Jail) Status(ctx context.Context, id string) (mechanism.Status, error) 
 	// Recorded running (or a transition whose owner died): look.
 	if !alive(st) {
 		return mechanism.StatusStopped, nil
+	}
+	if st.Frozen {
+		return mechanism.StatusRunning, nil // a frozen init answers nothing
 	}
 	if err := ping(ctx, st.Socket); err != nil {
 		return mechanism.StatusUnknown, nil

@@ -55,7 +55,25 @@ func (b *backend) StartProcess(ctx context.Context, s supervisor.ProcessSpec) (s
 }
 
 func (b *backend) UpdateEgress(ctx context.Context, allow []string) error {
-	err := mechanism.UpdateEgress(ctx, b.m, b.id, allow)
+	return notSupported(mechanism.UpdateEgress(ctx, b.m, b.id, allow))
+}
+
+func (b *backend) Freeze(ctx context.Context) error {
+	if f, ok := b.m.(mechanism.Freezer); ok {
+		return notSupported(f.Freeze(ctx, b.id))
+	}
+	return supervisor.ErrNotSupported
+}
+
+func (b *backend) Thaw(ctx context.Context) error {
+	if f, ok := b.m.(mechanism.Freezer); ok {
+		return notSupported(f.Thaw(ctx, b.id))
+	}
+	return supervisor.ErrNotSupported
+}
+
+// notSupported marks the mechanism's ErrNotSupported for the supervisor.
+func notSupported(err error) error {
 	if errors.Is(err, mechanism.ErrNotSupported) {
 		return errors.Join(supervisor.ErrNotSupported, err)
 	}

@@ -58,13 +58,19 @@
 // (applied at launch by the mechanism; a limit it cannot enforce is
 // refused, Invalid with the capability named, and nothing is left behind)
 // and starts the supervisor. Exec runs through the mechanism's Execute
-// under one deadline. Suspend stops every live session's process group
-// (SIGSTOP) and Resume continues them; an Exec or Spawn on a suspended
-// sandbox resumes it first. Files are read and written under the sandbox's
+// under one deadline. Suspend freezes every process of the sandbox where
+// the mechanism can (the jail's cgroup freezer: mechanism.Freezer), and
+// otherwise stops each live session's process group (SIGSTOP; trusted,
+// which has no cgroup, so a process that left its session's group runs
+// on); Resume continues them. An Exec, Spawn or ApplyNetworkPolicy on a
+// suspended sandbox resumes it first, as a hosted provider resumes a
+// paused sandbox on use. Files are read and written under the sandbox's
 // home only (/home/sprite, or a path relative to it), through os.Root,
 // which refuses "../" and symlink escapes; this holds on trusted too,
 // whose paths are otherwise host paths. Checkpoints copy the home, with
-// reflinks where the filesystem allows; CreateCheckpointOnce names the
+// reflinks where the filesystem allows, through directory descriptors, so
+// a sandbox that swaps a directory for a symlink while the copy runs
+// cannot send it to the host (copytree.go); CreateCheckpointOnce names the
 // checkpoint after the host's operation id, so one operation makes one
 // checkpoint. DestroyOnce is Destroy under a
 // bound, confirmed by the record's absence.
@@ -705,8 +711,9 @@ func supErr(err error) error {
 	return &sandbox.ProviderError{Provider: Name, Reason: "supervisor", Err: err}
 }
 
-// Suspend stops every live session's processes (SIGSTOP), keeping them and
-// the disk; Resume continues them. A stopped sandbox is already parked.
+// Suspend freezes the sandbox's processes (or stops its sessions', see the
+// package doc), keeping them and the disk; Resume continues them. A
+// stopped sandbox is already parked.
 func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	r, dir, err := p.handle(h)
 	if err != nil {

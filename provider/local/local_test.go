@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -307,42 +308,80 @@ func TestUnenforceableLimitRefused(t *testing.T) {
 }
 
 // Suspend stops the sessions' processes; Resume continues them.
+// Suspend stops every process of the sandbox, and Resume continues them.
+// On the jail that includes a process in a session of its own (setsid),
+// which the cgroup freezer holds; trusted, without cgroups, can stop only
+// the sessions' process groups.
 func TestSuspendStopsProcesses(t *testing.T) {
-	t.Run("trusted", func(t *testing.T) { testSuspend(t, newTrusted(t)) })
-	t.Run("jail", func(t *testing.T) { testSuspend(t, newJail(t)) })
+	t.Run("trusted", func(t *testing.T) { testSuspend(t, newTrusted(t), false) })
+	t.Run("jail", func(t *testing.T) { testSuspend(t, newJail(t), true) })
 }
 
-func testSuspend(t *testing.T, p *Provider) {
+func testSuspend(t *testing.T, p *Provider, apart bool) {
 	ctx := context.Background()
 	h, _ := p.Create(ctx, "susp", sandbox.CreateOptions{})
-	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec cat"}}, sandbox.SpawnOptions{Stdin: true})
+	// Tickers append to files in the home (each ends by itself after a
+	// minute or so, whatever happens to the test).
+	tick := func(file string) string {
+		return `i=0; while [ $i -lt 3000 ]; do echo x >> ` + file + `; i=$((i+1)); sleep 0.02; done`
+	}
+	script := `(` + tick("own") + `) & `
+	if apart {
+		script += `setsid sh -c '` + tick("apart") + `' & `
+	}
+	script += `echo ready; exec cat`
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", script}}, sandbox.SpawnOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop()
 	<-c.Events()
-	ms, _ := supervisor.ReadSessions(p.sandboxDir(h.Name))
-	state := func() byte {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ms[0].Pid))
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) {
-			return 0
-		}
-		return b[i+2]
+	size := func(name string) int {
+		b, _ := p.ReadFile(ctx, h, name)
+		return len(b)
 	}
+	files := []string{"own"}
+	if apart {
+		files = append(files, "apart")
+	}
+	sizes := func() []int {
+		var s []int
+		for _, f := range files {
+			s = append(s, size(f))
+		}
+		return s
+	}
+	waitFor(t, func() bool { return !slices.Contains(sizes(), 0) })
 	if err := p.Suspend(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return state() == 'T' })
 	if info, _ := p.Get(ctx, h); info.Status != sandbox.StatusSuspended {
 		t.Fatalf("Get after Suspend = %v", info.Status)
+	}
+	time.Sleep(50 * time.Millisecond) // a write under way when the signal came
+	before := sizes()
+	time.Sleep(400 * time.Millisecond) // 20 ticks, were anything running
+	if after := sizes(); !slices.Equal(before, after) {
+		t.Fatalf("files %v grew from %v to %v while the sandbox was suspended", files, before, after)
 	}
 	if _, err := p.Resume(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return state() != 'T' })
+	waitFor(t, func() bool {
+		now := sizes()
+		for i := range now {
+			if now[i] <= before[i] {
+				return false
+			}
+		}
+		return true
+	})
 	if info, _ := p.Get(ctx, h); info.Status != sandbox.StatusRunning {
 		t.Fatalf("Get after Resume = %v", info.Status)
+	}
+	// The session still answers.
+	if err := c.WriteStdin(ctx, []byte("still here\n")); err != nil {
+		t.Fatal(err)
 	}
 }
 

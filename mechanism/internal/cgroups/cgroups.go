@@ -575,6 +575,61 @@ func (g *Group) Kill() {
 	}
 }
 
+// Freeze stops (on) or continues every process of the group where it is.
+// With a v2 directory that has cgroup.freeze, it is the kernel's freezer,
+// and Freeze waits (until ctx ends) for cgroup.events to say "frozen 1".
+// Without one (a host with v1 hierarchies only) it sends SIGSTOP, or
+// SIGCONT, to each process of each directory, again until a pass finds no
+// process it has not signalled: a stopped process forks no more, so the
+// passes end. A process the freezer holds can still be killed.
+func (g *Group) Freeze(ctx context.Context, on bool) error {
+	if g.V2 != "" && exists(filepath.Join(g.V2, "cgroup.freeze")) {
+		v := []byte("0")
+		if on {
+			v = []byte("1")
+		}
+		if err := os.WriteFile(filepath.Join(g.V2, "cgroup.freeze"), v, 0); err != nil {
+			return fmt.Errorf("freeze %s: %w", g.V2, err)
+		}
+		for on {
+			ev, err := os.ReadFile(filepath.Join(g.V2, "cgroup.events"))
+			if err != nil {
+				return fmt.Errorf("freeze %s: %w", g.V2, err)
+			}
+			if bytes.Contains(ev, []byte("frozen 1")) {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("freeze %s: not frozen yet: %w", g.V2, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	seen := map[int]bool{}
+	for {
+		fresh := false
+		for _, d := range g.Dirs() {
+			for _, p := range Procs(d) {
+				if !seen[p] {
+					seen[p], fresh = true, true
+					_ = syscall.Kill(p, sig)
+				}
+			}
+		}
+		if !fresh {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("freeze %s: processes keep appearing: %w", g.Name, err)
+		}
+	}
+}
+
 // Dirs are the group's directories, one per hierarchy (some may not
 // exist).
 func (g *Group) Dirs() []string {

@@ -156,13 +156,14 @@ func (c Client) Start(ctx context.Context) error {
 	return err
 }
 
-// Suspend stops (SIGSTOP) every live session; Resume continues them.
+// Suspend freezes the sandbox (or, where its backend cannot, stops every
+// live session with SIGSTOP); Resume continues it.
 func (c Client) Suspend(ctx context.Context) error {
 	_, err := c.call(ctx, request{Op: "suspend"})
 	return err
 }
 
-// Resume continues the sessions Suspend stopped.
+// Resume continues what Suspend stopped.
 func (c Client) Resume(ctx context.Context) error {
 	_, err := c.call(ctx, request{Op: "resume"})
 	return err

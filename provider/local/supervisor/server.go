@@ -38,6 +38,15 @@ type Backend interface {
 	Destroy(ctx context.Context) error
 }
 
+// Freezer is a Backend that can freeze every process of its sandbox at
+// once (the jail's cgroup freezer), which suspend prefers to stopping the
+// sessions one process group at a time. ErrNotSupported from Freeze means
+// it cannot for this sandbox.
+type Freezer interface {
+	Freeze(ctx context.Context) error
+	Thaw(ctx context.Context) error
+}
+
 // ProcessSpec describes one session's process.
 type ProcessSpec struct {
 	Argv   []string
@@ -319,9 +328,9 @@ func (s *server) handle(req *request) (response, func()) {
 		}
 		return response{}, nil
 	case "suspend":
-		return s.suspend(), nil
+		return s.suspend(ctx), nil
 	case "resume":
-		return s.resume(), nil
+		return s.resume(ctx), nil
 	case "policy":
 		if err := s.b.UpdateEgress(ctx, req.Allow); err != nil {
 			if errors.Is(err, ErrNotSupported) {
@@ -820,11 +829,24 @@ func (s *server) live() []*session {
 	return out
 }
 
-func (s *server) suspend() response {
+// suspend freezes the whole sandbox when the backend can (Freezer), and
+// otherwise stops (SIGSTOP) each live session's process group.
+func (s *server) suspend(ctx context.Context) response {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if err := writeFileAtomic(filepath.Join(s.dir, SuspendedName), []byte("1")); err != nil {
 		return errResp(codeInternal, "%v", err)
+	}
+	if f, ok := s.b.(Freezer); ok {
+		err := f.Freeze(ctx)
+		if err == nil {
+			s.suspended = true
+			return response{}
+		}
+		if !errors.Is(err, ErrNotSupported) {
+			_ = os.Remove(filepath.Join(s.dir, SuspendedName))
+			return errResp(codeUnavailable, "freeze: %v", err)
+		}
 	}
 	for _, se := range s.live() {
 		_ = se.proc.Signal(syscall.SIGSTOP)
@@ -833,9 +855,16 @@ func (s *server) suspend() response {
 	return response{}
 }
 
-func (s *server) resume() response {
+// resume undoes suspend, either way it went (a supervisor started again
+// while the sandbox was suspended does not know which).
+func (s *server) resume(ctx context.Context) response {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	if f, ok := s.b.(Freezer); ok {
+		if err := f.Thaw(ctx); err != nil && !errors.Is(err, ErrNotSupported) {
+			return errResp(codeUnavailable, "thaw: %v", err)
+		}
+	}
 	for _, se := range s.live() {
 		_ = se.proc.Signal(syscall.SIGCONT)
 	}
