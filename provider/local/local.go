@@ -121,6 +121,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -378,11 +379,12 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, stateErr("create record", err)
 	}
-	unlock, err := flock.Lock(ctx, tmp)
+	lockedUnlock, err := flock.Lock(ctx, tmp)
 	if err != nil {
 		os.Remove(tmp)
 		return nil, stateErr("create record", err)
 	}
+	unlock := sync.OnceFunc(lockedUnlock)
 	defer unlock()
 	// undo releases what this Create made; the mark goes only once all of
 	// it has, or stays for Sweep to finish the job.
@@ -424,7 +426,9 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		start = func() error { return p.mech.Start(ctx, iid) }
 	}
 	if err := start(); err != nil {
-		// Creation failed: leave nothing behind.
+		// Creation failed: leave nothing behind. The record's lock moved
+		// with it, and destroy takes it: release it first.
+		unlock()
 		_ = p.destroy(context.WithoutCancel(ctx), name)
 		return nil, mechErr("start", err)
 	}

@@ -1031,3 +1031,36 @@ func TestSweepOrphansEveryInterval(t *testing.T) {
 		t.Fatalf("%d sweeps with a symlinked stamp, want 2", n)
 	}
 }
+
+// A sandbox that cannot start (a pids limit above the kernel's maximum is
+// refused at launch) fails Create at once and leaves nothing: the undo
+// once waited forever on the lock its own Create held.
+func TestCreateThatCannotStartLeavesNothing(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
+			testenv.RequireRoot(t)
+			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: lazy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroyAll(p) })
+			done := make(chan error, 1)
+			go func() {
+				_, err := p.Create(context.Background(), "nostart", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 1 << 23}})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("a sandbox over the kernel's pids maximum was created")
+				}
+				t.Logf("create: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("Create of a sandbox that cannot start did not return in 30 s")
+			}
+			if _, err := p.Get(context.Background(), sandbox.BuildHandle(Name, "nostart")); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Fatalf("after the failed create, Get = %v", err)
+			}
+		})
+	}
+}
