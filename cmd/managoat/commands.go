@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -120,6 +121,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	named := *name != ""
 	if *name == "" {
 		// A provider that routes by name (the runner) mints its own.
 		if m, ok := p.(minter); ok {
@@ -132,6 +134,14 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	}
 	if err := sandbox.ValidateName(*name); err != nil {
 		return usageError{err.Error()}
+	}
+	if named {
+		// Create adopts an existing sandbox, and run destroys what it
+		// made: never one it did not make. (A create of the same name by
+		// another process between this look and run's own is not seen.)
+		if _, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), *name)); err == nil {
+			return fmt.Errorf("sandbox %q already exists; run makes and destroys a sandbox of its own (use exec for this one): %w", *name, sandbox.ErrAlreadyExists)
+		}
 	}
 	sp := startSpinner("creating sandbox " + *name)
 	h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
@@ -146,7 +156,16 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 			fmt.Fprintf(os.Stderr, "managoat run: destroy %s: %v (%s)\n", h.Name, err, sandbox.Kind(err))
 		}
 	}()
-	code, err := stream(ctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true})
+	sctx := ctx
+	if limits.WallClock > 0 { // the budget of run's one command
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, limits.WallClock)
+		defer cancel()
+	}
+	code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true}, false)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return wrap("run", sandbox.ExecTimeout(limits.WallClock))
+	}
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "managoat run: interrupted; destroying the sandbox")
 		return exitError{exitDetached}
@@ -157,13 +176,22 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	return exitError{code}
 }
 
-// stream spawns c and copies its output until it ends.
-func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd, o sandbox.SpawnOptions) (int, error) {
+// stream spawns c and copies its output until it ends. When ctx ends
+// first, the command is left running (Stop only detaches), or with kill
+// its session is terminated (exec's timeout and Ctrl-C).
+func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd, o sandbox.SpawnOptions, kill bool) (int, error) {
 	cmd, err := reg.Spawn(ctx, h, c, o)
 	if err != nil {
 		return 0, wrap("spawn", err)
 	}
-	defer func() { _ = cmd.Stop() }()
+	defer func() {
+		if kill && ctx.Err() != nil && cmd.SessionID != "" {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			_ = reg.TerminateSession(tctx, h, cmd.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force})
+			cancel()
+		}
+		_ = cmd.Stop()
+	}()
 	if o.Stdin {
 		go forwardStdin(ctx, cmd, os.Stdin)
 	}
@@ -254,11 +282,12 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 		defer cancel()
 	}
 	code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
-		sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir})
+		sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir}, true)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return wrap("exec", sandbox.ExecTimeout(*timeout))
 	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(os.Stderr, "managoat exec: interrupted; the command was killed (spawn runs one you can detach from)")
 		return exitError{exitDetached}
 	case err != nil:
 		return err
@@ -388,6 +417,15 @@ func cmdTerminate(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *grace < 0 {
+		return usageError{"--grace must not be negative"}
+	}
+	if err := mustExist(ctx, reg, h); err != nil {
+		return err
+	}
+	if ss, err := reg.ListSessions(ctx, h); err == nil && !slices.ContainsFunc(ss, func(s sandbox.Session) bool { return s.ID == pos[1] }) {
+		return fmt.Errorf("session %q of sandbox %q: %w", pos[1], h.Name, sandbox.ErrNotFound)
+	}
 	mode := sandbox.Graceful
 	if *force {
 		mode = sandbox.Force
@@ -458,11 +496,24 @@ func cmdRm(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	// Every name is checked before anything is destroyed.
+	type target struct {
+		reg *sandbox.Registry
+		h   *sandbox.Handle
+	}
+	var ts []target
 	for _, n := range pos {
 		reg, h, err := handleFor(g, n)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, target{reg, h})
+	}
+	var errs []error
+	for _, t := range ts {
+		err := mustExist(ctx, t.reg, t.h)
 		if err == nil {
-			err = wrap("rm "+n, reg.Destroy(ctx, h))
+			err = wrap("rm "+t.h.Name, t.reg.Destroy(ctx, t.h))
 		}
 		errs = append(errs, err)
 	}
@@ -528,6 +579,9 @@ func cmdPolicy(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := mustExist(ctx, reg, h); err != nil {
+		return err
+	}
 	return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
 }
 
@@ -553,15 +607,21 @@ func cmdCp(ctx context.Context, g *globals, args []string) error {
 		if err != nil {
 			return err
 		}
-		return wrap("cp", reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
+		if err := mustExist(ctx, reg, h); err != nil {
+			return err
+		}
+		return wrap("cp to "+dst, reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
 	case sIn && !dIn:
 		reg, h, err := handleFor(g, sName)
 		if err != nil {
 			return err
 		}
+		if err := mustExist(ctx, reg, h); err != nil {
+			return err
+		}
 		data, err := reg.ReadFile(ctx, h, sPath)
 		if err != nil {
-			return wrap("cp", err)
+			return wrap("cp from "+src, err)
 		}
 		return os.WriteFile(dst, data, 0o644)
 	}

@@ -61,6 +61,13 @@ func parseN(fs *flag.FlagSet, args []string, n int) (pos, rest []string, err err
 	}
 }
 
+// The bounds of --memory and --pids: less memory cannot start a process,
+// and Linux has no more pids (PID_MAX_LIMIT on 64-bit).
+const (
+	minMemory = 1 << 20
+	maxPids   = 1 << 22
+)
+
 // limitFlags collects --memory, --pids, --cpu and --timeout.
 type limitFlags struct {
 	memory, pids, cpu, timeout string
@@ -80,11 +87,14 @@ func (l *limitFlags) limits() (sandbox.Limits, error) {
 		if out.MemoryBytes, err = parseSize(l.memory); err != nil {
 			return out, usageError{"--memory: " + err.Error()}
 		}
+		if out.MemoryBytes < minMemory {
+			return out, usageError{fmt.Sprintf("--memory: %s is less than 1M, too little to start a process", l.memory)}
+		}
 	}
 	if l.pids != "" {
 		n, err := strconv.Atoi(l.pids)
-		if err != nil || n <= 0 {
-			return out, usageError{fmt.Sprintf("--pids: %q is not a positive integer", l.pids)}
+		if err != nil || n <= 0 || n > maxPids {
+			return out, usageError{fmt.Sprintf("--pids: %q is not an integer from 1 to %d", l.pids, maxPids)}
 		}
 		out.Pids = n
 	}
@@ -121,7 +131,7 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+	if err != nil || !(v > 0) || v*float64(mult) > 1<<50 { // !(v > 0) refuses NaN too
 		return 0, fmt.Errorf("%q is not a size such as 512M or 2G", s)
 	}
 	return int64(v * float64(mult)), nil
@@ -131,14 +141,17 @@ func parseSize(s string) (int64, error) {
 func parseCPU(s string) (int, error) {
 	if m, ok := strings.CutSuffix(s, "m"); ok {
 		n, err := strconv.Atoi(m)
-		if err != nil || n <= 0 {
+		if err != nil || n <= 0 || n > 1024*1000 {
 			return 0, fmt.Errorf("%q is not a CPU amount such as 0.5 or 500m", s)
 		}
 		return n, nil
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v <= 0 || v > 1024 {
+	if err != nil || !(v > 0) || v > 1024 { // !(v > 0) refuses NaN too
 		return 0, fmt.Errorf("%q is not a CPU amount such as 0.5 or 500m", s)
+	}
+	if v < 0.001 {
+		return 0, fmt.Errorf("%q is less than 1m, the smallest CPU amount", s)
 	}
 	return int(v*1000 + 0.5), nil
 }

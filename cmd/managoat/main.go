@@ -34,6 +34,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -92,6 +93,12 @@ func run(args []string) int {
 	g := current
 	fs := g.flagSet("managoat")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage()
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "managoat:", err)
+		usage()
 		return exitUsage
 	}
 	args = fs.Args()

@@ -86,12 +86,66 @@ func TestUsageErrors(t *testing.T) {
 		{"--provider", "fake", "run", "--pids", "0", "--", "emit"},
 		{"--provider", "fake", "run"},
 		{"--provider", "fake", "create", "bad/name"},
+		{"--provider", "fake", "run", "--memory", "NaN", "--", "emit"},
+		{"--provider", "fake", "run", "--memory", "1", "--", "emit"},
+		{"--provider", "fake", "run", "--cpu", "NaN", "--", "emit"},
+		{"--provider", "fake", "run", "--cpu", "0.0001", "--", "emit"},
+		{"--provider", "fake", "run", "--cpu", "99999999999m", "--", "emit"},
+		{"--provider", "fake", "run", "--pids", "4194305", "--", "emit"},
+		{"--bogus", "ls"},
 		{"nosuchcommand"},
 	} {
 		_, errOut, code := managoat(t, "", args...)
 		if code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut)
 		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "help"} {
+		_, errOut, code := managoat(t, "", arg)
+		if code != 0 || !strings.Contains(errOut, "usage: managoat") {
+			t.Errorf("%s: exit %d stderr %q", arg, code, errOut)
+		}
+	}
+}
+
+// Commands on sandboxes that are not there, or on names that are bad,
+// change nothing and say what is missing; run never takes a sandbox it did
+// not make; run's --timeout ends its command.
+func TestCommandsRefuseWhatIsNotTheirs(t *testing.T) {
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	mg := func(args ...string) (string, int) {
+		t.Helper()
+		_, errOut, code := runBinary(t, nil, env, append([]string{"--mechanism", "trusted"}, args...)...)
+		return errOut, code
+	}
+	if e, code := mg("create", "tb"); code != 0 {
+		t.Fatalf("create: %d %s", code, e)
+	}
+	t.Cleanup(func() { mg("rm", "tb") })
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run", "--name", "tb", "--", "true"}, exitCouldNotRun, "already_exists"},
+		{[]string{"rm", "a/b", "tb"}, exitUsage, "invalid name"},
+		{[]string{"rm", "nope"}, exitCouldNotRun, `"nope"`},
+		{[]string{"terminate", "nope", "s1"}, exitCouldNotRun, `"nope"`},
+		{[]string{"terminate", "tb", "s99"}, exitCouldNotRun, `"s99"`},
+		{[]string{"policy", "nope", "--allow", ""}, exitCouldNotRun, `"nope"`},
+		{[]string{"cp", "nope:/home/sprite/f", t.TempDir() + "/f"}, exitCouldNotRun, `"nope"`},
+		{[]string{"run", "--timeout", "300ms", "--", "sh", "-c", "sleep 20"}, exitCouldNotRun, "exec_timeout"},
+	} {
+		errOut, code := mg(c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d stderr %q, want exit %d and one line with %s", c.args, code, errOut, c.code, c.want)
+		}
+	}
+	if e, code := mg("exec", "tb", "--", "true"); code != 0 {
+		t.Fatalf("tb did not survive: exit %d %s", code, e)
 	}
 }
 
@@ -115,9 +169,14 @@ func TestParseSizeAndCPU(t *testing.T) {
 			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"", "x", "-1M", "0"} {
+	for _, bad := range []string{"", "x", "-1M", "0", "NaN", "nan", "Inf"} {
 		if _, err := parseSize(bad); err == nil {
 			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1", "0", "NaN", "0.0001", "1025", "0m", "1024001m"} {
+		if _, err := parseCPU(bad); err == nil {
+			t.Errorf("parseCPU(%q) accepted", bad)
 		}
 	}
 	for in, want := range map[string]int{"0.5": 500, "2": 2000, "250m": 250} {
