@@ -398,10 +398,26 @@ func TestFullStateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	before, err := p.Create(ctx, "before", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Fill the disk.
 	f, _ := os.Create(filepath.Join(dir, "filler"))
 	f.Write(make([]byte, 4<<20))
 	f.Close()
+	// A session that cannot be recorded is an error, not an id nobody
+	// can find again.
+	if c, err := p.Spawn(ctx, before, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo hi"}}, sandbox.SpawnOptions{Detachable: true}); err == nil {
+		c.Stop()
+		t.Fatalf("Spawn on a full disk gave session %q", c.SessionID)
+	} else {
+		t.Logf("spawn on a full disk: %v", err)
+	}
+	if ss, err := p.ListSessions(ctx, before); err != nil || len(ss) != 0 {
+		t.Fatalf("sessions after a failed spawn: %v %v", ss, err)
+	}
+	_ = p.Destroy(ctx, before)
 	_, err = p.Create(ctx, "full", sandbox.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "no space") {
 		t.Fatalf("Create on a full disk = %v, want a no-space error", err)

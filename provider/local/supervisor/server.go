@@ -450,7 +450,13 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
 		changed: make(chan struct{}), exited: make(chan struct{})}
 	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
-		s.log.Warn("session meta", "id", id, "err", err)
+		// A session nobody can find again is not one to report: end
+		// the process now (a full disk, say) and say why.
+		_ = proc.Signal(syscall.SIGKILL)
+		_, _, _ = proc.Wait()
+		io.closeAll()
+		w.Close()
+		return fail(codeUnavailable, fmt.Errorf("record session %s: %w", id, err))
 	}
 	s.mu.Lock()
 	s.sessions[id] = sess
