@@ -22,7 +22,7 @@ func init() {
 	register("create", "NAME [limits]                 create (or adopt) a sandbox", cmdCreate)
 	register("exec", "NAME [--env K=V] [--dir D] [--timeout D] -- CMD ARGS...", cmdExec)
 	register("spawn", "NAME [--detach] -- CMD ARGS...  start a detachable session", cmdSpawn)
-	register("attach", "NAME SESSION                  replay a session from byte zero, then tail it", cmdAttach)
+	register("attach", "[--no-stdin] NAME SESSION     replay a session from byte zero, then tail it", cmdAttach)
 	register("sessions", "NAME                          list a sandbox's sessions", cmdSessions)
 	register("terminate", "NAME SESSION [--force] [--grace D]", cmdTerminate)
 	register("ls", "[--json]                        list sandboxes", cmdLs)
@@ -329,7 +329,7 @@ func cmdSpawn(ctx context.Context, g *globals, args []string) error {
 		fmt.Println(id)
 		return nil
 	}
-	return follow(ctx, h, id, cmd)
+	return follow(ctx, h, id, cmd, true)
 }
 
 // newestSession finds the id of the newest session running c.
@@ -348,9 +348,12 @@ func newestSession(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle
 	return id
 }
 
-// follow streams an attached or spawned session; Ctrl-C detaches.
-func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Command) error {
-	go forwardStdin(ctx, cmd, os.Stdin)
+// follow streams an attached or spawned session; Ctrl-C detaches. With
+// stdin, managoat's stdin goes to the session's, and its end closes it.
+func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Command, stdin bool) error {
+	if stdin {
+		go forwardStdin(ctx, cmd, os.Stdin)
+	}
 	code, err := pump(ctx, cmd, os.Stdout, os.Stderr)
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "\nmanagoat: detached from session %s; it keeps running (managoat attach %s %s)\n", id, h.Name, id)
@@ -364,12 +367,13 @@ func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Comm
 
 func cmdAttach(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("attach")
+	noStdin := fs.Bool("no-stdin", false, "watch only: managoat's stdin is not forwarded, and its end does not close the session's")
 	reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
 	if err != nil {
 		return err
 	}
 	id := pos[1]
-	cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
+	cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: !*noStdin})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return fmt.Errorf("attach: session %q of sandbox %q: %w", id, h.Name, err)
@@ -377,7 +381,7 @@ func cmdAttach(ctx context.Context, g *globals, args []string) error {
 		return wrap("attach", err)
 	}
 	defer func() { _ = cmd.Stop() }()
-	return follow(ctx, h, id, cmd)
+	return follow(ctx, h, id, cmd, !*noStdin)
 }
 
 func cmdSessions(ctx context.Context, g *globals, args []string) error {
@@ -445,6 +449,9 @@ func cmdLs(ctx context.Context, g *globals, args []string) error {
 	fs := g.flagSet("ls")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noMore(fs.Args()); err != nil {
 		return err
 	}
 	reg, p, err := openProvider(g.provider)

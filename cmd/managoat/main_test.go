@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -147,6 +148,74 @@ func TestCommandsRefuseWhatIsNotTheirs(t *testing.T) {
 	if e, code := mg("exec", "tb", "--", "true"); code != 0 {
 		t.Fatalf("tb did not survive: exit %d %s", code, e)
 	}
+
+	// attach --no-stdin watches: the end of its stdin (here at once) does
+	// not close the session's, which another attach then feeds.
+	started := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+		c := exec.Command(binary, append([]string{"--mechanism", "trusted"}, args...)...)
+		c.Env = append(os.Environ(), env...)
+		var o, e syncBuffer
+		c.Stdout, c.Stderr = &o, &e
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 500 && !strings.Contains(o.String(), "ready"); i++ {
+			exec.Command("true").Run() // a pause that is not a sleep
+		}
+		c.Process.Signal(os.Interrupt) // detach
+		c.Wait()
+		return c, &o, &e
+	}
+	// The session's stdin stays open past spawn's detach.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	sp := exec.Command(binary, "--mechanism", "trusted", "spawn", "tb", "--", "sh", "-c", "echo ready; read l; echo got $l")
+	sp.Env = append(os.Environ(), env...)
+	sp.Stdin = pr
+	var spOut, spErr syncBuffer
+	sp.Stdout, sp.Stderr = &spOut, &spErr
+	if err := sp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	for i := 0; i < 500 && !strings.Contains(spOut.String(), "ready"); i++ {
+		exec.Command("true").Run()
+	}
+	sp.Process.Signal(os.Interrupt)
+	sp.Wait()
+	_, id, ok := strings.Cut(spErr.String(), "managoat attach tb ")
+	id, _, _ = strings.Cut(id, ")")
+	if !ok || id == "" {
+		t.Fatalf("spawn did not say how to attach: %q", spErr.String())
+	}
+	if _, o, _ := started("attach", "--no-stdin", "tb", id); !strings.Contains(o.String(), "ready") {
+		t.Fatalf("the watcher saw %q", o.String())
+	}
+	out, e, code := runBinary(t, strings.NewReader("x\n"), env, "--mechanism", "trusted", "attach", "tb", id)
+	if code != 0 || !strings.Contains(out, "got x") {
+		t.Fatalf("the session's stdin was closed by a watcher: exit %d out %q err %s", code, out, e)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a child's output read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestUnknownSandboxIsOneLineNamingIt(t *testing.T) {
