@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/provider/local/supervisor"
@@ -113,9 +115,25 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 	wg.Add(2)
 	go pump(outR, stream.Stdout)
 	go pump(errR, stream.Stderr)
+	// The sandbox's WallClock limit bounds each command, spawned ones too
+	// (the supervisor does the same for its sessions).
+	var overtime atomic.Bool
+	var budget *time.Timer
+	if b := r.Limits.WallClock; b > 0 {
+		budget = time.AfterFunc(b, func() {
+			overtime.Store(true)
+			_ = proc.Signal(syscall.SIGKILL)
+		})
+	}
 	go func() {
 		st, err := proc.Wait()
+		if budget != nil {
+			budget.Stop()
+		}
 		wg.Wait()
+		if overtime.Load() {
+			stream.Stderr([]byte(supervisor.BudgetMessage(r.Limits.WallClock)))
+		}
 		ds.closeStdin()
 		if err != nil && !errors.Is(err, mechanism.ErrLimitExceeded) {
 			stream.Fail(mechErr("wait", err))

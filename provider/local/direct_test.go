@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -216,5 +218,37 @@ func killInit(t *testing.T, p *Provider, iid string) {
 	}
 	if err := syscall.Kill(st.InitPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The sandbox's WallClock limit bounds a spawned command as it bounds an
+// Exec: through the supervisor and on the direct path, the command is
+// killed at the end of its budget and told why on its stderr.
+func TestSpawnedCommandsHaveTheBudget(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
+			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "trusted", LazySupervisor: lazy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroyAll(p) })
+			ctx := context.Background()
+			h, err := p.Create(ctx, "budget", sandbox.CreateOptions{Limits: sandbox.Limits{WallClock: 300 * time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo start; sleep 20; echo after"}}, sandbox.SpawnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, term := events(t, c)
+			if took := time.Since(start); took > 15*time.Second {
+				t.Fatalf("the command ran %v past a 300 ms budget", took)
+			}
+			if out != "start\n" || !strings.Contains(errOut, "ran out of its budget of 300ms") || term.Kind != sandbox.Exit || term.Code != 128+9 {
+				t.Fatalf("stdout %q stderr %q terminal %+v", out, errOut, term)
+			}
+		})
 	}
 }

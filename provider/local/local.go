@@ -58,9 +58,13 @@
 // (applied at launch by the mechanism; a limit it cannot enforce is
 // refused, Invalid with the capability named, and nothing is left behind)
 // and starts the supervisor. Exec runs through the mechanism's Execute
-// under one deadline. Suspend freezes every process of the sandbox where
-// the mechanism can (the jail's cgroup freezer: mechanism.Freezer), and
-// otherwise stops each live session's process group (SIGSTOP; trusted,
+// under one deadline. The WallClock limit bounds every command: an Exec
+// through the mechanism, a spawned one through its supervisor (or this
+// provider, when it runs the command itself), which kills it at the end
+// of its budget and says so on its stderr (supervisor.BudgetMessage).
+// Suspend freezes every process of the sandbox where the mechanism can
+// (the jail's cgroup freezer: mechanism.Freezer), and otherwise stops
+// each live session's process group (SIGSTOP; trusted,
 // which has no cgroup, so a process that left its session's group runs
 // on); Resume continues them. An Exec, Spawn or ApplyNetworkPolicy on a
 // suspended sandbox resumes it first, as a hosted provider resumes a
@@ -826,7 +830,7 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	}
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
 	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String(),
-		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols})
+		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols, Budget: r.Limits.WallClock})
 	if err != nil {
 		return nil, supErr(err)
 	}

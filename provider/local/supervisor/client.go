@@ -115,6 +115,9 @@ type SpawnRequest struct {
 	Env   []string
 	Dir   string
 	Stdin bool
+	// Budget, when positive, is how long the command may run: then the
+	// supervisor kills it (SIGKILL) and says so on its stderr.
+	Budget time.Duration
 	// TTY runs the command on a pseudo-terminal of Rows×Cols (default
 	// 24×80): its output is all stdout, stdin is the terminal's input.
 	TTY        bool
@@ -126,7 +129,7 @@ type SpawnRequest struct {
 
 // Spawn starts a session and returns its id once the process started.
 func (c Client) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
-	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols})
+	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Budget: r.Budget})
 	return resp.ID, err
 }
 

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -19,6 +20,8 @@ type request struct {
 	Cols  int      `json:"cols,omitempty"`
 	// Command is the command line sessions report; "" means Argv joined.
 	Command string `json:"command,omitempty"`
+	// Budget bounds the command's run (SpawnRequest.Budget).
+	Budget time.Duration `json:"budget,omitempty"`
 
 	// session-addressed operations
 	ID     string `json:"id,omitempty"`
@@ -81,6 +84,14 @@ type SessionMeta struct {
 	StartTicks uint64 `json:"start_ticks,omitempty"`
 	Stdin      bool   `json:"stdin,omitempty"`
 	TTY        bool   `json:"tty,omitempty"`
+	// Budget is how long the command may run (0: no bound).
+	Budget time.Duration `json:"budget,omitempty"`
+}
+
+// BudgetMessage is what a command killed at the end of its budget gets on
+// its stderr, after its own output.
+func BudgetMessage(budget time.Duration) string {
+	return fmt.Sprintf("\nmanagoat: killed: the command ran out of its budget of %v (the sandbox's WallClock limit, --timeout)\n", budget)
 }
 
 func (m SessionMeta) marshal() []byte {

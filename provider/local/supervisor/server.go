@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -140,6 +141,9 @@ type session struct {
 	changed chan struct{}
 	done    bool
 	exited  chan struct{}
+
+	budget   *time.Timer // kills the command at the end of its budget
+	overtime atomic.Bool // it did
 }
 
 func (s *session) notify() {
@@ -445,7 +449,7 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if line == "" {
 		line = strings.Join(req.Argv, " ")
 	}
-	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv,
+	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv, Budget: req.Budget,
 		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin, TTY: req.TTY}
 	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
 		changed: make(chan struct{}), exited: make(chan struct{})}
@@ -457,6 +461,12 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 		io.closeAll()
 		w.Close()
 		return fail(codeUnavailable, fmt.Errorf("record session %s: %w", id, err))
+	}
+	if req.Budget > 0 {
+		sess.budget = time.AfterFunc(req.Budget, func() {
+			sess.overtime.Store(true)
+			_ = s.kill(sess, true, 0)
+		})
 	}
 	s.mu.Lock()
 	s.sessions[id] = sess
@@ -641,6 +651,9 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
 	}
 	code, sig, err := sess.proc.Wait()
+	if sess.budget != nil {
+		sess.budget.Stop()
+	}
 	outW.Close()
 	if errW != outW {
 		errW.Close()
@@ -680,6 +693,13 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		sess.stdin = nil
 	}
 	sess.stdinMu.Unlock()
+	if sess.overtime.Load() {
+		k := journal.KindStderr
+		if sess.tty {
+			k = journal.KindStdout
+		}
+		_, _ = sess.w.Append(k, []byte(BudgetMessage(sess.meta.Budget)))
+	}
 	_, _ = sess.w.AppendExit(code, sig)
 	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
 	sess.w.Close()
