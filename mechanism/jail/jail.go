@@ -391,6 +391,21 @@ func (j *Jail) group(st *state) *cgroups.Group {
 	return l.OpenFor(st.Cgroup, limitsOf(st.Spec))
 }
 
+// launched is what launch makes for st whether or not st records it yet:
+// its cgroups (nil without a cgroup layout) and its control socket. Both
+// are named after the sandbox, so cleanup finds those of a start cut short
+// (its process killed) before it wrote them down, and with them the init
+// it left running.
+func (j *Jail) launched(st *state) (*cgroups.Group, string) {
+	sum := sha256.Sum256([]byte(j.dir(st.ID)))
+	sock := filepath.Join(j.cfg.RunDir, hex.EncodeToString(sum[:8])+".sock")
+	l, err := mechanism.CgroupLayout()
+	if err != nil || l.Mode == cgroups.ModeNone {
+		return nil, sock
+	}
+	return l.OpenFor(cgroupPrefix+j.hash+"-"+st.ID, limitsOf(st.Spec)), sock
+}
+
 func limitsOf(s mechanism.Spec) cgroups.Limits {
 	return cgroups.Limits{MemoryBytes: s.MemoryBytes, Pids: s.Pids, CPUMillis: s.CPUMillis}
 }
@@ -524,8 +539,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 			}
 		}()
 	}
-	sum := sha256.Sum256([]byte(dir))
-	sock := filepath.Join(j.cfg.RunDir, hex.EncodeToString(sum[:8])+".sock")
+	_, sock := j.launched(st)
 	_ = os.Remove(sock)
 	lf, err := listenControl(sock)
 	if err != nil {
@@ -731,10 +745,20 @@ func hostname(id string) string {
 // cleanup kills whatever is left of st's init and removes its cgroups and
 // socket. The caller holds the sandbox lock.
 func (j *Jail) cleanup(ctx context.Context, st *state) {
+	g, sock := j.group(st), st.Socket
+	if g == nil || sock == "" {
+		lg, ls := j.launched(st) // a start cut short before it recorded them
+		if g == nil {
+			g = lg
+		}
+		if sock == "" {
+			sock = ls
+		}
+	}
 	if alive(st) {
 		_ = unix.Kill(st.InitPid, unix.SIGKILL)
 	}
-	if g := j.group(st); g != nil {
+	if g != nil {
 		g.Kill()
 	}
 	j.mu.Lock()
@@ -751,12 +775,10 @@ func (j *Jail) cleanup(ctx context.Context, st *state) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	if g := j.group(st); g != nil {
+	if g != nil {
 		_ = g.Remove(ctx)
 	}
-	if st.Socket != "" {
-		_ = os.Remove(st.Socket)
-	}
+	_ = os.Remove(sock)
 	st.InitPid, st.InitStart, st.Cgroup, st.Socket, st.Frozen = 0, 0, "", "", false
 }
 

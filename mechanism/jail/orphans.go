@@ -48,6 +48,8 @@ var socketName = regexp.MustCompile(`^[0-9a-f]{16}\.sock$`)
 //     children, so a running sandbox's cannot go, whichever state
 //     directory it belongs to.
 //   - A control socket in the run directory that nobody listens on.
+//   - A state directory a Destroy set aside (.destroy-*) and was killed
+//     before it removed it.
 //
 // Only leftovers older than a minute are touched, so a start in flight
 // in another process is never hurt. Errors of single removals are
@@ -63,6 +65,33 @@ func (j *Jail) SweepOrphans(ctx context.Context) ([]string, error) {
 	r, err := sweepSockets(j.cfg.RunDir)
 	removed = append(removed, r...)
 	errs = append(errs, err)
+	r, err = sweepSetAside(j.cfg.StateDir)
+	removed = append(removed, r...)
+	errs = append(errs, err)
+	return removed, errors.Join(errs...)
+}
+
+// sweepSetAside removes the .destroy-* directories of Destroys that did
+// not finish: the sandbox was stopped before its state went aside, and
+// its cgroups, named for an id whose state is gone, are swept above.
+func sweepSetAside(stateDir string) ([]string, error) {
+	ents, err := os.ReadDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(stateDir, e.Name())
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".destroy-") || !old(p) {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
+	}
 	return removed, errors.Join(errs...)
 }
 
