@@ -524,6 +524,9 @@ func (x *process) Wait() (mechanism.ExitState, error) {
 		}
 		x.state = mechanism.ExitState{Code: r.Code, Signal: syscall.Signal(r.Sig)}
 		switch {
+		case !r.Exited && r.lost:
+			// It started; its end is unknown: the sandbox stopped under it.
+			x.err = mechanism.CouldNotRun(r.Error, mechanism.ErrInterrupted)
 		case !r.Exited:
 			x.err = mechanism.CouldNotRun(r.Error, nil)
 		default:

@@ -135,6 +135,12 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 			stream.Stderr([]byte(supervisor.BudgetMessage(r.Limits.WallClock)))
 		}
 		ds.closeStdin()
+		if errors.Is(err, mechanism.ErrInterrupted) {
+			// The sandbox's init died under it: no exit status, as when
+			// a supervisor dies under its session.
+			stream.Fail(sandbox.ClosedBeforeExit())
+			return
+		}
 		if err != nil && !errors.Is(err, mechanism.ErrLimitExceeded) {
 			stream.Fail(mechErr("wait", err))
 			return

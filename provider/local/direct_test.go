@@ -252,3 +252,45 @@ func TestSpawnedCommandsHaveTheBudget(t *testing.T) {
 		})
 	}
 }
+
+// A session whose sandbox's init dies under it has no exit status: it ends
+// closed before exit (as when its supervisor dies), never with a made-up
+// exit code, through the supervisor and on the direct path alike.
+func TestSessionWhoseInitDiesIsLost(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
+			testenv.RequireRoot(t)
+			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: lazy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { destroyAll(p) })
+			ctx := context.Background()
+			h, err := p.Create(ctx, "initdies", sandbox.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo a; sleep 30"}}, sandbox.SpawnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev := <-c.Events(); ev.Kind != sandbox.Stdout {
+				t.Fatalf("first event %+v", ev)
+			}
+			r, _, err := p.load(h.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			killInit(t, p, r.InstanceID)
+			_, _, term := events(t, c)
+			if term.Kind == sandbox.Exit {
+				t.Fatalf("a command whose init died exited with %d", term.Code)
+			}
+			var ue *sandbox.UnavailableError
+			if !sandbox.IsClosedBeforeExit(term.Err) && !errors.As(term.Err, &ue) {
+				t.Fatalf("terminal %v (%T), want closed before exit or unavailable", term.Err, term.Err)
+			}
+			t.Logf("terminal: %v", term.Err)
+		})
+	}
+}

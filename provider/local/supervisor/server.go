@@ -658,9 +658,13 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 	if errW != outW {
 		errW.Close()
 	}
-	if err != nil && code == 0 && sig == 0 {
-		s.log.Warn("session wait", "id", sess.id, "err", err)
-		code = -1
+	// No exit status (the sandbox's init died under the command): the
+	// journal gets no exit record, so readers report the session lost
+	// (closed before exit), as when the supervisor itself dies, never a
+	// made-up code.
+	lost := err != nil && code == 0 && sig == 0
+	if lost {
+		s.log.Warn("session ended without an exit status", "id", sess.id, "err", err)
 	}
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()
@@ -700,8 +704,12 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		}
 		_, _ = sess.w.Append(k, []byte(BudgetMessage(sess.meta.Budget)))
 	}
-	_, _ = sess.w.AppendExit(code, sig)
-	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
+	if lost {
+		_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte("lost")) // ended: nothing to reap
+	} else {
+		_, _ = sess.w.AppendExit(code, sig)
+		_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
+	}
 	sess.w.Close()
 	sess.mu.Lock()
 	sess.done = true
