@@ -719,8 +719,11 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		if msg == "" && cInit {
 			msg = "init exited without a word"
 		} else if msg == "" {
+			// The log's first line says why; a Go init's crash dump
+			// follows it, which is no error message.
 			b, _ := os.ReadFile(filepath.Join(dir, "init.log"))
-			msg = "init exited: " + strings.TrimSpace(string(b))
+			first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+			msg = "init exited: " + first
 		}
 		return fmt.Errorf("jail init: %s", msg)
 	}
