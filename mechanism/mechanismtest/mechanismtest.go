@@ -19,7 +19,10 @@
 // attempted: a mechanism that claims nothing cannot break a claim), or when
 // the host lacks what the check needs. Not demonstrated is reported with
 // t.Skip and the reason, and counted in a summary logged at the end; it is
-// never a pass. With Strict(true) it is a failure instead.
+// never a pass. With Strict(true) it is a failure instead. A check of an
+// optional interface the mechanism does not implement (freeze, for
+// mechanism.Freezer) is NOT APPLICABLE: the mechanism promises nothing
+// there, and strict mode does not count it.
 //
 // The checks need root for planting a setuid binary; commands inside the
 // sandbox need /bin/sh, coreutils, bash and python3 (for the memory check).
@@ -58,11 +61,14 @@ func Strict(on bool) Option { return func(c *config) { c.strict = on } }
 // Outcome of one check.
 type Outcome string
 
-// The three outcomes.
+// The outcomes. NotApplicable is a check of an optional interface the
+// mechanism does not implement: it promises nothing there, and strict
+// mode does not count it against it.
 const (
 	Pass            Outcome = "pass"
 	Fail            Outcome = "fail"
 	NotDemonstrated Outcome = "not demonstrated"
+	NotApplicable   Outcome = "not applicable"
 )
 
 type kit struct {
@@ -84,6 +90,15 @@ func (k *kit) notDemonstrated(t *testing.T, format string, args ...any) {
 		t.Fatal(msg + " (strict mode: this is a failure)")
 	}
 	t.Skip(msg)
+}
+
+// notApplicable ends a check of an optional interface m lacks.
+func (k *kit) notApplicable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	k.mu.Lock()
+	k.results[t.Name()] = NotApplicable
+	k.mu.Unlock()
+	t.Skip("NOT APPLICABLE: " + fmt.Sprintf(format, args...))
 }
 
 // Run runs every check against mechanisms made by factory.
@@ -110,6 +125,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"filesystem", checkFilesystem},
 		{"processes", checkProcesses},
 		{"privileges", checkPrivileges},
+		{"freeze", checkFreeze},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -137,8 +153,8 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		lines = append(lines, fmt.Sprintf("  %-16s %s", o, name))
 	}
 	slices.Sort(lines)
-	t.Logf("mechanismtest summary: passed=%d failed=%d not_demonstrated=%d\n%s",
-		count[Pass], count[Fail], count[NotDemonstrated], strings.Join(lines, "\n"))
+	t.Logf("mechanismtest summary: passed=%d failed=%d not_demonstrated=%d not_applicable=%d\n%s",
+		count[Pass], count[Fail], count[NotDemonstrated], count[NotApplicable], strings.Join(lines, "\n"))
 }
 
 func (k *kit) id(prefix string) string {
@@ -665,5 +681,64 @@ func checkPrivileges(t *testing.T, k *kit, m mechanism.Mechanism) {
 	c = mustSh(t, m, id, "grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status")
 	if !bytes.Contains(c.Stdout, []byte("CapEff:\t0000000000000000")) || !bytes.Contains(c.Stdout, []byte("CapPrm:\t0000000000000000")) {
 		t.Errorf("the workload holds capabilities: %s", c.Stdout)
+	}
+}
+
+// checkFreeze: a mechanism.Freezer holds every process of the sandbox, one
+// in a session of its own (setsid) included, from Freeze to Thaw; Status
+// answers meanwhile; after Thaw they run on. The daemon stamps the time
+// every 20 ms: no stamp may fall well inside the frozen span.
+func checkFreeze(t *testing.T, k *kit, m mechanism.Mechanism) {
+	f, ok := m.(mechanism.Freezer)
+	if !ok {
+		k.notApplicable(t, "%s does not implement mechanism.Freezer", m.Name())
+	}
+	id := k.sandbox(t, m, "freeze", mechanism.Spec{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mustSh(t, m, id, `setsid sh -c 'i=0; while [ $i -lt 3000 ]; do date +%s%N >> $HOME/stamps; i=$((i+1)); sleep 0.02; done' >/dev/null 2>&1 </dev/null &`)
+	stamps := func() []time.Time {
+		c := mustSh(t, m, id, "cat $HOME/stamps 2>/dev/null; true")
+		var out []time.Time
+		for _, l := range strings.Fields(string(c.Stdout)) {
+			var ns int64
+			if _, err := fmt.Sscan(l, &ns); err == nil {
+				out = append(out, time.Unix(0, ns))
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(stamps()) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon never stamped")
+		}
+	}
+	if err := f.Freeze(ctx, id); err != nil {
+		t.Fatalf("freeze: %v", err)
+	}
+	from := time.Now()
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	if s, err := m.Status(sctx, id); err != nil || s != mechanism.StatusRunning {
+		t.Errorf("status of a frozen sandbox: %s, %v; want running, at once", s, err)
+	}
+	scancel()
+	time.Sleep(400 * time.Millisecond) // 20 stamps, were anything running
+	to := time.Now()
+	if err := f.Thaw(ctx, id); err != nil {
+		t.Fatalf("thaw: %v", err)
+	}
+	for _, st := range stamps() {
+		if st.After(from.Add(100*time.Millisecond)) && st.Before(to.Add(-100*time.Millisecond)) {
+			t.Fatalf("a process of the frozen sandbox ran: a stamp %v after the freeze, %v before the thaw", st.Sub(from), to.Sub(st))
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ss := stamps()
+		if len(ss) > 0 && ss[len(ss)-1].After(to) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not run on after the thaw")
+		}
 	}
 }
