@@ -622,12 +622,44 @@ func (g *Group) Freeze(ctx context.Context, on bool) error {
 			}
 		}
 		if !fresh {
-			return nil
+			break
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("freeze %s: processes keep appearing: %w", g.Name, err)
 		}
 	}
+	// A signal is delivered when its process next runs: wait until each
+	// one is stopped (or running again), as the v2 freezer's wait does.
+	for p := range seen {
+		for {
+			st, gone := stopped(p)
+			if gone || st == on {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("freeze %s: pid %d not yet stopped=%v: %w", g.Name, p, on, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// stopped reports whether pid is in the stopped state (T), and whether it
+// is gone (or a zombie): then it is neither to wait for.
+func stopped(pid int) (stopped, gone bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 || i+2 >= len(b) {
+		return false, true
+	}
+	switch b[i+2] {
+	case 'T', 't':
+		return true, false
+	case 'Z', 'X':
+		return false, true
+	}
+	return false, false
 }
 
 // Dirs are the group's directories, one per hierarchy (some may not
