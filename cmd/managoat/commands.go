@@ -147,7 +147,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
 	sp.Stop()
 	if err != nil {
-		return wrap("create", err)
+		return createErr(ctx, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -174,6 +174,16 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	return exitError{code}
+}
+
+// createErr is a failed create's error, or, when Ctrl-C (or SIGTERM) cut
+// it short, that, rather than whatever the cancellation broke first.
+func createErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "managoat: interrupted while creating the sandbox")
+		return exitError{exitDetached}
+	}
+	return wrap("create", err)
 }
 
 // stream spawns c and copies its output until it ends. When ctx ends
@@ -244,7 +254,7 @@ func cmdCreate(ctx context.Context, g *globals, args []string) error {
 	_, err = reg.Create(ctx, p.Name(), name, sandbox.CreateOptions{Limits: limits})
 	sp.Stop()
 	if err != nil {
-		return wrap("create", err)
+		return createErr(ctx, err)
 	}
 	fmt.Println(name)
 	return nil
