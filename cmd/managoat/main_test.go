@@ -225,6 +225,15 @@ func TestUnknownSandboxIsOneLineNamingIt(t *testing.T) {
 	}
 }
 
+// A provider that cannot be built (an unknown mechanism) is the caller's
+// to fix: the error's kind is invalid, not unknown.
+func TestMisconfiguredProviderIsInvalid(t *testing.T) {
+	_, errOut, code := managoat(t, "", "--mechanism", "nope", "ls")
+	if code != exitCouldNotRun || !strings.Contains(errOut, "(invalid)") || !strings.Contains(errOut, "jail") {
+		t.Fatalf("exit %d stderr %q", code, errOut)
+	}
+}
+
 func TestUnknownProviderListsKnown(t *testing.T) {
 	_, errOut, code := managoat(t, "", "--provider", "modal", "ls")
 	if code != exitCouldNotRun || !strings.Contains(errOut, "fake") {

@@ -46,6 +46,11 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 	}
 	p, err := build()
 	if err != nil {
+		if sandbox.Kind(err) == "unknown" {
+			// A provider that cannot be built is misconfigured (an unknown
+			// mechanism, a missing credential): the caller's to fix.
+			err = &sandbox.InvalidError{Reason: "provider_config", Msg: err.Error()}
+		}
 		return nil, nil, fmt.Errorf("provider %s: %w", name, err)
 	}
 	if signalsReady != nil {
