@@ -686,7 +686,8 @@ func checkPrivileges(t *testing.T, k *kit, m mechanism.Mechanism) {
 
 // checkFreeze: a mechanism.Freezer holds every process of the sandbox, one
 // in a session of its own (setsid) included, from Freeze to Thaw; Status
-// answers meanwhile; after Thaw they run on. The daemon stamps the time
+// answers meanwhile; after Thaw they run on; a frozen sandbox can be
+// stopped, and starts again. The daemon stamps the time
 // every 20 ms: no stamp may fall well inside the frozen span.
 func checkFreeze(t *testing.T, k *kit, m mechanism.Mechanism) {
 	f, ok := m.(mechanism.Freezer)
@@ -741,4 +742,18 @@ func checkFreeze(t *testing.T, k *kit, m mechanism.Mechanism) {
 			t.Fatal("the daemon did not run on after the thaw")
 		}
 	}
+	// A frozen sandbox can still be stopped, and starts again unfrozen.
+	if err := f.Freeze(ctx, id); err != nil {
+		t.Fatalf("freeze again: %v", err)
+	}
+	if err := m.Stop(ctx, id); err != nil {
+		t.Fatalf("stop of a frozen sandbox: %v", err)
+	}
+	if s, err := m.Status(ctx, id); err != nil || s != mechanism.StatusStopped {
+		t.Fatalf("status after the stop of a frozen sandbox: %s, %v", s, err)
+	}
+	if err := m.Start(ctx, id); err != nil {
+		t.Fatalf("start after the stop of a frozen sandbox: %v", err)
+	}
+	mustSh(t, m, id, "true")
 }

@@ -601,9 +601,9 @@ func mapStatus(s string) mechanism.Status {
 		return mechanism.StatusStarting
 	case "created":
 		return mechanism.StatusProvisioned
-	case "running":
+	case "running", "paused": // paused by Freeze: its processes are kept
 		return mechanism.StatusRunning
-	case "stopped", "paused":
+	case "stopped":
 		return mechanism.StatusStopped
 	}
 	return mechanism.StatusUnknown
@@ -627,7 +627,7 @@ func (m *Mechanism) ListRunning(ctx context.Context) ([]string, error) {
 	}
 	out := []string{}
 	for _, c := range list {
-		if c.Status != "running" || mechanism.ValidateID(c.ID) != nil {
+		if mapStatus(c.Status) != mechanism.StatusRunning || mechanism.ValidateID(c.ID) != nil {
 			continue
 		}
 		if filepath.Clean(c.Bundle) != m.bundle(c.ID) {

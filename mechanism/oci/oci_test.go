@@ -119,7 +119,7 @@ func TestStatusUnknownNeverAbsent(t *testing.T) {
 	}
 	for st, want := range map[string]mechanism.Status{
 		"created": mechanism.StatusProvisioned, "running": mechanism.StatusRunning, "stopped": mechanism.StatusStopped,
-		"paused": mechanism.StatusStopped, "creating": mechanism.StatusStarting, "frobnicated": mechanism.StatusUnknown,
+		"paused": mechanism.StatusRunning, "creating": mechanism.StatusStarting, "frobnicated": mechanism.StatusUnknown,
 		"fail": mechanism.StatusUnknown,
 	} {
 		os.WriteFile(state, []byte(st), 0o644)
