@@ -63,7 +63,8 @@
 // provider, when it runs the command itself), which kills it at the end
 // of its budget and says so on its stderr (supervisor.BudgetMessage).
 // Suspend freezes every process of the sandbox where the mechanism can
-// (the jail's cgroup freezer: mechanism.Freezer), and otherwise stops
+// (mechanism.Freezer: the jail's cgroup freezer, an OCI runtime's pause),
+// and otherwise stops
 // each live session's process group (SIGSTOP; trusted,
 // which has no cgroup, so a process that left its session's group runs
 // on); Resume continues them. An Exec, Spawn or ApplyNetworkPolicy on a
