@@ -187,11 +187,7 @@ func TestExecInterruptedIsNotRetried(t *testing.T) {
 // in a fresh state directory, and returns its record.
 func lazyJailSandbox(t *testing.T, ctx context.Context, name string) (*Provider, *sandbox.Handle, *record) {
 	t.Helper()
-	p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyAll(p) })
+	p := newLocal(t, "jail", true)
 	h, err := p.Create(ctx, name, sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +223,7 @@ func killInit(t *testing.T, p *Provider, iid string) {
 func TestSpawnedCommandsHaveTheBudget(t *testing.T) {
 	for _, lazy := range []bool{false, true} {
 		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
-			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "trusted", LazySupervisor: lazy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { destroyAll(p) })
+			p := newLocal(t, "trusted", lazy)
 			ctx := context.Background()
 			h, err := p.Create(ctx, "budget", sandbox.CreateOptions{Limits: sandbox.Limits{WallClock: 300 * time.Millisecond}})
 			if err != nil {
@@ -259,12 +251,7 @@ func TestSpawnedCommandsHaveTheBudget(t *testing.T) {
 func TestSessionWhoseInitDiesIsLost(t *testing.T) {
 	for _, lazy := range []bool{false, true} {
 		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
-			testenv.RequireRoot(t)
-			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: lazy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { destroyAll(p) })
+			p := newLocal(t, "jail", lazy)
 			ctx := context.Background()
 			h, err := p.Create(ctx, "initdies", sandbox.CreateOptions{})
 			if err != nil {
@@ -293,4 +280,19 @@ func TestSessionWhoseInitDiesIsLost(t *testing.T) {
 			t.Logf("terminal: %v", term.Err)
 		})
 	}
+}
+
+// newLocal is a provider over mechanism mech, lazy or with a supervisor
+// per sandbox, whose sandboxes go at the test's end.
+func newLocal(t testing.TB, mech string, lazy bool) *Provider {
+	t.Helper()
+	if mech != "trusted" {
+		testenv.RequireRoot(t)
+	}
+	p, err := New(Config{StateDir: t.TempDir(), MechanismName: mech, LazySupervisor: lazy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	return p
 }

@@ -47,28 +47,9 @@ func destroyAll(p *Provider) {
 	}
 }
 
-func newJail(t testing.TB) *Provider {
-	t.Helper()
-	testenv.RequireRoot(t)
-	dir := t.TempDir()
-	p, err := New(Config{StateDir: dir, MechanismName: "jail"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyAll(p) })
-	return p
-}
+func newJail(t testing.TB) *Provider { t.Helper(); return newLocal(t, "jail", false) }
 
-func newTrusted(t testing.TB) *Provider {
-	t.Helper()
-	dir := t.TempDir()
-	p, err := New(Config{StateDir: dir, MechanismName: "trusted"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyAll(p) })
-	return p
-}
+func newTrusted(t testing.TB) *Provider { t.Helper(); return newLocal(t, "trusted", false) }
 
 func fixtures() sandboxtest.Fixtures { return sandboxtest.ShellFixtures() }
 
@@ -1054,12 +1035,7 @@ func TestSweepOrphansEveryInterval(t *testing.T) {
 func TestCreateThatCannotStartLeavesNothing(t *testing.T) {
 	for _, lazy := range []bool{false, true} {
 		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) {
-			testenv.RequireRoot(t)
-			p, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", LazySupervisor: lazy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { destroyAll(p) })
+			p := newLocal(t, "jail", lazy)
 			done := make(chan error, 1)
 			go func() {
 				_, err := p.Create(context.Background(), "nostart", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 1 << 23}})
