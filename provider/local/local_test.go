@@ -1056,3 +1056,102 @@ func TestCreateThatCannotStartLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A frozen process takes no signal: terminating a session of a suspended
+// sandbox thaws it for the kill and suspends it again, and a Destroy of a
+// suspended sandbox does not wait on kills that cannot land.
+func TestSuspendedSandboxStillTerminatesAndDestroys(t *testing.T) {
+	for _, mech := range []string{"jail", "trusted"} {
+		t.Run(mech, func(t *testing.T) {
+			p := newLocal(t, mech, false)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h, err := p.Create(ctx, "frozen-ops", sandbox.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spawn := func() *sandbox.Command {
+				c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo ready; exec sleep 100"}}, sandbox.SpawnOptions{Detachable: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-c.Events()
+				return c
+			}
+			c := spawn()
+			if err := p.Suspend(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if err := p.TerminateSession(ctx, h, c.SessionID, sandbox.TerminateOptions{}); err != nil {
+				t.Fatalf("terminate in a suspended sandbox: %v", err)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("terminate took %v", took)
+			}
+			if info, _ := p.Get(ctx, h); info.Status != sandbox.StatusSuspended {
+				t.Errorf("after the terminate the sandbox is %s, want still suspended", info.Status)
+			}
+			c.Stop()
+			if _, err := p.Resume(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			c = spawn()
+			defer c.Stop()
+			if err := p.Suspend(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			start = time.Now()
+			if err := p.Destroy(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("destroy of a suspended sandbox took %v", took)
+			}
+		})
+	}
+}
+
+// A Spawn racing a Suspend either runs (the suspended sandbox resumed for
+// it) or fails and never runs: it does not wait on a frozen sandbox, fail,
+// and run after the Resume.
+func TestSpawnRacingSuspend(t *testing.T) {
+	p := newJail(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h, err := p.Create(ctx, "race", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		name := fmt.Sprintf("ran%d", i)
+		done := make(chan error, 1)
+		go func() {
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+			defer scancel()
+			c, err := p.Spawn(sctx, h, sandbox.Cmd{Name: "touch", Args: []string{name}}, sandbox.SpawnOptions{Detachable: true})
+			if err == nil {
+				for range c.Events() {
+				}
+			}
+			done <- err
+		}()
+		for range i % 4 {
+			exec.Command("true").Run() // a short pause that is not a sleep
+		}
+		if err := p.Suspend(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		serr := <-done
+		if _, err := p.Resume(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if serr != nil {
+			mustNot := func() bool { _, err := p.ReadFile(ctx, h, name); return err == nil }
+			if mustNot() {
+				t.Fatalf("round %d: the spawn failed (%v), yet its command ran", i, serr)
+			}
+			t.Fatalf("round %d: spawn: %v", i, serr)
+		}
+	}
+}

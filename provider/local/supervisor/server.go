@@ -119,7 +119,9 @@ type server struct {
 	closing   bool
 	quitOnce  sync.Once
 	wg        sync.WaitGroup
-	opMu      sync.Mutex // serializes suspend/resume/shutdown
+	// opMu serializes suspend, resume and shutdown; a spawn holds it for
+	// reading, so no freeze lands between its look and its start.
+	opMu      sync.RWMutex
 	suspended bool
 }
 
@@ -325,7 +327,7 @@ func (s *server) handle(req *request) (response, func()) {
 	case "close_stdin":
 		return s.closeStdin(req), nil
 	case "terminate":
-		return s.terminate(req), nil
+		return s.terminate(ctx, req), nil
 	case "start":
 		if err := s.b.Start(ctx); err != nil {
 			return errResp(codeUnavailable, "%v", err), nil
@@ -408,6 +410,24 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if closing {
 		return errResp(codeUnavailable, "supervisor shutting down")
 	}
+	// No freeze may land between here and the start (the request would
+	// wait on a frozen sandbox); a suspended one is resumed first, as
+	// the provider does before a spawn.
+	s.opMu.RLock()
+	for s.suspended {
+		s.opMu.RUnlock()
+		s.opMu.Lock()
+		r := response{}
+		if s.suspended {
+			r = s.resumeLocked(ctx)
+		}
+		s.opMu.Unlock()
+		if r.Err != nil {
+			return r
+		}
+		s.opMu.RLock()
+	}
+	defer s.opMu.RUnlock()
 	id, dir, err := s.newSessionDir()
 	if err != nil {
 		return errResp(codeInternal, "%v", err)
@@ -802,7 +822,7 @@ func (s *server) closeStdin(req *request) response {
 // killGrace bounds the wait for a SIGKILLed session to be reaped.
 const killGrace = 5 * time.Second
 
-func (s *server) terminate(req *request) response {
+func (s *server) terminate(ctx context.Context, req *request) response {
 	sess := s.lookup(req.ID)
 	if sess == nil {
 		if validID(req.ID) {
@@ -815,7 +835,24 @@ func (s *server) terminate(req *request) response {
 		}
 		return errResp(codeNotFound, "no session %q", req.ID)
 	}
-	if err := s.kill(sess, req.Force, req.Timeout); err != nil {
+	// A frozen process takes no signal: a suspended sandbox is resumed
+	// for the kill, and suspended again after it.
+	s.opMu.Lock()
+	wasSuspended := s.suspended
+	if wasSuspended {
+		if r := s.resumeLocked(ctx); r.Err != nil {
+			s.opMu.Unlock()
+			return r
+		}
+	}
+	s.opMu.Unlock()
+	err := s.kill(sess, req.Force, req.Timeout)
+	if wasSuspended {
+		if r := s.suspend(ctx); r.Err != nil && err == nil {
+			return r
+		}
+	}
+	if err != nil {
 		return errResp(codeUnconfirmed, "%v", err)
 	}
 	return response{}
@@ -868,6 +905,10 @@ func (s *server) live() []*session {
 func (s *server) suspend(ctx context.Context) response {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	return s.suspendLocked(ctx)
+}
+
+func (s *server) suspendLocked(ctx context.Context) response {
 	if err := writeFileAtomic(filepath.Join(s.dir, SuspendedName), []byte("1")); err != nil {
 		return errResp(codeInternal, "%v", err)
 	}
@@ -894,6 +935,10 @@ func (s *server) suspend(ctx context.Context) response {
 func (s *server) resume(ctx context.Context) response {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	return s.resumeLocked(ctx)
+}
+
+func (s *server) resumeLocked(ctx context.Context) response {
 	if f, ok := s.b.(Freezer); ok {
 		if err := f.Thaw(ctx); err != nil && !errors.Is(err, ErrNotSupported) {
 			return errResp(codeUnavailable, "thaw: %v", err)
@@ -913,6 +958,9 @@ func (s *server) resume(ctx context.Context) response {
 func (s *server) shutdown(ctx context.Context, destroy bool) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	if s.suspended {
+		_ = s.resumeLocked(ctx) // a frozen process takes no signal
+	}
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
