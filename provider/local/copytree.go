@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,7 +131,18 @@ func setAttrs(fd int, st *unix.Stat_t) error {
 	if err := unix.Fchmod(fd, st.Mode&0o1777); err != nil {
 		return err
 	}
-	return unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(st.Atim.Nano()), unix.NsecToTimeval(st.Mtim.Nano())})
+	return futimens(fd, st.Atim, st.Mtim)
+}
+
+// futimens sets fd's times to the nanosecond: utimensat(fd, NULL, ...),
+// which x/sys/unix does not wrap (its Futimes has microseconds only).
+func futimens(fd int, atime, mtime unix.Timespec) error {
+	ts := [2]unix.Timespec{atime, mtime}
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func copySymlinkAt(sfd, dfd int, name string, st *unix.Stat_t) error {
@@ -260,11 +273,6 @@ func snapshot(ctx context.Context, home, dst string) error {
 // snapshot src. The home itself stays: it may be mounted in a running
 // sandbox.
 func restore(ctx context.Context, src, home string) error {
-	dst, err := os.OpenRoot(home)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
 	d, err := openDir(home)
 	if err != nil {
 		return err
@@ -275,7 +283,7 @@ func restore(ctx context.Context, src, home string) error {
 		return err
 	}
 	for _, n := range names {
-		if err := dst.RemoveAll(n); err != nil { // never follows a symlink
+		if err := removeTree(ctx, d, n); err != nil { // never follows a symlink
 			return err
 		}
 	}
@@ -285,4 +293,101 @@ func restore(ctx context.Context, src, home string) error {
 	}
 	defer in.Close()
 	return copyDir(ctx, in, d, 0)
+}
+
+// removeAll is os.RemoveAll(path) for a tree a sandbox may have made,
+// through removeTree.
+func removeAll(ctx context.Context, path string) error {
+	parent, err := openDir(filepath.Dir(path))
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	defer parent.Close()
+	return removeTree(ctx, parent, filepath.Base(path))
+}
+
+// removeTree removes name in dir, and everything under it, never following
+// a symlink, with at most three descriptors open at once. os.RemoveAll
+// holds one per level, so a tree deeper than the descriptor limit (which
+// a sandbox makes with mkdir d && cd d, over and over) makes it fail, and
+// with it every restore and every removal of that sandbox. Here a
+// directory that is not empty has its subdirectories' contents lifted
+// into it, under names of their own: one level goes per pass.
+func removeTree(ctx context.Context, dir *os.File, name string) error {
+	dfd := int(dir.Fd())
+	for lifted := 0; ; {
+		err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.ENOTDIR):
+			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return &fs.PathError{Op: "unlink", Path: name, Err: err}
+			}
+			return nil
+		case !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST):
+			return &fs.PathError{Op: "rmdir", Path: name, Err: err}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sub, err := openDirAt(dir, name)
+		if err != nil {
+			if changed(err) {
+				continue // gone or replaced: look again
+			}
+			return err
+		}
+		names, err := sub.Readdirnames(-1)
+		if err == nil {
+			lifted, err = emptyOneLevel(sub, names, lifted)
+		}
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// emptyOneLevel removes what it can of names in dir (files, symlinks,
+// empty directories) and lifts the contents of the other directories into
+// dir, named .managoat-rm-<n> from n on; it returns the next n.
+func emptyOneLevel(dir *os.File, names []string, n int) (int, error) {
+	dfd := int(dir.Fd())
+	for _, c := range names {
+		if unix.Unlinkat(dfd, c, 0) == nil || unix.Unlinkat(dfd, c, unix.AT_REMOVEDIR) == nil {
+			continue
+		}
+		child, err := openDirAt(dir, c)
+		if err != nil {
+			if changed(err) {
+				continue
+			}
+			return n, err
+		}
+		grand, err := child.Readdirnames(-1)
+		for _, g := range grand {
+			if err != nil {
+				break
+			}
+			for {
+				n++
+				err = unix.Renameat2(int(child.Fd()), g, dfd, fmt.Sprintf(".managoat-rm-%d", n), unix.RENAME_NOREPLACE)
+				if !errors.Is(err, unix.EEXIST) {
+					break
+				}
+			}
+			if errors.Is(err, unix.ENOENT) {
+				err = nil
+			}
+		}
+		child.Close()
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -188,7 +188,7 @@ func TestCheckpointKeepsWhatItShould(t *testing.T) {
 	}
 	home := p.HostPath(h, "/home/sprite")
 	at := func(name string) string { return filepath.Join(home, name) }
-	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	past := time.Date(2020, 1, 2, 3, 4, 5, 123456789, time.UTC) // to the nanosecond
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -224,7 +224,7 @@ func TestCheckpointKeepsWhatItShould(t *testing.T) {
 	if st.Uid != 1000 || st.Gid != 1001 || st.Mode&0o7777 != 0o640 {
 		t.Errorf("owned: uid %d gid %d mode %o, want 1000 1001 640", st.Uid, st.Gid, st.Mode&0o7777)
 	}
-	if got := time.Unix(st.Mtim.Unix()); !got.Equal(past) {
+	if got := time.Unix(st.Mtim.Unix()); !got.Equal(past) { // Unix() is (sec, nsec)
 		t.Errorf("owned: mtime %v, want %v", got, past)
 	}
 	must(unix.Lstat(at("d/e"), &st))
@@ -354,5 +354,83 @@ func TestFilesRefuseWhatIsNotARegularFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(home); len(ents) != 4 {
 		t.Fatalf("the write left a temporary file: %v", ents)
+	}
+}
+
+// deepTree makes depth nested directories named d under dir, from the
+// host, the way a sandbox can (each made relative to the last: no path
+// length limit), with a file at the bottom.
+func deepTree(t *testing.T, dir string, depth int) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range depth {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	if f, err := unix.Openat(fd, "bottom", unix.O_CREAT|unix.O_WRONLY, 0o644); err == nil {
+		unix.Close(f)
+	}
+	unix.Close(fd)
+}
+
+// A tree deeper than the process may hold descriptors (a sandbox makes one
+// with mkdir d && cd d) neither blocks a restore nor the removal of the
+// sandbox: removing it holds a few descriptors, not one per level.
+func TestDeeperThanTheDescriptorLimit(t *testing.T) {
+	// A low limit for the test's length makes "deeper than the limit" a
+	// tree a test can afford.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 512
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	const depth = 1500
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "deep", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteFile(ctx, h, "keep", []byte("v1"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteFile(ctx, h, "keep", []byte("v2"), sandbox.WriteFileOptions{})
+	home := p.HostPath(h, "/home/sprite")
+	deepTree(t, home, depth)
+	if err := p.RestoreCheckpoint(ctx, h, id); err != nil {
+		t.Fatalf("restore over a tree %d deep: %v", depth, err)
+	}
+	if b, _ := p.ReadFile(ctx, h, "keep"); string(b) != "v1" {
+		t.Fatalf("restored %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(home, "d")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the deep tree survived the restore: %v", err)
+	}
+	deepTree(t, home, depth)
+	inst := filepath.Dir(home)
+	if err := p.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(inst); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the instance with a tree %d deep survived its Destroy: %v", depth, err)
 	}
 }

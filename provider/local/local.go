@@ -396,7 +396,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 	undo := func() {
 		err := p.mech.Destroy(context.WithoutCancel(ctx), iid)
 		if err == nil {
-			err = os.RemoveAll(p.instanceDir(iid))
+			err = removeAll(context.WithoutCancel(ctx), p.instanceDir(iid))
 		}
 		if err == nil {
 			os.RemoveAll(tmp)
@@ -600,7 +600,7 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 		err = m.Destroy(ctx, r.InstanceID)
 	}
 	if err == nil {
-		err = os.RemoveAll(p.instanceDir(r.InstanceID))
+		err = removeAll(ctx, p.instanceDir(r.InstanceID)) // a tree the sandbox made: as deep as it liked
 	}
 	<-trashed
 	if err != nil {

@@ -131,7 +131,7 @@ func (p *Provider) Sweep(ctx context.Context) error {
 			continue
 		}
 		if p.mech.Destroy(ctx, iid) == nil {
-			_ = os.RemoveAll(path)
+			_ = removeAll(ctx, path)
 		}
 	}
 	return nil

@@ -112,13 +112,13 @@ type server struct {
 	ln   net.Listener
 	quit chan struct{}
 
-	mu        sync.Mutex
-	sessions  map[string]*session
-	conns     map[net.Conn]struct{}
-	nextID    int
-	closing   bool
-	quitOnce  sync.Once
-	wg        sync.WaitGroup
+	mu       sync.Mutex
+	sessions map[string]*session
+	conns    map[net.Conn]struct{}
+	nextID   int
+	closing  bool
+	quitOnce sync.Once
+	wg       sync.WaitGroup
 	// opMu serializes suspend, resume and shutdown; a spawn holds it for
 	// reading, so no freeze lands between its look and its start.
 	opMu      sync.RWMutex
