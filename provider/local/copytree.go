@@ -342,23 +342,30 @@ func removeTree(ctx context.Context, dir *os.File, name string) error {
 			return err
 		}
 		names, err := sub.Readdirnames(-1)
+		moved := false
 		if err == nil {
-			lifted, err = emptyOneLevel(sub, names, lifted)
+			lifted, moved, err = emptyOneLevel(sub, names, lifted)
 		}
 		sub.Close()
 		if err != nil {
 			return err
+		}
+		if !moved { // an entry that can be neither removed nor lifted
+			return &fs.PathError{Op: "remove", Path: name, Err: unix.ENOTEMPTY}
 		}
 	}
 }
 
 // emptyOneLevel removes what it can of names in dir (files, symlinks,
 // empty directories) and lifts the contents of the other directories into
-// dir, named .managoat-rm-<n> from n on; it returns the next n.
-func emptyOneLevel(dir *os.File, names []string, n int) (int, error) {
+// dir, named .managoat-rm-<n> from n on; it returns the next n, and
+// whether it removed or lifted anything.
+func emptyOneLevel(dir *os.File, names []string, n int) (int, bool, error) {
 	dfd := int(dir.Fd())
+	moved := false
 	for _, c := range names {
 		if unix.Unlinkat(dfd, c, 0) == nil || unix.Unlinkat(dfd, c, unix.AT_REMOVEDIR) == nil {
+			moved = true
 			continue
 		}
 		child, err := openDirAt(dir, c)
@@ -366,7 +373,7 @@ func emptyOneLevel(dir *os.File, names []string, n int) (int, error) {
 			if changed(err) {
 				continue
 			}
-			return n, err
+			return n, moved, err
 		}
 		grand, err := child.Readdirnames(-1)
 		for _, g := range grand {
@@ -380,14 +387,16 @@ func emptyOneLevel(dir *os.File, names []string, n int) (int, error) {
 					break
 				}
 			}
-			if errors.Is(err, unix.ENOENT) {
+			if err == nil {
+				moved = true
+			} else if errors.Is(err, unix.ENOENT) {
 				err = nil
 			}
 		}
 		child.Close()
 		if err != nil {
-			return n, err
+			return n, moved, err
 		}
 	}
-	return n, nil
+	return n, moved, nil
 }

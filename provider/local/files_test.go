@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -432,5 +434,42 @@ func TestDeeperThanTheDescriptorLimit(t *testing.T) {
 	}
 	if _, err := os.Lstat(inst); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the instance with a tree %d deep survived its Destroy: %v", depth, err)
+	}
+}
+
+// A file that cannot be removed (immutable) makes a restore fail, with a
+// reason, instead of looping for ever on it.
+func TestRestoreOverWhatCannotBeRemoved(t *testing.T) {
+	testenv.RequireRoot(t)
+	chattr, err := exec.LookPath("chattr")
+	testenv.Require(t, err == nil, "chattr (e2fsprogs) is not installed")
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "immutable", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.CreateCheckpoint(ctx, h, sandbox.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(p.HostPath(h, "/home/sprite"), "d")
+	os.Mkdir(dir, 0o755)
+	stuck := filepath.Join(dir, "stuck")
+	os.WriteFile(stuck, []byte("x"), 0o644)
+	if out, err := exec.Command(chattr, "+i", stuck).CombinedOutput(); err != nil {
+		testenv.Require(t, false, fmt.Sprintf("chattr +i on the test's file system: %v %s", err, out))
+	}
+	t.Cleanup(func() { exec.Command(chattr, "-i", stuck).Run() })
+	done := make(chan error, 1)
+	go func() { done <- p.RestoreCheckpoint(ctx, h, id) }()
+	select {
+	case err := <-done:
+		var rf *sandbox.RestoreFailedError
+		if !errors.As(err, &rf) {
+			t.Fatalf("restore over an immutable file: %v, want restore failed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("restore over an immutable file did not return")
 	}
 }
