@@ -1125,16 +1125,16 @@ func TestSpawnRacingSuspend(t *testing.T) {
 	}
 	for i := range 12 {
 		name := fmt.Sprintf("ran%d", i)
-		done := make(chan error, 1)
+		type spawned struct {
+			c   *sandbox.Command
+			err error
+		}
+		done := make(chan spawned, 1)
 		go func() {
 			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
 			defer scancel()
 			c, err := p.Spawn(sctx, h, sandbox.Cmd{Name: "touch", Args: []string{name}}, sandbox.SpawnOptions{Detachable: true})
-			if err == nil {
-				for range c.Events() {
-				}
-			}
-			done <- err
+			done <- spawned{c, err}
 		}()
 		for range i % 4 {
 			exec.Command("true").Run() // a short pause that is not a sleep
@@ -1142,9 +1142,17 @@ func TestSpawnRacingSuspend(t *testing.T) {
 		if err := p.Suspend(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		serr := <-done
+		sp := <-done
+		serr := sp.err
 		if _, err := p.Resume(ctx, h); err != nil {
 			t.Fatal(err)
+		}
+		if serr == nil {
+			// The command may have been frozen mid-way: it ends once resumed.
+			_, _, term := events(t, sp.c)
+			if term.Kind != sandbox.Exit || term.Code != 0 {
+				t.Fatalf("round %d: the spawned command ended %+v", i, term)
+			}
 		}
 		if serr != nil {
 			mustNot := func() bool { _, err := p.ReadFile(ctx, h, name); return err == nil }

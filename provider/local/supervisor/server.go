@@ -908,20 +908,35 @@ func (s *server) suspend(ctx context.Context) response {
 	return s.suspendLocked(ctx)
 }
 
+// The suspended marker says how: frozen, or stopped (SIGSTOP to the
+// sessions; "1" was written before there was a freeze), so that resume
+// (perhaps of a later supervisor) undoes just that. A SIGCONT to the
+// sessions of a frozen sandbox is not harmless: a jail session's signal
+// travels to its init, and one for a command that just exited made the
+// init drop the connection, its exit report with it.
+const (
+	suspendedFrozen  = "frozen"
+	suspendedStopped = "1"
+)
+
 func (s *server) suspendLocked(ctx context.Context) response {
-	if err := writeFileAtomic(filepath.Join(s.dir, SuspendedName), []byte("1")); err != nil {
-		return errResp(codeInternal, "%v", err)
-	}
+	marker := filepath.Join(s.dir, SuspendedName)
 	if f, ok := s.b.(Freezer); ok {
+		if err := writeFileAtomic(marker, []byte(suspendedFrozen)); err != nil {
+			return errResp(codeInternal, "%v", err)
+		}
 		err := f.Freeze(ctx)
 		if err == nil {
 			s.suspended = true
 			return response{}
 		}
 		if !errors.Is(err, ErrNotSupported) {
-			_ = os.Remove(filepath.Join(s.dir, SuspendedName))
+			_ = os.Remove(marker)
 			return errResp(codeUnavailable, "freeze: %v", err)
 		}
+	}
+	if err := writeFileAtomic(marker, []byte(suspendedStopped)); err != nil {
+		return errResp(codeInternal, "%v", err)
 	}
 	for _, se := range s.live() {
 		_ = se.proc.Signal(syscall.SIGSTOP)
@@ -939,13 +954,16 @@ func (s *server) resume(ctx context.Context) response {
 }
 
 func (s *server) resumeLocked(ctx context.Context) response {
+	how, _ := os.ReadFile(filepath.Join(s.dir, SuspendedName))
 	if f, ok := s.b.(Freezer); ok {
 		if err := f.Thaw(ctx); err != nil && !errors.Is(err, ErrNotSupported) {
 			return errResp(codeUnavailable, "thaw: %v", err)
 		}
 	}
-	for _, se := range s.live() {
-		_ = se.proc.Signal(syscall.SIGCONT)
+	if string(how) != suspendedFrozen {
+		for _, se := range s.live() {
+			_ = se.proc.Signal(syscall.SIGCONT)
+		}
 	}
 	if err := os.Remove(filepath.Join(s.dir, SuspendedName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errResp(codeInternal, "%v", err)
