@@ -200,6 +200,7 @@ func copyFileAt(ctx context.Context, src, dst *os.File, name string) error {
 // the disk with zeros. It looks at ctx every copyChunk bytes.
 func copyData(ctx context.Context, in, out int, size int64) error {
 	end := size
+	var buf []byte // for copies the kernel will not do, made on the first
 	for off := int64(0); off < end; {
 		data, err := unix.Seek(in, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
@@ -215,7 +216,7 @@ func copyData(ctx context.Context, in, out int, size int64) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			n, err := copyRange(in, out, data, min(hole-data, copyChunk))
+			n, err := copyRange(in, out, data, min(hole-data, copyChunk), &buf)
 			if err != nil {
 				return err
 			}
@@ -231,8 +232,8 @@ func copyData(ctx context.Context, in, out int, size int64) error {
 }
 
 // copyRange copies up to n bytes at off from in to out, in the kernel
-// when it can.
-func copyRange(in, out int, off, n int64) (int64, error) {
+// when it can, else through *buf (made once per file).
+func copyRange(in, out int, off, n int64, buf *[]byte) (int64, error) {
 	roff, woff := off, off
 	c, err := unix.CopyFileRange(in, &roff, out, &woff, int(n), 0)
 	if err == nil {
@@ -241,12 +242,15 @@ func copyRange(in, out int, off, n int64) (int64, error) {
 	if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOPNOTSUPP) {
 		return 0, err
 	}
-	buf := make([]byte, min(n, 1<<20))
-	r, err := unix.Pread(in, buf, off)
+	if *buf == nil {
+		*buf = make([]byte, 1<<20)
+	}
+	b := (*buf)[:min(n, int64(len(*buf)))]
+	r, err := unix.Pread(in, b, off)
 	if err != nil || r == 0 {
 		return 0, err
 	}
-	w, err := unix.Pwrite(out, buf[:r], off)
+	w, err := unix.Pwrite(out, b[:r], off)
 	return int64(w), err
 }
 
