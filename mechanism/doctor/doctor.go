@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/hostfacts"
 	"github.com/managoat/managoat/mechanism/jail"
 	"github.com/managoat/managoat/mechanism/trusted"
 )
@@ -49,7 +50,10 @@ type Verdict struct {
 type Report struct {
 	Host         Host               `json:"host"`
 	Capabilities []mechanism.Report `json:"capabilities"`
-	Mechanisms   []Verdict          `json:"mechanisms"`
+	// Facts are the kernel features that differ between supported hosts
+	// by configuration (hostfacts), each with what depends on it.
+	Facts      []hostfacts.Fact `json:"facts"`
+	Mechanisms []Verdict        `json:"mechanisms"`
 }
 
 // limited is the Spec used to ask whether limits are enforceable.
@@ -62,7 +66,7 @@ func Run(ctx context.Context, p mechanism.Prober, mechs ...mechanism.Mechanism) 
 	if p == nil {
 		p = &mechanism.CachingProber{P: mechanism.NewHostProber()}
 	}
-	r := Report{Host: host(), Capabilities: mechanism.ProbeAll(ctx, p)}
+	r := Report{Host: host(), Capabilities: mechanism.ProbeAll(ctx, p), Facts: hostfacts.All()}
 	for _, m := range mechs {
 		v := Verdict{Name: m.Name(), Required: mechanism.Required(m), Constructed: mechanism.Constructed(m), Guaranteed: mechanism.Guaranteed(m)}
 		if v.Constructed == nil {
@@ -141,6 +145,16 @@ func (r Report) WriteText(w io.Writer) error {
 			mark = "yes"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Name, mark, c.Detail)
+	}
+	tw.Flush()
+	fmt.Fprintln(b, "\nkernel facts (these differ between hosts by configuration):")
+	tw = tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	for _, f := range r.Facts {
+		mark := "no"
+		if f.Present {
+			mark = "yes"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Name, mark, f.Detail)
 	}
 	tw.Flush()
 	fmt.Fprintln(b, "\nmechanisms:")

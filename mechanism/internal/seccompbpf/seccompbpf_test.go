@@ -3,6 +3,7 @@
 package seccompbpf
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -10,13 +11,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism/internal/denylist"
 	"github.com/managoat/managoat/mechanism/internal/denylist/policy"
-	"github.com/managoat/managoat/mechanism/internal/seccompbpf/internal/compat"
+	"github.com/managoat/managoat/mechanism/hostfacts"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -49,36 +51,32 @@ func TestGeneratedIsCurrent(t *testing.T) {
 // TestMain runs the filter checks in a child process of this test binary
 // (see TestJailProgramFilters) when asked to.
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "probe":
-		fmt.Println(compat.Syscall32(20, 0, 0, 0) == uintptr(os.Getpid()))
-		os.Exit(0)
-	default:
+	if os.Getenv(childEnv) != "" {
 		os.Exit(filteredChild())
 	}
+	os.Exit(m.Run())
 }
 
 const childEnv = "SECCOMPBPF_TEST_CHILD"
 
 // TestJailProgramFilters loads the generated jail program in a child
-// process and tries what it must refuse and allow, in x86-64's calls, in
-// x32's (ENOSYS), and in i386's through int $0x80: each i386 call is
-// chosen so that the kernel alone would answer otherwise (a personality
-// query succeeds, CLONE_NEWNS with CLONE_FS is EINVAL, clone3 without
-// arguments is EINVAL, keyctl on a missing key is ENOKEY), so an EPERM
-// or ENOSYS is the filter's.
+// process and tries what it must refuse and allow, in x86-64's calls and
+// in x32's (ENOSYS); then, each in a child of its own (hostfacts.TryI386),
+// in i386's through int $0x80. Each i386 call is chosen so that the kernel
+// alone would answer otherwise (a personality query succeeds, CLONE_NEWNS
+// with CLONE_FS is EINVAL, clone3 without arguments is EINVAL, keyctl on a
+// missing key is ENOKEY), so an EPERM or ENOSYS is the filter's.
+//
+// Where the kernel runs no i386 system call (hostfacts.IA32 absent: IA32
+// emulation off), nothing can pass the filter through one: the test then
+// checks that each int $0x80 ends its process before any call returns,
+// filter or not, and TestProgramsI386 checks the i386 half of the program
+// in a userspace interpreter on every host.
 func TestJailProgramFilters(t *testing.T) {
-	// Without the kernel's IA32 emulation, int $0x80 faults whatever the
-	// filter says: there is nothing to refuse.
-	probe := exec.Command(os.Args[0], "-test.run=^$")
-	probe.Env = append(os.Environ(), childEnv+"=probe")
-	out, err := probe.Output()
-	testenv.Require(t, err == nil && string(out) == "true\n", fmt.Sprintf("the kernel runs no i386 system calls (IA32 emulation off): %v %q", err, out))
+	testenv.RequireRoot(t) // clock_settime64 is EPERM for anyone else
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
@@ -88,17 +86,61 @@ clone3: function not implemented
 io_uring_setup: operation not permitted
 getpid: allowed
 x32 getpid: function not implemented
-i386 getpid: allowed
-i386 unshare: operation not permitted
-i386 personality: operation not permitted
-i386 keyctl: operation not permitted
-i386 clone NEWNS: operation not permitted
-i386 clone plain: invalid argument
-i386 clone3: function not implemented
-i386 clock_settime64: operation not permitted
 `
 	if string(out) != want {
 		t.Errorf("child said:\n%s\nwant:\n%s", out, want)
+	}
+
+	prog, err := Jail()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ia32 := hostfacts.Get(hostfacts.IA32)
+	t.Logf("%s: %v (%s)", ia32.Name, ia32.Present, ia32.Detail)
+	// i386 numbers: getpid 20, unshare 310, personality 136, keyctl 288,
+	// clone 120, clone3 435, clock_settime64 404.
+	for _, c := range []struct {
+		name string
+		nr   uint32
+		args [3]uint32
+		want string
+	}{
+		{"getpid", 20, [3]uint32{}, "allowed"},
+		{"unshare", 310, [3]uint32{unix.CLONE_NEWUTS}, "operation not permitted"},
+		{"personality", 136, [3]uint32{0xffffffff}, "operation not permitted"},
+		{"keyctl", 288, [3]uint32{unix.KEYCTL_DESCRIBE, 0x7ffffff0}, "operation not permitted"},
+		{"clone NEWNS", 120, [3]uint32{unix.CLONE_NEWNS | unix.CLONE_FS}, "operation not permitted"},
+		// Allowed by the filter, refused by the kernel: CLONE_SIGHAND
+		// needs CLONE_VM, so nothing is forked.
+		{"clone plain", 120, [3]uint32{unix.CLONE_SIGHAND}, "invalid argument"},
+		{"clone3", 435, [3]uint32{}, "function not implemented"},
+		// An i386 call with no x86-64 namesake (denylist.I386Extra):
+		// clock_settime64 would be EPERM without CAP_SYS_TIME too, so
+		// this needs root to mean anything.
+		{"clock_settime64", 404, [3]uint32{0xffff}, "operation not permitted"},
+	} {
+		o := hostfacts.TryI386(context.Background(), c.nr, c.args, prog)
+		if o.Err != nil {
+			t.Fatalf("i386 %s: %v", c.name, o.Err)
+		}
+		if !ia32.Present {
+			// No IA32 emulation: int $0x80 faults (SIGSEGV), or a
+			// seccomp filter of the caller's that stands in for the
+			// missing emulation kills the process (SIGSYS).
+			if o.Ran || (o.Signal != syscall.SIGSEGV && o.Signal != syscall.SIGSYS) {
+				t.Errorf("i386 %s without IA32 emulation: %+v, want the process ended by SIGSEGV (or SIGSYS)", c.name, o)
+			}
+			continue
+		}
+		got := "allowed"
+		if o.Signal != 0 {
+			got = "ended by " + o.Signal.String()
+		} else if o.Result < 0 && o.Result > -4096 {
+			got = unix.Errno(-o.Result).Error()
+		}
+		if got != c.want {
+			t.Errorf("i386 %s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }
 
@@ -138,28 +180,6 @@ func filteredChild() int {
 	say("getpid", errnoErr(e))
 	_, _, e = unix.Syscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)
 	say("x32 getpid", errnoErr(e))
-	i386 := func(name string, nr, a1, a2, a3 uintptr) {
-		r := int32(uint32(compat.Syscall32(nr, a1, a2, a3)))
-		if r < 0 && r > -4096 {
-			say(name, unix.Errno(-r))
-		} else {
-			say(name, nil)
-		}
-	}
-	// i386 numbers: getpid 20, unshare 310, personality 136, keyctl 288,
-	// clone 120, clone3 435.
-	i386("i386 getpid", 20, 0, 0, 0)
-	i386("i386 unshare", 310, unix.CLONE_NEWUTS, 0, 0)
-	i386("i386 personality", 136, 0xffffffff, 0, 0)
-	i386("i386 keyctl", 288, unix.KEYCTL_DESCRIBE, 0x7ffffff0, 0)
-	i386("i386 clone NEWNS", 120, unix.CLONE_NEWNS|unix.CLONE_FS, 0, 0)
-	// Allowed by the filter, refused by the kernel: CLONE_SIGHAND needs
-	// CLONE_VM, so nothing is forked.
-	i386("i386 clone plain", 120, unix.CLONE_SIGHAND, 0, 0)
-	i386("i386 clone3", 435, 0, 0, 0)
-	// An i386 call with no x86-64 namesake (denylist.I386Extra): stime
-	// would be EPERM without CAP_SYS_TIME too, so it runs as root here.
-	i386("i386 clock_settime64", 404, 0xffff, 0, 0)
 	return 0
 }
 
