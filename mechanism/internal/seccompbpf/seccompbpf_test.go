@@ -16,9 +16,9 @@ import (
 	"unsafe"
 
 	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism/hostfacts"
 	"github.com/managoat/managoat/mechanism/internal/denylist"
 	"github.com/managoat/managoat/mechanism/internal/denylist/policy"
-	"github.com/managoat/managoat/mechanism/hostfacts"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
