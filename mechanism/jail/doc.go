@@ -3,26 +3,18 @@
 // (golang.org/x/sys/unix, go-landlock; the seccomp filter is assembled by
 // go-seccomp-bpf ahead of time, see mechanism/internal/seccompbpf).
 //
-// # The re-exec hook
+// # The re-exec role, taken before main
 //
 // Go cannot run code between fork and exec, so each sandbox's init is this
 // same binary re-executed (/proc/self/exe) in a helper mode selected by an
-// environment variable. Every binary that uses the jail must call Init
-// first thing in main, and tests in TestMain:
-//
-//	func main() {
-//		if jail.Init() {
-//			return
-//		}
-//		...
-//	}
-//
-//	func TestMain(m *testing.M) {
-//		if jail.Init() {
-//			return
-//		}
-//		os.Exit(m.Run())
-//	}
+// environment variable. The package's init function recognises that mode
+// and does the init's work before the program's main runs, then exits: a
+// binary that imports this package needs no hook, and a re-executed
+// process never runs the program's main (a main that forgot a hook could
+// otherwise start a sandbox from inside a sandbox's init, and again from
+// that one's). Init remains for programs that call it first thing in main,
+// as earlier versions asked; it returns false in every process that gets
+// that far.
 //
 // # Three inits: a standalone C program, a cgo constructor, Go
 //

@@ -50,8 +50,24 @@ type launchConfig struct {
 	Entered bool
 }
 
-// Init must be the first call in main of every binary that uses this
-// package (and in TestMain of its tests):
+// init takes the helper role before main runs: a process this package
+// started as a sandbox's init (the helper variable set) does the init's
+// work here and exits, so a program's main never runs in it, whether or
+// not main calls Init. Every package this one imports is initialised by
+// then; nothing of main's is needed.
+func init() {
+	if os.Getenv(helperEnv) != "" {
+		Init()
+	}
+}
+
+// Init runs the helper role of a process this package started (a
+// sandbox's init) and never returns there; in every other process it
+// returns false at once.
+//
+// No binary needs to call it any more: the package's init takes the role
+// before main (see the package doc). It stays for programs that call it
+// first thing in main, as earlier versions asked:
 //
 //	func main() {
 //		if jail.Init() {
@@ -59,10 +75,6 @@ type launchConfig struct {
 //		}
 //		...
 //	}
-//
-// The jail re-executes the running binary (/proc/self/exe) as each
-// sandbox's init; in that process Init does the init's work and never
-// returns. In every other process it returns false at once.
 func Init() bool {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {

@@ -7,11 +7,13 @@
 //	h, err := p.Create(ctx, "agent-1", sandbox.CreateOptions{})
 //	cmd, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo hi"}}, sandbox.SpawnOptions{})
 //
-// A binary that uses this package must call MaybeRunSupervisor first thing
-// in main (and tests in TestMain), after jail.Init when it uses the jail:
-// each sandbox has a small supervisor process, this same binary re-executed
-// (the containerd-shim pattern), detached in its own session so a Ctrl-C in
-// the caller does not reach it.
+// Each sandbox has a small supervisor process, this same binary
+// re-executed (the containerd-shim pattern), detached in its own session
+// so a Ctrl-C in the caller does not reach it. The package's init function
+// takes that role before main runs, so a program that opens built-in
+// mechanisms needs no hook, and a re-executed process never runs the
+// program's main; a program that passes its own Config.Mechanism calls
+// MaybeRunSupervisorWith first thing in main (see there).
 //
 // # State
 //
@@ -198,6 +200,9 @@ type Provider struct {
 	lazy  bool
 	// nosync: records are not fsynced (Config.Ephemeral).
 	nosync bool
+	// supEnv is added to each supervisor's environment: EnvHook=main when
+	// the mechanism was the caller's own (Config.Mechanism).
+	supEnv []string
 }
 
 var (
@@ -214,6 +219,10 @@ var (
 // fails with a clear error when the state directory cannot be created or
 // written.
 func New(cfg Config) (*Provider, error) {
+	if hookPending.Load() {
+		// A supervisor whose main went on without taking the role.
+		supervisor.ForgotHook("local.MaybeRunSupervisorWith")
+	}
 	state := cfg.StateDir
 	if state == "" {
 		state = DefaultStateDir()
@@ -237,6 +246,10 @@ func New(cfg Config) (*Provider, error) {
 		return nil, stateErr("state dir not writable", err)
 	}
 	m := cfg.Mechanism
+	var supEnv []string
+	if m != nil {
+		supEnv = []string{supervisor.EnvHook + "=main"}
+	}
 	if m == nil {
 		name := cfg.MechanismName
 		if name == "" {
@@ -250,7 +263,7 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral}
+	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral, supEnv: supEnv}
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
@@ -426,7 +439,7 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		return nil, stateErr("create record", err)
 	}
 	dir := p.sandboxDir(name)
-	start := func() error { return supervisor.Launch(ctx, dir) }
+	start := func() error { return supervisor.Launch(ctx, dir, p.supEnv...) }
 	if p.lazy {
 		start = func() error { return p.mech.Start(ctx, iid) }
 	}
@@ -656,7 +669,7 @@ func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 // it is stopped, restarts the mechanism's sandbox when it stopped under a
 // live supervisor, and continues it when it is suspended.
 func (p *Provider) ensureRunning(ctx context.Context, r *record, dir string) error {
-	if err := supervisor.Launch(ctx, dir); err != nil {
+	if err := supervisor.Launch(ctx, dir, p.supEnv...); err != nil {
 		return mechErr("start", err)
 	}
 	if m, err := p.mechFor(r); err == nil {
@@ -732,7 +745,7 @@ func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	if errors.Is(err, supervisor.ErrNoSupervisor) && r.Lazy {
 		// A lazily created sandbox runs without a supervisor: start one
 		// so the suspension is recorded and undone by Resume.
-		if err := supervisor.Launch(ctx, dir); err != nil {
+		if err := supervisor.Launch(ctx, dir, p.supEnv...); err != nil {
 			return mechErr("start", err)
 		}
 		err = supervisor.Client{Dir: dir}.Suspend(ctx)

@@ -21,6 +21,10 @@ import (
 const (
 	EnvDir   = "MANAGOAT_LOCAL_SUPERVISOR"
 	EnvStage = "MANAGOAT_LOCAL_SUPERVISOR_STAGE"
+	// EnvHook, set to "main", says the supervisor's Backend can only be
+	// built by the program's own main (a call to MaybeRun there); unset,
+	// the package that launched it takes the role in its init function.
+	EnvHook = "MANAGOAT_LOCAL_SUPERVISOR_HOOK"
 )
 
 // LaunchTimeout bounds how long Launch waits for a supervisor to be ready.
@@ -29,9 +33,10 @@ const LaunchTimeout = 30 * time.Second
 // Launch makes sure a supervisor serves the sandbox directory dir: if none
 // answers, it re-executes this binary (/proc/<pid>/exe, so a binary that was
 // replaced or deleted since it started still works) as one, detached in
-// its own session, and returns once it accepts connections. The binary's
-// main must call MaybeRun (through provider/local) first thing.
-func Launch(ctx context.Context, dir string) error {
+// its own session, and returns once it accepts connections. env is added
+// to the supervisor's environment (EnvHook, say). The binary must take the
+// role before it does anything else: provider/local does in its init.
+func Launch(ctx context.Context, dir string, env ...string) error {
 	c := Client{Dir: dir}
 	if _, err := c.Ping(ctx); err == nil {
 		return nil
@@ -65,11 +70,11 @@ func Launch(ctx context.Context, dir string) error {
 		// The trailing words are ignored by the supervisor (it reads its
 		// role from the environment); they name it in ps and pkill.
 		cmd = exec.Command(setsid, "-f", exe, ProcessTitle, dir)
-		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
+		cmd.Env = append(append(filterEnv(os.Environ()), env...), EnvDir+"="+dir, EnvStage+"=2")
 		cmd.Stdout, cmd.Stderr = logf, logf
 	} else {
 		cmd = exec.Command(exe, ProcessTitle, dir)
-		cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=1")
+		cmd.Env = append(append(filterEnv(os.Environ()), env...), EnvDir+"="+dir, EnvStage+"=1")
 	}
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = "/"
@@ -120,7 +125,7 @@ func (e *StartError) Error() string { return "supervisor: start: " + e.Msg }
 func filterEnv(env []string) []string {
 	out := env[:0:0]
 	for _, e := range env {
-		if strings.HasPrefix(e, EnvDir+"=") || strings.HasPrefix(e, EnvStage+"=") {
+		if strings.HasPrefix(e, EnvDir+"=") || strings.HasPrefix(e, EnvStage+"=") || strings.HasPrefix(e, EnvHook+"=") {
 			continue
 		}
 		out = append(out, e)
@@ -130,6 +135,26 @@ func filterEnv(env []string) []string {
 
 // IsSupervisor reports whether this process was started as a supervisor.
 func IsSupervisor() bool { return os.Getenv(EnvStage) != "" }
+
+// HookNeeded reports whether this process was started as a supervisor
+// whose Backend only the program's main can build (EnvHook=main).
+func HookNeeded() bool { return IsSupervisor() && os.Getenv(EnvHook) == "main" }
+
+// ForgotHook ends a process started as a supervisor whose main did not
+// take the role (hook names the call it should have made first): it says
+// so on the launcher's ready pipe, so that the Create that launched it
+// fails at once with that line, and on stderr (the supervisor's log), and
+// exits. It never returns.
+func ForgotHook(hook string) {
+	msg := fmt.Sprintf("this process was started as a local sandbox's supervisor, but its main did not call %s first: call it first thing in main (and in TestMain), before anything else runs", hook)
+	if os.Getenv(EnvStage) == "2" {
+		if f := os.NewFile(3, "ready"); f != nil {
+			fmt.Fprintln(f, "err "+msg)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "managoat: "+msg)
+	os.Exit(2)
+}
 
 // MaybeRun runs the supervisor role when this process was started as one
 // (by Launch), and then exits the process; otherwise it returns at once.
@@ -142,6 +167,9 @@ func MaybeRun(build func(dir string) (Backend, error)) {
 	dir := os.Getenv(EnvDir)
 	os.Unsetenv(EnvStage)
 	os.Unsetenv(EnvDir)
+	if stage != "1" { // stage 1 passes it on to stage 2
+		os.Unsetenv(EnvHook)
+	}
 	ready := os.NewFile(3, "ready")
 	answer := func(s string) {
 		if ready != nil {
@@ -176,6 +204,9 @@ func stage1(dir string, answer func(string)) int {
 	defer logf.Close()
 	cmd := exec.Command(exe, ProcessTitle, dir)
 	cmd.Env = append(filterEnv(os.Environ()), EnvDir+"="+dir, EnvStage+"=2")
+	if h := os.Getenv(EnvHook); h != "" {
+		cmd.Env = append(cmd.Env, EnvHook+"="+h)
+	}
 	cmd.ExtraFiles = []*os.File{os.NewFile(3, "ready")}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
