@@ -18,21 +18,22 @@ import (
 )
 
 func init() {
-	register("run", "[limits] [--name N] -- CMD ARGS...   run in an ephemeral sandbox, then destroy it", cmdRun)
-	register("create", "NAME [limits]                 create (or adopt) a sandbox", cmdCreate)
-	register("exec", "NAME [--env K=V] [--dir D] [--timeout D] -- CMD ARGS...", cmdExec)
-	register("spawn", "NAME [--detach] -- CMD ARGS...  start a detachable session", cmdSpawn)
-	register("attach", "[--no-stdin] NAME SESSION     replay a session from byte zero, then tail it", cmdAttach)
-	register("sessions", "NAME                          list a sandbox's sessions", cmdSessions)
-	register("terminate", "NAME SESSION [--force] [--grace D]", cmdTerminate)
-	register("ls", "[--json]                        list sandboxes", cmdLs)
-	register("rm", "NAME...                         destroy sandboxes", cmdRm)
-	register("suspend", "NAME                          park a sandbox, keeping its disk", cmdSuspend)
-	register("resume", "NAME                          wake a sandbox", cmdResume)
-	register("policy", "NAME --allow a,b              egress allow list (--allow \"\" denies all)", cmdPolicy)
-	register("url", "NAME                          the sandbox's public URL", cmdURL)
-	register("cp", "SRC DST                       copy a file in or out (NAME:/path)", cmdCp)
-	register("version", "                              print the version", cmdVersion)
+	register("run", "[flags] [--] CMD [ARGS...]", "Run a command in a new sandbox with live output, then destroy the sandbox", cmdRun)
+	register("create", "[flags] NAME", "Create a sandbox (or adopt the one of that name) that lasts until rm, and print its name", cmdCreate)
+	register("exec", "[flags] NAME [--] CMD [ARGS...]", "Run a command in a sandbox; Ctrl-C or --timeout kills it", cmdExec)
+	register("spawn", "[flags] NAME [--] CMD [ARGS...]", "Start a command in a session that outlives managoat; Ctrl-C detaches", cmdSpawn)
+	register("attach", "[flags] NAME SESSION", "Replay a session's output from byte zero, then follow it; Ctrl-C detaches", cmdAttach)
+	register("sessions", "[flags] NAME", "List a sandbox's sessions", cmdSessions)
+	register("terminate", "[flags] NAME SESSION", "End a session: SIGTERM, then SIGKILL when the grace period ends", cmdTerminate)
+	register("ls", "[flags]", "List the provider's sandboxes", cmdLs)
+	register("rm", "[flags] NAME...", "Destroy sandboxes", cmdRm)
+	register("suspend", "[flags] NAME", "Park a sandbox, keeping its disk", cmdSuspend)
+	register("resume", "[flags] NAME", "Wake a suspended sandbox", cmdResume)
+	register("policy", "[flags] NAME --allow DOMAIN,...", `Set a sandbox's egress allow list (--allow "" denies all egress)`, cmdPolicy)
+	register("url", "[flags] NAME", "Print a sandbox's public URL", cmdURL)
+	register("cp", "[flags] SRC DST", "Copy a file into or out of a sandbox (one of SRC and DST is NAME:/path)", cmdCp)
+	register("version", "[flags]", "Print managoat's version", cmdVersion)
+	register("help", "[COMMAND]", "Print managoat's help, or a command's", cmdHelp)
 }
 
 func randomName(prefix string) string {
@@ -50,7 +51,7 @@ func positionals(fs *flag.FlagSet, args []string, n int, what string) ([]string,
 		return nil, nil, err
 	}
 	if len(pos) < n || (n < 0 && len(pos) == 0) {
-		return nil, nil, usageError{"missing " + what}
+		return nil, nil, usageError{msg: "missing " + what}
 	}
 	return pos, rest, nil
 }
@@ -58,7 +59,7 @@ func positionals(fs *flag.FlagSet, args []string, n int, what string) ([]string,
 // noMore refuses stray arguments.
 func noMore(rest []string) error {
 	if len(rest) > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
+		return usageError{msg: fmt.Sprintf("unexpected argument %q", rest[0])}
 	}
 	return nil
 }
@@ -80,7 +81,7 @@ func sandboxArgs(g *globals, fs *flag.FlagSet, args []string, n int, what string
 // handleFor validates name and returns a registry and a handle for it.
 func handleFor(g *globals, name string) (*sandbox.Registry, *sandbox.Handle, error) {
 	if err := sandbox.ValidateName(name); err != nil {
-		return nil, nil, usageError{err.Error()}
+		return nil, nil, usageError{msg: err.Error(), bare: true}
 	}
 	reg, p, err := openProvider(g.provider)
 	if err != nil {
@@ -100,80 +101,81 @@ func mustExist(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) er
 	return nil
 }
 
-func cmdRun(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("run")
+func cmdRun(g *globals, fs *flag.FlagSet) action {
 	var lf limitFlags
 	lf.add(fs)
 	name := fs.String("name", "", "sandbox name (default run-<random>)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		return usageError{"missing command: managoat run [limits] -- CMD ARGS..."}
-	}
-	limits, err := lf.limits()
-	if err != nil {
-		return err
-	}
-	g.ephemeral = true
-	reg, p, err := openProvider(g.provider)
-	if err != nil {
-		return err
-	}
-	named := *name != ""
-	if *name == "" {
-		// A provider that routes by name (the runner) mints its own.
-		if m, ok := p.(minter); ok {
-			if *name, err = m.Mint(ctx); err != nil {
-				return wrap("mint a name", err)
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		argv := fs.Args()
+		if len(argv) == 0 {
+			return usageError{msg: "missing CMD"}
+		}
+		limits, err := lf.limits()
+		if err != nil {
+			return err
+		}
+		g.ephemeral = true
+		reg, p, err := openProvider(g.provider)
+		if err != nil {
+			return err
+		}
+		named := *name != ""
+		if *name == "" {
+			// A provider that routes by name (the runner) mints its own.
+			if m, ok := p.(minter); ok {
+				if *name, err = m.Mint(ctx); err != nil {
+					return wrap("mint a name", err)
+				}
+			} else {
+				*name = randomName("run-")
 			}
-		} else {
-			*name = randomName("run-")
 		}
-	}
-	if err := sandbox.ValidateName(*name); err != nil {
-		return usageError{err.Error()}
-	}
-	if named {
-		// Create adopts an existing sandbox, and run destroys what it
-		// made: never one it did not make. (A create of the same name by
-		// another process between this look and run's own is not seen.)
-		if _, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), *name)); err == nil {
-			return fmt.Errorf("sandbox %q already exists; run makes and destroys a sandbox of its own (use exec for this one): %w", *name, sandbox.ErrAlreadyExists)
+		if err := sandbox.ValidateName(*name); err != nil {
+			return usageError{msg: err.Error(), bare: true}
 		}
-	}
-	sp := startSpinner("creating sandbox " + *name)
-	h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
-	sp.Stop()
-	if err != nil {
-		return createErr(ctx, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := reg.Destroy(dctx, h); err != nil {
-			fmt.Fprintf(os.Stderr, "managoat run: destroy %s: %v (%s)\n", h.Name, err, sandbox.Kind(err))
+		if named {
+			// Create adopts an existing sandbox, and run destroys what it
+			// made: never one it did not make. (A create of the same name by
+			// another process between this look and run's own is not seen.)
+			if _, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), *name)); err == nil {
+				return fmt.Errorf("sandbox %q already exists; run makes and destroys a sandbox of its own (use exec for this one): %w", *name, sandbox.ErrAlreadyExists)
+			}
 		}
-	}()
-	sctx := ctx
-	if limits.WallClock > 0 { // the budget of run's one command
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, limits.WallClock)
-		defer cancel()
+		sp := startSpinner("creating sandbox " + *name)
+		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
+		sp.Stop()
+		if err != nil {
+			return createErr(ctx, err)
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := reg.Destroy(dctx, h); err != nil {
+				fmt.Fprintf(os.Stderr, "managoat run: destroy %s: %v (%s)\n", h.Name, err, sandbox.Kind(err))
+			}
+		}()
+		sctx := ctx
+		if limits.WallClock > 0 { // the budget of run's one command
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, limits.WallClock)
+			defer cancel()
+		}
+		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true}, false)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return wrap("run", sandbox.ExecTimeout(limits.WallClock))
+		}
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "managoat run: interrupted; destroying the sandbox")
+			return exitError{exitDetached}
+		}
+		if err != nil {
+			return err
+		}
+		return exitError{code}
 	}
-	code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true}, false)
-	if errors.Is(err, context.DeadlineExceeded) {
-		return wrap("run", sandbox.ExecTimeout(limits.WallClock))
-	}
-	if errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "managoat run: interrupted; destroying the sandbox")
-		return exitError{exitDetached}
-	}
-	if err != nil {
-		return err
-	}
-	return exitError{code}
 }
 
 // createErr is a failed create's error, or, when Ctrl-C (or SIGTERM) cut
@@ -217,129 +219,132 @@ type minter interface {
 	Mint(context.Context) (string, error)
 }
 
-func cmdCreate(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("create")
+func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	var lf limitFlags
 	lf.add(fs)
-	pos, rest, err := parseN(fs, args, 1)
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	limits, err := lf.limits()
-	if err != nil {
-		return err
-	}
-	reg, p, err := openProvider(g.provider)
-	if err != nil {
-		return err
-	}
-	var name string
-	switch m, ok := p.(minter); {
-	case len(pos) == 1:
-		name = pos[0]
-	case ok:
-		if name, err = m.Mint(ctx); err != nil {
-			return wrap("mint a name", err)
+	return func(ctx context.Context, args []string) error {
+		pos, rest, err := parseN(fs, args, 1)
+		if err != nil {
+			return err
 		}
-	default:
-		return usageError{"missing NAME"}
-	}
-	if err := sandbox.ValidateName(name); err != nil {
-		return usageError{err.Error()}
-	}
-	sp := startSpinner("creating sandbox " + name)
-	_, err = reg.Create(ctx, p.Name(), name, sandbox.CreateOptions{Limits: limits})
-	sp.Stop()
-	if err != nil {
-		return createErr(ctx, err)
-	}
-	fmt.Println(name)
-	return nil
-}
-
-func cmdExec(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("exec")
-	var env multiFlag
-	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
-	dir := fs.String("dir", "", "working directory")
-	timeout := fs.Duration("timeout", 0, "budget for the whole command")
-	pos, argv, err := positionals(fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	if len(argv) == 0 {
-		return usageError{"missing CMD: NAME [flags] -- CMD ARGS..."}
-	}
-	for _, e := range env {
-		if !strings.Contains(e, "=") {
-			return usageError{fmt.Sprintf("--env %q is not KEY=VALUE", e)}
+		if err := noMore(rest); err != nil {
+			return err
 		}
-	}
-	reg, h, err := handleFor(g, pos[0])
-	if err != nil {
-		return err
-	}
-	if err := mustExist(ctx, reg, h); err != nil {
-		return err
-	}
-	sctx := ctx
-	if *timeout > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, *timeout)
-		defer cancel()
-	}
-	code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
-		sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir}, true)
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return wrap("exec", sandbox.ExecTimeout(*timeout))
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(os.Stderr, "managoat exec: interrupted; the command was killed (spawn runs one you can detach from)")
-		return exitError{exitDetached}
-	case err != nil:
-		return err
-	}
-	return exitError{code}
-}
-
-func cmdSpawn(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("spawn")
-	detach := fs.Bool("detach", false, "print the session id and leave it running")
-	var env multiFlag
-	fs.Var(&env, "env", "KEY=VALUE (repeatable)")
-	dir := fs.String("dir", "", "working directory")
-	pos, argv, err := positionals(fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	if len(argv) == 0 {
-		return usageError{"missing CMD: NAME [flags] -- CMD ARGS..."}
-	}
-	reg, h, err := handleFor(g, pos[0])
-	if err != nil {
-		return err
-	}
-	if err := mustExist(ctx, reg, h); err != nil {
-		return err
-	}
-	c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
-	cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: *dir})
-	if err != nil {
-		return wrap("spawn", err)
-	}
-	defer func() { _ = cmd.Stop() }()
-	id := cmd.SessionID
-	if id == "" {
-		id = newestSession(ctx, reg, h, c)
-	}
-	if *detach {
-		fmt.Println(id)
+		limits, err := lf.limits()
+		if err != nil {
+			return err
+		}
+		reg, p, err := openProvider(g.provider)
+		if err != nil {
+			return err
+		}
+		var name string
+		switch m, ok := p.(minter); {
+		case len(pos) == 1:
+			name = pos[0]
+		case ok:
+			if name, err = m.Mint(ctx); err != nil {
+				return wrap("mint a name", err)
+			}
+		default:
+			return usageError{msg: "missing NAME"}
+		}
+		if err := sandbox.ValidateName(name); err != nil {
+			return usageError{msg: err.Error(), bare: true}
+		}
+		sp := startSpinner("creating sandbox " + name)
+		_, err = reg.Create(ctx, p.Name(), name, sandbox.CreateOptions{Limits: limits})
+		sp.Stop()
+		if err != nil {
+			return createErr(ctx, err)
+		}
+		fmt.Println(name)
 		return nil
 	}
-	return follow(ctx, h, id, cmd, true)
+}
+
+func cmdExec(g *globals, fs *flag.FlagSet) action {
+	var env multiFlag
+	fs.Var(&env, "env", "an environment variable `KEY=VALUE` (repeatable)")
+	dir := fs.String("dir", "", "working directory")
+	timeout := fs.Duration("timeout", 0, "budget for the whole command")
+	return func(ctx context.Context, args []string) error {
+		pos, argv, err := positionals(fs, args, 1, "NAME")
+		if err != nil {
+			return err
+		}
+		if len(argv) == 0 {
+			return usageError{msg: "missing CMD"}
+		}
+		for _, e := range env {
+			if !strings.Contains(e, "=") {
+				return usageError{msg: fmt.Sprintf("--env %q is not KEY=VALUE", e)}
+			}
+		}
+		reg, h, err := handleFor(g, pos[0])
+		if err != nil {
+			return err
+		}
+		if err := mustExist(ctx, reg, h); err != nil {
+			return err
+		}
+		sctx := ctx
+		if *timeout > 0 {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, *timeout)
+			defer cancel()
+		}
+		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
+			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir}, true)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return wrap("exec", sandbox.ExecTimeout(*timeout))
+		case errors.Is(err, context.Canceled):
+			fmt.Fprintln(os.Stderr, "managoat exec: interrupted; the command was killed (spawn runs one you can detach from)")
+			return exitError{exitDetached}
+		case err != nil:
+			return err
+		}
+		return exitError{code}
+	}
+}
+
+func cmdSpawn(g *globals, fs *flag.FlagSet) action {
+	detach := fs.Bool("detach", false, "print the session id and leave it running")
+	var env multiFlag
+	fs.Var(&env, "env", "an environment variable `KEY=VALUE` (repeatable)")
+	dir := fs.String("dir", "", "working directory")
+	return func(ctx context.Context, args []string) error {
+		pos, argv, err := positionals(fs, args, 1, "NAME")
+		if err != nil {
+			return err
+		}
+		if len(argv) == 0 {
+			return usageError{msg: "missing CMD"}
+		}
+		reg, h, err := handleFor(g, pos[0])
+		if err != nil {
+			return err
+		}
+		if err := mustExist(ctx, reg, h); err != nil {
+			return err
+		}
+		c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
+		cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: *dir})
+		if err != nil {
+			return wrap("spawn", err)
+		}
+		defer func() { _ = cmd.Stop() }()
+		id := cmd.SessionID
+		if id == "" {
+			id = newestSession(ctx, reg, h, c)
+		}
+		if *detach {
+			fmt.Println(id)
+			return nil
+		}
+		return follow(ctx, h, id, cmd, true)
+	}
 }
 
 // newestSession finds the id of the newest session running c.
@@ -375,76 +380,79 @@ func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Comm
 	return exitError{code}
 }
 
-func cmdAttach(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("attach")
+func cmdAttach(g *globals, fs *flag.FlagSet) action {
 	noStdin := fs.Bool("no-stdin", false, "watch only: managoat's stdin is not forwarded, and its end does not close the session's")
-	reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
-	if err != nil {
-		return err
-	}
-	id := pos[1]
-	cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: !*noStdin})
-	if err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
-			return fmt.Errorf("attach: session %q of sandbox %q: %w", id, h.Name, err)
+	return func(ctx context.Context, args []string) error {
+		reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
+		if err != nil {
+			return err
 		}
-		return wrap("attach", err)
+		id := pos[1]
+		cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: !*noStdin})
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				return fmt.Errorf("attach: session %q of sandbox %q: %w", id, h.Name, err)
+			}
+			return wrap("attach", err)
+		}
+		defer func() { _ = cmd.Stop() }()
+		return follow(ctx, h, id, cmd, !*noStdin)
 	}
-	defer func() { _ = cmd.Stop() }()
-	return follow(ctx, h, id, cmd, !*noStdin)
 }
 
-func cmdSessions(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("sessions")
+func cmdSessions(g *globals, fs *flag.FlagSet) action {
 	asJSON := fs.Bool("json", false, "print JSON")
-	reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	ss, err := reg.ListSessions(ctx, h)
-	if err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
-			return fmt.Errorf("sandbox %q: %w", h.Name, err)
+	return func(ctx context.Context, args []string) error {
+		reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
+		if err != nil {
+			return err
 		}
-		return wrap("sessions", err)
-	}
-	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(ss)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tCREATED\tCOMMAND")
-	for _, s := range ss {
-		created := "-"
-		if !s.CreatedAt.IsZero() {
-			created = s.CreatedAt.Local().Format(time.DateTime)
+		ss, err := reg.ListSessions(ctx, h)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				return fmt.Errorf("sandbox %q: %w", h.Name, err)
+			}
+			return wrap("sessions", err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.ID, created, s.Command)
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(ss)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SESSION\tCREATED\tCOMMAND")
+		for _, s := range ss {
+			created := "-"
+			if !s.CreatedAt.IsZero() {
+				created = s.CreatedAt.Local().Format(time.DateTime)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.ID, created, s.Command)
+		}
+		return tw.Flush()
 	}
-	return tw.Flush()
 }
 
-func cmdTerminate(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("terminate")
+func cmdTerminate(g *globals, fs *flag.FlagSet) action {
 	force := fs.Bool("force", false, "kill at once (SIGKILL)")
 	grace := fs.Duration("grace", 0, "how long to wait after SIGTERM (default 10s)")
-	reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
-	if err != nil {
-		return err
+	return func(ctx context.Context, args []string) error {
+		reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
+		if err != nil {
+			return err
+		}
+		if *grace < 0 {
+			return usageError{msg: "--grace must not be negative"}
+		}
+		if err := mustExist(ctx, reg, h); err != nil {
+			return err
+		}
+		if ss, err := reg.ListSessions(ctx, h); err == nil && !slices.ContainsFunc(ss, func(s sandbox.Session) bool { return s.ID == pos[1] }) {
+			return fmt.Errorf("session %q of sandbox %q: %w", pos[1], h.Name, sandbox.ErrNotFound)
+		}
+		mode := sandbox.Graceful
+		if *force {
+			mode = sandbox.Force
+		}
+		return wrap("terminate", reg.TerminateSession(ctx, h, pos[1], sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
 	}
-	if *grace < 0 {
-		return usageError{"--grace must not be negative"}
-	}
-	if err := mustExist(ctx, reg, h); err != nil {
-		return err
-	}
-	if ss, err := reg.ListSessions(ctx, h); err == nil && !slices.ContainsFunc(ss, func(s sandbox.Session) bool { return s.ID == pos[1] }) {
-		return fmt.Errorf("session %q of sandbox %q: %w", pos[1], h.Name, sandbox.ErrNotFound)
-	}
-	mode := sandbox.Graceful
-	if *force {
-		mode = sandbox.Force
-	}
-	return wrap("terminate", reg.TerminateSession(ctx, h, pos[1], sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
 }
 
 type lsRow struct {
@@ -455,103 +463,105 @@ type lsRow struct {
 	Error    string         `json:"error,omitempty"`
 }
 
-func cmdLs(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("ls")
+func cmdLs(g *globals, fs *flag.FlagSet) action {
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noMore(fs.Args()); err != nil {
-		return err
-	}
-	reg, p, err := openProvider(g.provider)
-	if err != nil {
-		return err
-	}
-	names, err := reg.ListAllNames(ctx, p.Name())
-	if err != nil {
-		return wrap("ls", err)
-	}
-	rows := make([]lsRow, 0, len(names))
-	for _, n := range names {
-		row := lsRow{Name: n, Provider: p.Name()}
-		info, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), n))
-		switch {
-		case errors.Is(err, sandbox.ErrNotFound):
-			continue // gone between the listing and the look-up
-		case err != nil:
-			row.Status, row.Error = sandbox.StatusUnknown, err.Error()
-		default:
-			row.Status = info.Status
-			var raw struct {
-				State string `json:"state"`
-			}
-			if json.Unmarshal(info.Raw, &raw) == nil && raw.State != string(info.Status) {
-				row.State = raw.State
-			}
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
 		}
-		rows = append(rows, row)
-	}
-	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(rows)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
-	for _, r := range rows {
-		state := r.State
-		if state == "" {
-			state = "-"
+		if err := noMore(fs.Args()); err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
-	}
-	return tw.Flush()
-}
-
-func cmdRm(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("rm")
-	pos, _, err := positionals(fs, args, -1, "NAME")
-	if err != nil {
-		return err
-	}
-	// Every name is checked before anything is destroyed.
-	type target struct {
-		reg *sandbox.Registry
-		h   *sandbox.Handle
-	}
-	var ts []target
-	for _, n := range pos {
-		reg, h, err := handleFor(g, n)
+		reg, p, err := openProvider(g.provider)
 		if err != nil {
 			return err
 		}
-		ts = append(ts, target{reg, h})
-	}
-	var errs []error
-	for _, t := range ts {
-		err := mustExist(ctx, t.reg, t.h)
-		if err == nil {
-			err = wrap("rm "+t.h.Name, t.reg.Destroy(ctx, t.h))
+		names, err := reg.ListAllNames(ctx, p.Name())
+		if err != nil {
+			return wrap("ls", err)
 		}
-		errs = append(errs, err)
+		rows := make([]lsRow, 0, len(names))
+		for _, n := range names {
+			row := lsRow{Name: n, Provider: p.Name()}
+			info, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), n))
+			switch {
+			case errors.Is(err, sandbox.ErrNotFound):
+				continue // gone between the listing and the look-up
+			case err != nil:
+				row.Status, row.Error = sandbox.StatusUnknown, err.Error()
+			default:
+				row.Status = info.Status
+				var raw struct {
+					State string `json:"state"`
+				}
+				if json.Unmarshal(info.Raw, &raw) == nil && raw.State != string(info.Status) {
+					row.State = raw.State
+				}
+			}
+			rows = append(rows, row)
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(rows)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
+		for _, r := range rows {
+			state := r.State
+			if state == "" {
+				state = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
+		}
+		return tw.Flush()
 	}
-	return errors.Join(errs...)
 }
 
-func cmdSuspend(ctx context.Context, g *globals, args []string) error {
-	return onOne(ctx, g, "suspend", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+func cmdRm(g *globals, fs *flag.FlagSet) action {
+	return func(ctx context.Context, args []string) error {
+		pos, _, err := positionals(fs, args, -1, "NAME")
+		if err != nil {
+			return err
+		}
+		// Every name is checked before anything is destroyed.
+		type target struct {
+			reg *sandbox.Registry
+			h   *sandbox.Handle
+		}
+		var ts []target
+		for _, n := range pos {
+			reg, h, err := handleFor(g, n)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, target{reg, h})
+		}
+		var errs []error
+		for _, t := range ts {
+			err := mustExist(ctx, t.reg, t.h)
+			if err == nil {
+				err = wrap("rm "+t.h.Name, t.reg.Destroy(ctx, t.h))
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func cmdSuspend(g *globals, fs *flag.FlagSet) action {
+	return onOne(g, fs, "suspend", func(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
 		return reg.Suspend(ctx, h)
 	})
 }
 
-func cmdResume(ctx context.Context, g *globals, args []string) error {
-	return onOne(ctx, g, "resume", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+func cmdResume(g *globals, fs *flag.FlagSet) action {
+	return onOne(g, fs, "resume", func(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
 		_, err := reg.Resume(ctx, h)
 		return err
 	})
 }
 
-func cmdURL(ctx context.Context, g *globals, args []string) error {
-	return onOne(ctx, g, "url", args, func(reg *sandbox.Registry, h *sandbox.Handle) error {
+func cmdURL(g *globals, fs *flag.FlagSet) action {
+	return onOne(g, fs, "url", func(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
 		u, err := reg.PublicURL(ctx, h)
 		if err == nil {
 			fmt.Println(u)
@@ -560,92 +570,132 @@ func cmdURL(ctx context.Context, g *globals, args []string) error {
 	})
 }
 
-func onOne(ctx context.Context, g *globals, op string, args []string, f func(*sandbox.Registry, *sandbox.Handle) error) error {
-	fs := g.flagSet(op)
-	reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	err = f(reg, h)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return fmt.Errorf("%s: sandbox %q: %w", op, h.Name, err)
-	}
-	return wrap(op, err)
-}
-
-func cmdPolicy(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("policy")
-	allow := fs.String("allow", "\x00", `comma-separated domains; "" denies all egress`)
-	pos, rest, err := positionals(fs, args, 1, "NAME")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	if *allow == "\x00" {
-		return usageError{`--allow is required (--allow "" denies all egress)`}
-	}
-	pol := sandbox.NetworkPolicy{Allow: []string{}}
-	for _, d := range strings.Split(*allow, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			pol.Allow = append(pol.Allow, d)
-		}
-	}
-	reg, h, err := handleFor(g, pos[0])
-	if err != nil {
-		return err
-	}
-	if err := mustExist(ctx, reg, h); err != nil {
-		return err
-	}
-	return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
-}
-
-func cmdCp(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("cp")
-	pos, rest, err := positionals(fs, args, 2, "SRC and DST")
-	if err != nil {
-		return err
-	}
-	if err := noMore(rest); err != nil {
-		return err
-	}
-	src, dst := pos[0], pos[1]
-	sName, sPath, sIn := strings.Cut(src, ":")
-	dName, dPath, dIn := strings.Cut(dst, ":")
-	switch {
-	case dIn && !sIn:
-		data, err := os.ReadFile(src)
+// onOne is the action of a command that takes one sandbox's NAME and
+// does op to it with f.
+func onOne(g *globals, fs *flag.FlagSet, op string, f func(context.Context, *sandbox.Registry, *sandbox.Handle) error) action {
+	return func(ctx context.Context, args []string) error {
+		reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
 		if err != nil {
 			return err
 		}
-		reg, h, err := handleFor(g, dName)
+		err = f(ctx, reg, h)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return fmt.Errorf("%s: sandbox %q: %w", op, h.Name, err)
+		}
+		return wrap(op, err)
+	}
+}
+
+func cmdPolicy(g *globals, fs *flag.FlagSet) action {
+	allow := fs.String("allow", "", `comma-separated domains (required); "" denies all egress`)
+	return func(ctx context.Context, args []string) error {
+		pos, rest, err := positionals(fs, args, 1, "NAME")
+		if err != nil {
+			return err
+		}
+		if err := noMore(rest); err != nil {
+			return err
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "allow" })
+		if !given {
+			return usageError{msg: `--allow is required (--allow "" denies all egress)`}
+		}
+		pol := sandbox.NetworkPolicy{Allow: []string{}}
+		for _, d := range strings.Split(*allow, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				pol.Allow = append(pol.Allow, d)
+			}
+		}
+		reg, h, err := handleFor(g, pos[0])
 		if err != nil {
 			return err
 		}
 		if err := mustExist(ctx, reg, h); err != nil {
 			return err
 		}
-		return wrap("cp to "+dst, reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
-	case sIn && !dIn:
-		reg, h, err := handleFor(g, sName)
-		if err != nil {
-			return err
-		}
-		if err := mustExist(ctx, reg, h); err != nil {
-			return err
-		}
-		data, err := reg.ReadFile(ctx, h, sPath)
-		if err != nil {
-			return wrap("cp from "+src, err)
-		}
-		return os.WriteFile(dst, data, 0o644)
+		return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
 	}
-	return usageError{"exactly one of SRC and DST must be NAME:/path"}
 }
 
-func cmdVersion(ctx context.Context, g *globals, args []string) error {
-	fmt.Println("managoat", version)
-	return nil
+func cmdCp(g *globals, fs *flag.FlagSet) action {
+	return func(ctx context.Context, args []string) error {
+		pos, rest, err := positionals(fs, args, 2, "SRC and DST")
+		if err != nil {
+			return err
+		}
+		if err := noMore(rest); err != nil {
+			return err
+		}
+		src, dst := pos[0], pos[1]
+		sName, sPath, sIn := strings.Cut(src, ":")
+		dName, dPath, dIn := strings.Cut(dst, ":")
+		switch {
+		case dIn && !sIn:
+			data, err := os.ReadFile(src)
+			if err != nil {
+				return err
+			}
+			reg, h, err := handleFor(g, dName)
+			if err != nil {
+				return err
+			}
+			if err := mustExist(ctx, reg, h); err != nil {
+				return err
+			}
+			return wrap("cp to "+dst, reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
+		case sIn && !dIn:
+			reg, h, err := handleFor(g, sName)
+			if err != nil {
+				return err
+			}
+			if err := mustExist(ctx, reg, h); err != nil {
+				return err
+			}
+			data, err := reg.ReadFile(ctx, h, sPath)
+			if err != nil {
+				return wrap("cp from "+src, err)
+			}
+			return os.WriteFile(dst, data, 0o644)
+		}
+		return usageError{msg: "exactly one of SRC and DST must be NAME:/path"}
+	}
+}
+
+func cmdVersion(g *globals, fs *flag.FlagSet) action {
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		fmt.Println("managoat", version)
+		return nil
+	}
+}
+
+// cmdHelp prints managoat's help, or a command's (what its --help prints).
+func cmdHelp(g *globals, fs *flag.FlagSet) action {
+	return func(ctx context.Context, args []string) error {
+		pos, rest, err := parseN(fs, args, 1)
+		if err != nil {
+			return err
+		}
+		if err := noMore(rest); err != nil {
+			return err
+		}
+		if len(pos) == 0 {
+			usage(os.Stdout)
+			return nil
+		}
+		c, ok := lookup(pos[0])
+		if !ok {
+			return usageError{msg: fmt.Sprintf("unknown command %q (managoat help lists them)", pos[0])}
+		}
+		cfs := (&globals{}).flagSet(c.name)
+		c.setup(&globals{}, cfs)
+		c.help(os.Stdout, cfs)
+		return nil
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,18 +21,32 @@ type globals struct {
 	ephemeral bool
 }
 
+// The global flags' defaults.
+const (
+	defaultProvider  = "local"
+	defaultMechanism = "jail"
+)
+
+// flagSet is a FlagSet holding the global flags, with g's values as their
+// defaults (so that a command's FlagSet keeps what the global one set);
+// the help is printed by run, from the FlagSet, not by the flag package.
 func (g *globals) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&g.provider, "provider", g.provider, "sandbox provider")
-	fs.StringVar(&g.mechanism, "mechanism", g.mechanism, "isolation mechanism for the local provider")
+	fs.StringVar(&g.mechanism, "mechanism", g.mechanism, "isolation mechanism for the local provider: jail, trusted, oci (runc) or oci:runsc")
 	return fs
 }
 
-// parse parses args with fs, turning flag errors into usage errors.
+// parse parses args with fs, turning flag errors into usage errors; a -h
+// or --help is flag.ErrHelp, for run to print the command's help.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{msg: err.Error()}
 	}
 	return nil
 }
@@ -85,28 +100,28 @@ func (l *limitFlags) limits() (sandbox.Limits, error) {
 	var err error
 	if l.memory != "" {
 		if out.MemoryBytes, err = parseSize(l.memory); err != nil {
-			return out, usageError{"--memory: " + err.Error()}
+			return out, usageError{msg: "--memory: " + err.Error()}
 		}
 		if out.MemoryBytes < minMemory {
-			return out, usageError{fmt.Sprintf("--memory: %s is less than 1M, too little to start a process", l.memory)}
+			return out, usageError{msg: fmt.Sprintf("--memory: %s is less than 1M, too little to start a process", l.memory)}
 		}
 	}
 	if l.pids != "" {
 		n, err := strconv.Atoi(l.pids)
 		if err != nil || n <= 0 || n > maxPids {
-			return out, usageError{fmt.Sprintf("--pids: %q is not an integer from 1 to %d", l.pids, maxPids)}
+			return out, usageError{msg: fmt.Sprintf("--pids: %q is not an integer from 1 to %d", l.pids, maxPids)}
 		}
 		out.Pids = n
 	}
 	if l.cpu != "" {
 		if out.CPUMillis, err = parseCPU(l.cpu); err != nil {
-			return out, usageError{"--cpu: " + err.Error()}
+			return out, usageError{msg: "--cpu: " + err.Error()}
 		}
 	}
 	if l.timeout != "" {
 		d, err := time.ParseDuration(l.timeout)
 		if err != nil || d <= 0 {
-			return out, usageError{fmt.Sprintf("--timeout: %q is not a positive duration such as 30s", l.timeout)}
+			return out, usageError{msg: fmt.Sprintf("--timeout: %q is not a positive duration such as 30s", l.timeout)}
 		}
 		out.WallClock = d
 	}

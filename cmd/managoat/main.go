@@ -26,6 +26,17 @@
 // Every command takes --provider P (default local) and --mechanism M
 // (jail, trusted, oci, oci:runsc; default jail).
 //
+// `managoat help COMMAND`, or -h/--help anywhere among a command's flags,
+// prints what the command does, its synopsis and its flags with their
+// defaults, to stdout; a -h after "--", or after the command to run, is
+// that command's. A malformed invocation prints the error, then the same
+// help, to stderr.
+//
+// Flags are the standard library's flag package, one FlagSet per command,
+// with the help printed here from each FlagSet: no library (cobra, pflag,
+// urfave/cli) is clearly better for this CLI, and each would be one more
+// dependency initialised before every `run`.
+//
 // Exit codes: a command's own exit code is managoat's; 125 means managoat
 // could not run it (the error names the operation and the taxonomy kind);
 // 2 is a usage error; 130 after Ctrl-C detached from a session.
@@ -36,10 +47,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/managoat/managoat/sandbox"
 )
@@ -68,25 +82,121 @@ func reexecHooks() {
 	}
 }
 
+// A command is one of managoat's subcommands.
 type command struct {
-	name  string
-	usage string
-	run   func(ctx context.Context, g *globals, args []string) error
+	name     string
+	synopsis string // what follows "managoat NAME" in its usage line
+	summary  string // what it does, in one line
+	// setup defines the command's flags on fs and returns what runs it.
+	// It does nothing else, so help can list the flags of a command it
+	// does not run; the returned action parses args with fs (parse,
+	// parseN) before it does anything.
+	setup func(g *globals, fs *flag.FlagSet) action
 }
+
+// An action runs a command on its arguments (those after its name).
+type action func(ctx context.Context, args []string) error
 
 var commands []command
 
-func register(name, usage string, run func(ctx context.Context, g *globals, args []string) error) {
-	commands = append(commands, command{name, usage, run})
+func register(name, synopsis, summary string, setup func(g *globals, fs *flag.FlagSet) action) {
+	commands = append(commands, command{name, synopsis, summary, setup})
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: managoat [--provider P] [--mechanism M] COMMAND [ARGS...]")
-	fmt.Fprintln(os.Stderr, "commands:")
+func lookup(name string) (command, bool) {
 	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.usage)
+		if c.name == name {
+			return c, true
+		}
 	}
-	fmt.Fprintln(os.Stderr, "providers:", providerNames())
+	return command{}, false
+}
+
+// usage writes managoat's own help: its synopsis, its commands and the
+// global flags.
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "managoat runs commands in sandboxes, on this machine or on a provider.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: managoat [global flags] COMMAND [flags] [ARGS...]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Global flags (before or after COMMAND):")
+	printFlags(w, allFlags(globalHelpFlags()), true)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'managoat help COMMAND' or 'managoat COMMAND --help' for a command's flags.")
+}
+
+// help writes c's help: what it does, its synopsis, its own flags (those
+// setup defined on fs) and the global ones.
+func (c command) help(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, c.summary)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, strings.TrimRight("Usage: managoat "+c.name+" "+c.synopsis, " "))
+	global := globalHelpFlags()
+	var own []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if global.Lookup(f.Name) == nil {
+			own = append(own, f)
+		}
+	})
+	if len(own) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Flags:")
+		printFlags(w, own, false)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Global flags:")
+	printFlags(w, allFlags(global), true)
+}
+
+// allFlags is fs's flags, sorted by name.
+func allFlags(fs *flag.FlagSet) []*flag.Flag {
+	var fl []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) { fl = append(fl, f) })
+	return fl
+}
+
+// printFlags writes flags one a line with their defaults; withHelp adds
+// -h, --help.
+func printFlags(w io.Writer, flags []*flag.Flag, withHelp bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	for _, f := range flags {
+		typ, text := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if typ != "" {
+			name += " " + typ
+		}
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			if typ == "string" {
+				text += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				text += " (default " + f.DefValue + ")"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, text)
+	}
+	if withHelp {
+		fmt.Fprintf(tw, "  %s\t%s\n", "-h, --help", "print this help")
+	}
+	tw.Flush()
+}
+
+// globalHelpFlags are the global flags as help shows them: with their
+// defaults (not the values this invocation gave them), and with the
+// providers this binary has.
+func globalHelpFlags() *flag.FlagSet {
+	g := &globals{provider: defaultProvider, mechanism: defaultMechanism}
+	fs := g.flagSet("managoat")
+	fs.Lookup("provider").Usage += ": " + strings.Join(providerNames(), ", ")
+	return fs
 }
 
 func run(args []string) int {
@@ -94,35 +204,43 @@ func run(args []string) int {
 	fs := g.flagSet("managoat")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			usage()
+			usage(os.Stdout)
 			return 0
 		}
 		fmt.Fprintln(os.Stderr, "managoat:", err)
-		usage()
+		fmt.Fprintln(os.Stderr)
+		usage(os.Stderr)
 		return exitUsage
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		usage()
+		usage(os.Stderr)
 		return exitUsage
 	}
 	name := args[0]
-	for _, c := range commands {
-		if c.name != name {
-			continue
-		}
-		ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		err := c.run(ctx, g, args[1:])
-		return report(name, err)
+	c, ok := lookup(name)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "managoat: unknown command %q\n", name)
+		fmt.Fprintln(os.Stderr)
+		usage(os.Stderr)
+		return exitUsage
 	}
-	if name == "help" || name == "-h" || name == "--help" {
-		usage()
+	cfs := g.flagSet(name)
+	act := c.setup(g, cfs)
+	ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := act(ctx, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		c.help(os.Stdout, cfs)
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "managoat: unknown command %q\n", name)
-	usage()
-	return exitUsage
+	code := report(name, err)
+	var ue usageError
+	if errors.As(err, &ue) && !ue.bare {
+		fmt.Fprintln(os.Stderr)
+		c.help(os.Stderr, cfs)
+	}
+	return code
 }
 
 // notifyContext is signal.NotifyContext, with the handlers installed by a
@@ -169,8 +287,13 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-// usageError is a malformed invocation, reported before anything is done.
-type usageError struct{ msg string }
+// usageError is a malformed invocation, reported before anything is done,
+// with the command's help after it unless bare (a value the help does not
+// describe, such as a sandbox name breaking the naming rules).
+type usageError struct {
+	msg  string
+	bare bool
+}
 
 func (e usageError) Error() string { return e.msg }
 

@@ -103,12 +103,33 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// managoat's own help lists every command; asked for, it goes to stdout;
+// after a malformed invocation, to stderr.
 func TestHelp(t *testing.T) {
+	check := func(args []string, text string) {
+		t.Helper()
+		if !strings.Contains(text, "Usage: managoat [global flags] COMMAND") {
+			t.Errorf("%v: no usage line in %q", args, text)
+		}
+		for _, c := range commands {
+			if !strings.Contains(text, "\n  "+c.name+" ") {
+				t.Errorf("%v: %s is not listed", args, c.name)
+			}
+		}
+	}
 	for _, arg := range []string{"--help", "-h", "help"} {
-		_, errOut, code := managoat(t, "", arg)
-		if code != 0 || !strings.Contains(errOut, "usage: managoat") {
+		out, errOut, code := managoat(t, "", arg)
+		if code != 0 || errOut != "" {
 			t.Errorf("%s: exit %d stderr %q", arg, code, errOut)
 		}
+		check([]string{arg}, out)
+	}
+	for _, args := range [][]string{{}, {"--bogus", "ls"}, {"nosuchcommand"}} {
+		out, errOut, code := managoat(t, "", args...)
+		if code != exitUsage || out != "" {
+			t.Errorf("%v: exit %d stdout %q", args, code, out)
+		}
+		check(args, errOut)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // current is the invocation's globals, read by provider builders.
-var current = &globals{provider: "local", mechanism: "jail"}
+var current = &globals{provider: defaultProvider, mechanism: defaultMechanism}
 
 func init() {
 	// A jail init or a sandbox supervisor started from this binary runs
@@ -28,51 +29,55 @@ func init() {
 	registerProvider("local", func() (sandbox.Provider, error) {
 		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral, Ephemeral: current.ephemeral})
 	})
-	register("doctor", "[--json]                        what this host can isolate, with evidence", cmdDoctor)
+	register("doctor", "[flags]", "Show what this host can isolate, with the evidence", cmdDoctor)
 }
 
-func cmdDoctor(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("doctor")
+func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	r, err := doctor.Default(ctx)
-	if err != nil {
-		return wrap("doctor", err)
-	}
-	checks := oci.Doctor(ctx)
-	type templates struct {
-		Dir    string `json:"dir,omitempty"`
-		Pinned int    `json:"pinned"`
-	}
-	pinned := templates{Dir: local.JailTemplateDir()}
-	if pinned.Dir != "" {
-		pinned.Pinned = jail.PinnedTemplates(pinned.Dir)
-	}
-	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(struct {
-			doctor.Report
-			OCI           []oci.Check `json:"oci"`
-			JailInit      string      `json:"jail_init"`
-			JailTemplates templates   `json:"jail_templates"`
-		}{r, checks, jail.InitDescription(), pinned})
-	}
-	if err := r.WriteText(os.Stdout); err != nil {
-		return err
-	}
-	for _, c := range checks {
-		verdict := "can run here"
-		if !c.OK {
-			verdict = "cannot run here"
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
 		}
-		fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
+		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		r, err := doctor.Default(ctx)
+		if err != nil {
+			return wrap("doctor", err)
+		}
+		checks := oci.Doctor(ctx)
+		type templates struct {
+			Dir    string `json:"dir,omitempty"`
+			Pinned int    `json:"pinned"`
+		}
+		pinned := templates{Dir: local.JailTemplateDir()}
+		if pinned.Dir != "" {
+			pinned.Pinned = jail.PinnedTemplates(pinned.Dir)
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(struct {
+				doctor.Report
+				OCI           []oci.Check `json:"oci"`
+				JailInit      string      `json:"jail_init"`
+				JailTemplates templates   `json:"jail_templates"`
+			}{r, checks, jail.InitDescription(), pinned})
+		}
+		if err := r.WriteText(os.Stdout); err != nil {
+			return err
+		}
+		for _, c := range checks {
+			verdict := "can run here"
+			if !c.OK {
+				verdict = "cannot run here"
+			}
+			fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
+		}
+		fmt.Printf("  jail init: %s\n", jail.InitDescription())
+		if pinned.Dir != "" {
+			fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
+		} else {
+			fmt.Println("  jail tree templates: not pinned (not root, or a binary under the temporary directory)")
+		}
+		return nil
 	}
-	fmt.Printf("  jail init: %s\n", jail.InitDescription())
-	if pinned.Dir != "" {
-		fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
-	} else {
-		fmt.Println("  jail tree templates: not pinned (not root, or a binary under the temporary directory)")
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,8 +26,8 @@ const (
 )
 
 func init() {
-	register("runner", "--url URL --token T [--name N] [--root DIR]   the self-hosted runner daemon", cmdRunner)
-	register("serve", "--listen ADDR [--token-file F]   a platform that runners dial into", cmdServe)
+	register("runner", "[flags] --url URL", "Run the self-hosted runner daemon: dial a platform and serve it this machine's sandboxes", cmdRunner)
+	register("serve", "[flags]", "Serve a platform that runners dial into", cmdServe)
 	registerProvider("runner", func() (sandbox.Provider, error) {
 		url := os.Getenv(envPlatformURL)
 		if url == "" {
@@ -54,93 +55,95 @@ func readToken(flagValue, file string) (string, error) {
 	if t := strings.TrimSpace(os.Getenv(envRunnerToken)); t != "" {
 		return t, nil
 	}
-	return "", usageError{"a token is required: --token, --token-file, or " + envRunnerToken}
+	return "", usageError{msg: "a token is required: --token, --token-file, or " + envRunnerToken}
 }
 
-func cmdRunner(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("runner")
+func cmdRunner(g *globals, fs *flag.FlagSet) action {
 	url := fs.String("url", "", "the platform's base URL")
 	token := fs.String("token", "", "the platform's token (or "+envRunnerToken+")")
 	tokenFile := fs.String("token-file", "", "a file holding the token")
 	name := fs.String("name", "", "this runner's name (default from the hostname)")
 	root := fs.String("root", "", "where this runner keeps its sandboxes")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noMore(fs.Args()); err != nil {
-		return err
-	}
-	if *url == "" {
-		return usageError{"--url is required"}
-	}
-	tok, err := readToken(*token, *tokenFile)
-	if err != nil {
-		return err
-	}
-	if *name == "" {
-		host, _ := os.Hostname()
-		*name = runner.DefaultName(host)
-	}
-	if *root == "" {
-		*root = filepath.Join(local.DefaultStateDir(), "runners", *name)
-	}
-	p, err := local.New(local.Config{StateDir: *root, MechanismName: g.mechanism})
-	if err != nil {
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		if *url == "" {
+			return usageError{msg: "--url is required"}
+		}
+		tok, err := readToken(*token, *tokenFile)
+		if err != nil {
+			return err
+		}
+		if *name == "" {
+			host, _ := os.Hostname()
+			*name = runner.DefaultName(host)
+		}
+		if *root == "" {
+			*root = filepath.Join(local.DefaultStateDir(), "runners", *name)
+		}
+		p, err := local.New(local.Config{StateDir: *root, MechanismName: g.mechanism})
+		if err != nil {
+			return wrap("runner", err)
+		}
+		fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, *url)
+		err = runner.Run(ctx, runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnDisconnect: func(attempt int, delay time.Duration, err error) {
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "managoat runner: disconnected (%v); reconnecting in %v\n", err, delay)
+				}
+			}})
+		var perm *runner.PermanentError
+		switch {
+		case errors.As(err, &perm):
+			return fmt.Errorf("runner: the platform refused this runner for good: %w", err)
+		case errors.Is(err, context.Canceled):
+			fmt.Fprintln(os.Stderr, "managoat runner: stopped")
+			return nil
+		}
 		return wrap("runner", err)
 	}
-	fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, *url)
-	err = runner.Run(ctx, runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		OnDisconnect: func(attempt int, delay time.Duration, err error) {
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "managoat runner: disconnected (%v); reconnecting in %v\n", err, delay)
-			}
-		}})
-	var perm *runner.PermanentError
-	switch {
-	case errors.As(err, &perm):
-		return fmt.Errorf("runner: the platform refused this runner for good: %w", err)
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(os.Stderr, "managoat runner: stopped")
-		return nil
-	}
-	return wrap("runner", err)
 }
 
-func cmdServe(ctx context.Context, g *globals, args []string) error {
-	fs := g.flagSet("serve")
+func cmdServe(g *globals, fs *flag.FlagSet) action {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	tokenFile := fs.String("token-file", "", "a file holding the token (default "+envRunnerToken+")")
-	if err := parse(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		tok, err := readToken("", *tokenFile)
+		if err != nil {
+			return err
+		}
+		srv := runnerprov.NewServer(runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok),
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		mux := http.NewServeMux()
+		mux.Handle("/api/runners", srv)
+		mux.Handle("/api/runners/", srv)
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return wrap("serve", err)
+		}
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s (runners dial /api/runners/ws)\n", ln.Addr())
+		errc := make(chan error, 1)
+		go func() { errc <- hs.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return wrap("serve", err)
+		case <-ctx.Done():
+		}
+		srv.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return wrap("serve", hs.Shutdown(sctx))
 	}
-	if err := noMore(fs.Args()); err != nil {
-		return err
-	}
-	tok, err := readToken("", *tokenFile)
-	if err != nil {
-		return err
-	}
-	srv := runnerprov.NewServer(runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	mux := http.NewServeMux()
-	mux.Handle("/api/runners", srv)
-	mux.Handle("/api/runners/", srv)
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return wrap("serve", err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s (runners dial /api/runners/ws)\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return wrap("serve", err)
-	case <-ctx.Done():
-	}
-	srv.Close()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return wrap("serve", hs.Shutdown(sctx))
 }
