@@ -154,4 +154,7 @@ func TestHostProbe(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/managoat/managoat/internal/testenv"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,10 @@ import (
 	"github.com/managoat/managoat/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}
 
 var quiet = slog.New(slog.DiscardHandler)
 

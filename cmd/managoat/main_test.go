@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/managoat/managoat/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	testenv.Enclose()
 	dir, err := os.MkdirTemp("", "managoat-cli")
 	if err != nil {
 		panic(err)

@@ -53,4 +53,7 @@ func TestDefaultOnThisHost(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}

@@ -16,9 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if jail.Init() {
-		return
-	}
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }
 

@@ -28,6 +28,9 @@
 // sandbox need /bin/sh, coreutils, bash and python3 (for the memory check).
 // Every sandbox a check makes is destroyed; the factory is called once per
 // check, so each gets a fresh mechanism (give it a fresh state directory).
+// Every workload a check starts inside a sandbox ends on its own within 50
+// seconds, and forks at most 200 processes (fewer under the pids cap), so
+// one that a killed test leaves behind stops by itself within a minute.
 package mechanismtest
 
 import (
@@ -347,7 +350,7 @@ func checkNotRunning(t *testing.T, k *kit, m mechanism.Mechanism) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		c, err := sh(ctx, m, id, "echo ran >> $HOME/marks; sleep 60", mechanism.ExecOptions{})
+		c, err := sh(ctx, m, id, "echo ran >> $HOME/marks; sleep 50", mechanism.ExecOptions{})
 		done <- result{c, err}
 	}()
 	for {
@@ -505,7 +508,7 @@ func checkCPU(t *testing.T, k *kit, m mechanism.Mechanism) {
 func checkWallClock(t *testing.T, k *kit, m mechanism.Mechanism) {
 	id := k.sandbox(t, m, "wall", mechanism.Spec{Limits: mechanism.Limits{WallClock: 2 * time.Second}})
 	began := time.Now()
-	c, err := sh(context.Background(), m, id, "sleep 60; echo SLEPT-PAST-BUDGET", mechanism.ExecOptions{})
+	c, err := sh(context.Background(), m, id, "sleep 50; echo SLEPT-PAST-BUDGET", mechanism.ExecOptions{})
 	took := time.Since(began)
 	classifyStop(t, c, err, mechanism.LimitWallClock, "SLEPT-PAST-BUDGET")
 	if took > 4*time.Second {
@@ -697,7 +700,7 @@ func checkFreeze(t *testing.T, k *kit, m mechanism.Mechanism) {
 	id := k.sandbox(t, m, "freeze", mechanism.Spec{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	mustSh(t, m, id, `setsid sh -c 'i=0; while [ $i -lt 3000 ]; do date +%s%N >> $HOME/stamps; i=$((i+1)); sleep 0.02; done' >/dev/null 2>&1 </dev/null &`)
+	mustSh(t, m, id, `setsid sh -c 'end=$(($(date +%s) + 50)); while [ $(date +%s) -lt $end ]; do date +%s%N >> $HOME/stamps; sleep 0.02; done' >/dev/null 2>&1 </dev/null &`)
 	stamps := func() []time.Time {
 		c := mustSh(t, m, id, "cat $HOME/stamps 2>/dev/null; true")
 		var out []time.Time

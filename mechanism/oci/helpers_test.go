@@ -8,15 +8,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/managoat/managoat/internal/testenv"
-	"github.com/managoat/managoat/mechanism/jail"
 )
 
 // TestMain: the jail (the benchmarks' baseline) re-executes this binary
 // as each of its sandboxes' init.
 func TestMain(m *testing.M) {
-	if jail.Init() {
-		return
-	}
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }
 

@@ -1,6 +1,7 @@
 package trusted_test
 
 import (
+	"github.com/managoat/managoat/internal/testenv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,7 +11,10 @@ import (
 	"github.com/managoat/managoat/mechanism/trusted"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}
 
 // TestConformance: trusted passes what it does (lifecycle, execute's
 // outcomes, the wall clock) and reports every isolation and resource

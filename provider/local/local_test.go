@@ -22,20 +22,17 @@ import (
 	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
-	"github.com/managoat/managoat/mechanism/jail"
 	"github.com/managoat/managoat/provider/local/supervisor"
 	"github.com/managoat/managoat/sandbox"
 	"github.com/managoat/managoat/sandbox/sandboxtest"
 )
 
 func TestMain(m *testing.M) {
-	if jail.Init() {
-		return
-	}
 	MaybeRunSupervisor()
 	if dir := os.Getenv(envChild); dir != "" {
 		childSpawnAndDie(dir)
 	}
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }
 

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"github.com/managoat/managoat/internal/testenv"
 	"log/slog"
 	"net/http/httptest"
 	"sync"
@@ -10,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/managoat/managoat/mechanism/jail"
 	"github.com/managoat/managoat/provider/local"
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/runner"
@@ -18,13 +18,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if jail.Init() {
-		return
-	}
 	local.MaybeRunSupervisorWith(openMech)
 	if daemonChild() {
 		return
 	}
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }
 

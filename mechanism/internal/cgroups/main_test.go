@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"github.com/managoat/managoat/internal/testenv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -8,4 +9,7 @@ import (
 
 // A test takes subtrees in a mount namespace of its own on a goroutine;
 // none may outlive the tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}

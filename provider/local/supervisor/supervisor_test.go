@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/managoat/managoat/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,7 @@ func (b plainBackend) Destroy(context.Context) error                { return nil
 
 func TestMain(m *testing.M) {
 	MaybeRun(func(dir string) (Backend, error) { return plainBackend{dir}, nil })
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }
 

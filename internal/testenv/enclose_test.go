@@ -1,0 +1,233 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	Enclose()
+	if dir := os.Getenv(leaverEnv); dir != "" {
+		if err := leaver(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "leaver:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// leaverEnv, set to a directory, makes TestLeaver run: the tests below
+// start this binary afresh with it, as go test would.
+const leaverEnv = "TESTENV_LEAVER"
+
+// leaver is the hostile test binary the tests below run in an enclosure
+// of its own (this binary started afresh with leaverEnv, as go test would
+// start it): it leaves behind a double-forked process in a session of its
+// own that ignores SIGTERM and SIGHUP, and a tmpfs mount; it records its
+// mount namespace and cgroups, then ends (mode "exit") or waits to be
+// killed ("hang").
+func leaver(dir string) error {
+	sh := exec.Command("sh", "-c", `trap "" TERM HUP; setsid sh -c 'trap "" TERM HUP; sleep 600' </dev/null >/dev/null 2>&1 & sleep 600`)
+	if err := sh.Start(); err != nil {
+		return err
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		return err
+	}
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return err
+	}
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	if err := os.WriteFile(filepath.Join(dir, "state"), []byte(ns+"\n"+string(b)), 0o644); err != nil {
+		return err
+	}
+	// Wait until the session's sleeper runs.
+	for i := 0; i < 500 && len(sleepers()) < 2; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
+		return err
+	}
+	if os.Getenv("TESTENV_LEAVER_MODE") == "hang" {
+		time.Sleep(time.Minute)
+	}
+	return nil
+}
+
+// sleepers lists the processes running "sleep 600" that are descendants of
+// this process or in its cgroup: the leaver's.
+func sleepers() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == "sleep\x00600\x00" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// runLeaver runs leaver in mode in a fresh enclosure (this binary
+// started without the enclosure's environment, in a process group of its
+// own) and returns the leaver's directory, its mount namespace and the
+// enclosure's cgroup as seen from here, once it is ready; the process is
+// returned running.
+func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, dir, ns string, cgroup string) {
+	t.Helper()
+	RequireRoot(t)
+	dir = t.TempDir()
+	cmd = exec.Command(os.Args[0])
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, envEnclosure) {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, leaverEnv+"="+dir, "TESTENV_LEAVER_MODE="+mode)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	for i := 0; ; i++ {
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+			break
+		}
+		if i > 3000 {
+			t.Fatal("the leaver was not ready within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, rest, _ := strings.Cut(string(b), "\n")
+	if !strings.Contains(rest, cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
+		t.Fatalf("the leaver is not in its guard's enclosure: %s", rest)
+	}
+	if own, _ := os.Readlink("/proc/self/ns/mnt"); own == ns {
+		t.Fatalf("the leaver shares this mount namespace (%s)", ns)
+	}
+	for _, h := range hierarchies() {
+		ents, _ := os.ReadDir(h.own)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
+				cgroup = filepath.Join(h.own, e.Name())
+			}
+		}
+	}
+	if cgroup == "" {
+		t.Fatal("no cgroup for the leaver's enclosure")
+	}
+	return cmd, dir, ns, cgroup
+}
+
+// gone checks that nothing of a leaver is left: no process in its
+// cgroup, no cgroup, no process in its mount namespace (so the namespace
+// and its tmpfs are gone), and the mount never showed in this namespace.
+func gone(t *testing.T, dir, ns, cgroup string, pids []int) {
+	t.Helper()
+	for _, p := range pids {
+		if err := syscall.Kill(p, 0); err == nil && !zombie(p) {
+			t.Errorf("process %d survives", p)
+		}
+	}
+	if _, err := os.Stat(cgroup); err == nil {
+		t.Errorf("cgroup %s is left", cgroup)
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); err == nil && l == ns {
+			t.Errorf("process %s is still in the leaver's mount namespace", e.Name())
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), filepath.Join(dir, "mnt")) {
+		t.Errorf("the leaver's mount shows here")
+	}
+}
+
+func zombie(pid int) bool {
+	f := stat(pid)
+	return len(f) > 0 && f[0] == "Z"
+}
+
+// TestKilledGuard kills a leaver's whole process group with SIGKILL, its
+// guard included, as a killed go test would be: the double-forked
+// process in its own session survives that, and Sweep then ends it, its
+// cgroup and its mount namespace.
+func TestKilledGuard(t *testing.T) {
+	cmd, dir, ns, cgroup := runLeaver(t, "hang")
+	pids := procsBelow(cgroup)
+	if len(pids) < 3 {
+		t.Fatalf("the enclosure holds %v", pids)
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	// The session's sleeper is not in the process group: it survives.
+	var left []int
+	for i := 0; i < 100; i++ {
+		left = slices.DeleteFunc(procsBelow(cgroup), zombie)
+		if len(left) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(left) == 0 {
+		t.Fatal("nothing survived the guard's death: the test shows nothing")
+	}
+	removed, err := Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(removed, cgroup) {
+		t.Errorf("Sweep removed %v, not %s", removed, cgroup)
+	}
+	gone(t, dir, ns, cgroup, pids)
+}
+
+// TestGuardEndsLeftovers: a leaver whose test passes and leaves its
+// processes running; its guard kills them and removes its cgroup before
+// it exits, and its mount namespace goes with them.
+func TestGuardEndsLeftovers(t *testing.T) {
+	cmd, dir, ns, cgroup := runLeaver(t, "exit")
+	pids := procsBelow(cgroup)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the leaver's run: %v", err)
+	}
+	gone(t, dir, ns, cgroup, pids)
+}
+
+// TestEnclosed: as root, this test binary runs in an enclosure.
+func TestEnclosed(t *testing.T) {
+	RequireRoot(t)
+	if os.Getenv(envEnclosure) == "" {
+		t.Fatal("not enclosed")
+	}
+	own, _ := os.Readlink("/proc/self/ns/mnt")
+	guard, _ := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
+	if own == guard {
+		t.Errorf("the enclosure shares its guard's mount namespace %s", own)
+	}
+}
