@@ -68,18 +68,11 @@ const (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// main needs no re-exec hook: a jail init or a sandbox supervisor
+// started from this binary takes its role in the init function of its
+// package (mechanism/jail, provider/local), before main runs.
 func main() {
-	reexecHooks() // a supervisor or jail init started from this binary never returns
 	os.Exit(run(os.Args[1:]))
-}
-
-// hooks run before anything else; provider and mechanism files append to it.
-var reexec []func()
-
-func reexecHooks() {
-	for _, h := range reexec {
-		h()
-	}
 }
 
 // A command is one of managoat's subcommands.

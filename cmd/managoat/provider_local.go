@@ -18,14 +18,6 @@ import (
 var current = &globals{provider: defaultProvider, mechanism: defaultMechanism}
 
 func init() {
-	// A jail init or a sandbox supervisor started from this binary runs
-	// here and never returns.
-	reexec = append(reexec, func() {
-		if jail.Init() {
-			os.Exit(0)
-		}
-		local.MaybeRunSupervisor()
-	})
 	registerProvider("local", func() (sandbox.Provider, error) {
 		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral, Ephemeral: current.ephemeral})
 	})

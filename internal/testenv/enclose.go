@@ -44,20 +44,27 @@ const cgroupPrefix = "managoat-test-"
 //
 // As root, Enclose does not return in the process go test started: that
 // process becomes the enclosure's guard. It sweeps what enclosures of dead
-// guards left (see Sweep), makes a cgroup named for itself, and runs the
-// same test binary again as its child, with the same arguments, in a
-// mount namespace of its own (so every mount a test makes, a pinned
-// template included, is gone with its last process) and in that cgroup
-// (so every process it starts, sandboxes, supervisors and containers
-// detached in sessions of their own included, is found by it). The guard
-// is a child subreaper: whatever the tests start and leave behind is
-// reparented to it, not to init. When the child ends, or the guard's own
-// parent (go test) dies, or the guard is asked to stop (SIGINT, SIGTERM,
-// SIGHUP, SIGQUIT, passed on to the child first), the guard kills every
-// process left in the enclosure, removes its cgroups and exits as the
-// child did. If the guard itself is killed with SIGKILL, the next
+// guards left (see Sweep), makes a cgroup and a temporary directory named
+// for itself, and runs the same test binary again as its child, with the
+// same arguments, in that cgroup (so every process it starts, sandboxes,
+// supervisors and containers detached in sessions of their own included,
+// is found by it) and with TMPDIR set to that directory (so every
+// t.TempDir, and every mount a test makes in one, is found by it too).
+// The guard is a child subreaper: whatever the tests start and leave
+// behind is reparented to it, not to init. When the child ends, or the
+// guard's own parent (go test) dies, or the guard is asked to stop
+// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, passed on to the child first), the
+// guard kills every process left in the enclosure, removes its cgroups,
+// unmounts what is mounted in its directory, removes that, and exits as
+// the child did. If the guard itself is killed with SIGKILL, the next
 // enclosure on this host sweeps what it left, and so does Sweep, which
 // cmd internal/testsweep runs.
+//
+// (The tests do not get a mount namespace of their own: the kernel
+// orders mount namespaces by an id that, from Linux 6.18, is not
+// monotonic across CPUs, and refuses to bind a namespace's file, as the
+// jail's pinned templates do, into a namespace whose id is not lower; in
+// a private namespace that refusal came and went with scheduling.)
 //
 // In the child, and in every process the child starts, Enclose returns at
 // once. Without root it returns at once too (tests that need root skip);
@@ -66,7 +73,7 @@ const cgroupPrefix = "managoat-test-"
 // On a host whose own cgroup offers controllers in the unified tree (pure
 // v2), the enclosure makes no cgroup (a process in it would forbid the
 // sandboxes' limits below it, by the no-internal-process rule): there the
-// subreaper and the mount namespace alone do the work, and a killed guard
+// subreaper and the directory alone do the work, and a killed guard
 // leaves its processes for init.
 func Enclose() {
 	if os.Getenv(envEnclosure) != "" {
@@ -94,18 +101,15 @@ func Enclose() {
 	os.Exit(code)
 }
 
-// join is the enclosed child's first step: its cgroup (placement only)
-// and a mount namespace whose mounts never propagate to the host's.
+// join is the enclosed child's first step: its cgroup (placement only).
 func join(name string) error {
-	if name != "-" {
-		for _, dir := range enclosureDirs(name) {
-			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-				return fmt.Errorf("join %s: %w", dir, err)
-			}
-		}
+	if name == "-" {
+		return nil
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private in the enclosure's mount namespace: %w", err)
+	for _, dir := range enclosureDirs(name) {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("join %s: %w", dir, err)
+		}
 	}
 	return nil
 }
@@ -115,9 +119,15 @@ func guard() (int, error) {
 	if _, err := Sweep(); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv: sweep of earlier enclosures:", err)
 	}
+	id := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), startTime(os.Getpid()))
+	tmp := filepath.Join(os.TempDir(), id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return 0, fmt.Errorf("the enclosure's temporary directory: %w", err)
+	}
+	defer removeTemp(tmp)
 	name := "-"
 	if hierarchiesOK() {
-		name = fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), startTime(os.Getpid()))
+		name = id
 		for _, dir := range enclosureDirs(name) {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				removeCgroups(name)
@@ -144,9 +154,9 @@ func guard() (int, error) {
 	defer runtime.UnlockOSThread()
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Args[0] = os.Args[0]
-	cmd.Env = append(os.Environ(), envEnclosure+"="+name, envJoin+"=1")
+	cmd.Env = append(os.Environ(), envEnclosure+"="+name, envJoin+"=1", "TMPDIR="+tmp)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		removeCgroups(name)
 		return 0, fmt.Errorf("start the enclosed tests: %w", err)
@@ -491,7 +501,82 @@ func Sweep() ([]string, error) {
 			}
 		}
 	}
+	// Their temporary directories, with whatever is mounted in them.
+	ents, _ := os.ReadDir(os.TempDir())
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) && !live(e.Name()) {
+			dir := filepath.Join(os.TempDir(), e.Name())
+			if err := removeTemp(dir); err != nil {
+				errs = append(errs, err)
+			} else {
+				removed = append(removed, dir)
+			}
+		}
+	}
 	return removed, errors.Join(errs...)
+}
+
+// removeTemp unmounts everything mounted below dir, deepest first, and
+// removes it.
+func removeTemp(dir string) error {
+	for range 10 {
+		mounts := mountsBelow(dir)
+		if len(mounts) == 0 {
+			break
+		}
+		for _, m := range mounts {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	}
+	if m := mountsBelow(dir); len(m) > 0 {
+		return fmt.Errorf("%s: mounts left: %v", dir, m)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountsBelow lists the mount points of this mount namespace below dir,
+// deepest first.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeOctal(f[4])
+		if strings.HasPrefix(mp, dir+"/") || mp == dir {
+			out = append(out, mp)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// unescapeOctal undoes mountinfo's \ooo escapes (of space, tab, newline
+// and backslash).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // removeNamesakes removes the empty cgroups called one of names, up to

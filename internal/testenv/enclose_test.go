@@ -43,7 +43,7 @@ func leaver(dir string) error {
 	if err := sh.Start(); err != nil {
 		return err
 	}
-	mnt := filepath.Join(dir, "mnt")
+	mnt := filepath.Join(os.TempDir(), "mnt") // the enclosure's directory
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func leaver(dir string) error {
 		return err
 	}
 	b, _ := os.ReadFile("/proc/self/cgroup")
-	if err := os.WriteFile(filepath.Join(dir, "state"), []byte(ns+"\n"+string(b)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "state"), []byte(ns+"\n"+mnt+"\n"+string(b)), 0o644); err != nil {
 		return err
 	}
 	// Wait until the session's sleeper runs.
@@ -93,10 +93,10 @@ func sleepers() []int {
 // own) and returns the leaver's directory, its mount namespace and the
 // enclosure's cgroup as seen from here, once it is ready; the process is
 // returned running.
-func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, dir, ns string, cgroup string) {
+func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, mnt, ns string, cgroup string) {
 	t.Helper()
 	RequireRoot(t)
-	dir = t.TempDir()
+	dir := t.TempDir()
 	cmd = exec.Command(os.Args[0])
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, envEnclosure) {
@@ -123,11 +123,15 @@ func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, dir, ns string, cgroup
 		t.Fatal(err)
 	}
 	ns, rest, _ := strings.Cut(string(b), "\n")
+	mnt, rest, _ = strings.Cut(rest, "\n")
 	if !strings.Contains(rest, cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
 		t.Fatalf("the leaver is not in its guard's enclosure: %s", rest)
 	}
-	if own, _ := os.Readlink("/proc/self/ns/mnt"); own == ns {
-		t.Fatalf("the leaver shares this mount namespace (%s)", ns)
+	if !strings.Contains(mnt, cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
+		t.Fatalf("the leaver's temporary directory is not its enclosure's: %s", mnt)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), mnt) {
+		t.Fatalf("the leaver's mount %s does not show", mnt)
 	}
 	for _, h := range hierarchies() {
 		ents, _ := os.ReadDir(h.own)
@@ -140,13 +144,12 @@ func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, dir, ns string, cgroup
 	if cgroup == "" {
 		t.Fatal("no cgroup for the leaver's enclosure")
 	}
-	return cmd, dir, ns, cgroup
+	return cmd, mnt, ns, cgroup
 }
 
 // gone checks that nothing of a leaver is left: no process in its
-// cgroup, no cgroup, no process in its mount namespace (so the namespace
-// and its tmpfs are gone), and the mount never showed in this namespace.
-func gone(t *testing.T, dir, ns, cgroup string, pids []int) {
+// cgroup, no cgroup, no mount, no temporary directory.
+func gone(t *testing.T, mnt, ns, cgroup string, pids []int) {
 	t.Helper()
 	for _, p := range pids {
 		if err := syscall.Kill(p, 0); err == nil && !zombie(p) {
@@ -156,15 +159,12 @@ func gone(t *testing.T, dir, ns, cgroup string, pids []int) {
 	if _, err := os.Stat(cgroup); err == nil {
 		t.Errorf("cgroup %s is left", cgroup)
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); err == nil && l == ns {
-			t.Errorf("process %s is still in the leaver's mount namespace", e.Name())
-		}
-	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mi), filepath.Join(dir, "mnt")) {
-		t.Errorf("the leaver's mount shows here")
+	if strings.Contains(string(mi), mnt) {
+		t.Errorf("the leaver's mount %s is left", mnt)
+	}
+	if _, err := os.Stat(filepath.Dir(mnt)); err == nil {
+		t.Errorf("the leaver's temporary directory %s is left", filepath.Dir(mnt))
 	}
 }
 
@@ -178,7 +178,7 @@ func zombie(pid int) bool {
 // process in its own session survives that, and Sweep then ends it, its
 // cgroup and its mount namespace.
 func TestKilledGuard(t *testing.T) {
-	cmd, dir, ns, cgroup := runLeaver(t, "hang")
+	cmd, mnt, ns, cgroup := runLeaver(t, "hang")
 	pids := procsBelow(cgroup)
 	if len(pids) < 3 {
 		t.Fatalf("the enclosure holds %v", pids)
@@ -201,22 +201,22 @@ func TestKilledGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(removed, cgroup) {
-		t.Errorf("Sweep removed %v, not %s", removed, cgroup)
+	if !slices.Contains(removed, cgroup) || !slices.Contains(removed, filepath.Dir(mnt)) {
+		t.Errorf("Sweep removed %v, not %s and %s", removed, cgroup, filepath.Dir(mnt))
 	}
-	gone(t, dir, ns, cgroup, pids)
+	gone(t, mnt, ns, cgroup, pids)
 }
 
 // TestGuardEndsLeftovers: a leaver whose test passes and leaves its
 // processes running; its guard kills them and removes its cgroup before
 // it exits, and its mount namespace goes with them.
 func TestGuardEndsLeftovers(t *testing.T) {
-	cmd, dir, ns, cgroup := runLeaver(t, "exit")
+	cmd, mnt, ns, cgroup := runLeaver(t, "exit")
 	pids := procsBelow(cgroup)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the leaver's run: %v", err)
 	}
-	gone(t, dir, ns, cgroup, pids)
+	gone(t, mnt, ns, cgroup, pids)
 }
 
 // TestEnclosed: as root, this test binary runs in an enclosure.
@@ -225,9 +225,11 @@ func TestEnclosed(t *testing.T) {
 	if os.Getenv(envEnclosure) == "" {
 		t.Fatal("not enclosed")
 	}
-	own, _ := os.Readlink("/proc/self/ns/mnt")
-	guard, _ := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
-	if own == guard {
-		t.Errorf("the enclosure shares its guard's mount namespace %s", own)
+	id := cgroupPrefix + strconv.Itoa(os.Getppid()) + "-"
+	if !strings.HasPrefix(filepath.Base(os.TempDir()), id) {
+		t.Errorf("TMPDIR %s is not the guard's", os.TempDir())
+	}
+	if b, _ := os.ReadFile("/proc/self/cgroup"); hierarchiesOK() && !strings.Contains(string(b), id) {
+		t.Errorf("not in the guard's cgroup: %s", b)
 	}
 }

@@ -58,6 +58,14 @@ func exeInTempDir() bool {
 	if e, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = e
 	}
+	// go run and go test build under their own work directory, which
+	// need not be the temporary directory of the binary it runs (a test
+	// enclosure gives its tests their own TMPDIR).
+	for _, el := range strings.Split(filepath.Dir(exe), "/") {
+		if strings.HasPrefix(el, "go-build") {
+			return true
+		}
+	}
 	tmp := os.TempDir()
 	if t, err := filepath.EvalSymlinks(tmp); err == nil {
 		tmp = t
