@@ -31,7 +31,7 @@ const (
 // cgroupPrefix begins the name of every enclosure's cgroup; the guard's
 // pid and its start time (clock ticks after boot) follow, so a pid reused
 // since is not taken for the guard.
-const cgroupPrefix = "managoat-test-"
+const cgroupPrefix = "managoat-enclosure-"
 
 // Enclose makes sure nothing this test binary starts outlives it,
 // whatever ends it: a test timeout's panic, SIGKILL of go test, Ctrl-C.
@@ -610,16 +610,18 @@ func removeNamesakes(names map[string]bool) {
 	}
 }
 
-// live reports whether the guard named in an enclosure's name runs.
+// live reports whether the guard named in an enclosure's name runs. A
+// name that is not an enclosure's (prefix, pid, start time) counts as
+// live: the sweep never touches what it did not make.
 func live(name string) bool {
-	f := strings.SplitN(strings.TrimPrefix(name, cgroupPrefix), "-", 2)
-	if len(f) != 2 {
-		return false
+	f := strings.Split(strings.TrimPrefix(name, cgroupPrefix), "-")
+	if !strings.HasPrefix(name, cgroupPrefix) || len(f) != 2 {
+		return true
 	}
 	pid, err1 := strconv.Atoi(f[0])
 	st, err2 := strconv.ParseUint(f[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return false
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return true
 	}
 	if pid == os.Getpid() {
 		return true

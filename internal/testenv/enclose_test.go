@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,12 +9,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/oci"
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +67,25 @@ func leaver(dir string) error {
 	for i := 0; i < 500 && len(sleepers()) < 2; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
+	if os.Getenv("TESTENV_LEAVER_RUNSC") != "" {
+		// A gVisor sandbox whose processes ignore SIGTERM, one of them
+		// in a session of its own.
+		m, err := oci.New(oci.Config{Runtime: "runsc", StateDir: filepath.Join(os.TempDir(), "oci")})
+		if err != nil {
+			return err
+		}
+		ctx := context.Background()
+		if err := m.Provision(ctx, "hostile", mechanism.Spec{}); err != nil {
+			return err
+		}
+		if err := m.Start(ctx, "hostile"); err != nil {
+			return err
+		}
+		c, err := m.Execute(ctx, "hostile", []string{"sh", "-c", `trap "" TERM HUP; setsid sh -c 'trap "" TERM HUP; sleep 600' </dev/null >/dev/null 2>&1 & echo started`}, mechanism.ExecOptions{})
+		if err != nil || !strings.Contains(string(c.Stdout), "started") {
+			return fmt.Errorf("runsc workload: %+v %v", c, err)
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
 		return err
 	}
@@ -93,30 +117,38 @@ func sleepers() []int {
 // own) and returns the leaver's directory, its mount namespace and the
 // enclosure's cgroup as seen from here, once it is ready; the process is
 // returned running.
-func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, mnt, ns string, cgroup string) {
+func runLeaver(t *testing.T, mode string, env ...string) (l *leaverRun, mnt, ns string, cgroup string) {
 	t.Helper()
 	RequireRoot(t)
 	dir := t.TempDir()
-	cmd = exec.Command(os.Args[0])
+	cmd := exec.Command(os.Args[0])
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, envEnclosure) {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}
-	cmd.Env = append(cmd.Env, leaverEnv+"="+dir, "TESTENV_LEAVER_MODE="+mode)
+	cmd.Env = append(append(cmd.Env, leaverEnv+"="+dir, "TESTENV_LEAVER_MODE="+mode), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	l = &leaverRun{pid: cmd.Process.Pid, exited: exited}
+	t.Cleanup(func() { l.kill(); l.wait() })
 	for i := 0; ; i++ {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
 			break
 		}
-		if i > 3000 {
-			t.Fatal("the leaver was not ready within 30 s")
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the leaver ended before it was ready: %v", err)
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
+		if i > 6000 {
+			t.Fatal("the leaver was not ready within 60 s")
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "state"))
 	if err != nil {
@@ -144,7 +176,22 @@ func runLeaver(t *testing.T, mode string) (cmd *exec.Cmd, mnt, ns string, cgroup
 	if cgroup == "" {
 		t.Fatal("no cgroup for the leaver's enclosure")
 	}
-	return cmd, mnt, ns, cgroup
+	return l, mnt, ns, cgroup
+}
+
+// leaverRun is a running leaver: its guard's pid (and process group).
+type leaverRun struct {
+	pid    int
+	exited chan error
+	once   sync.Once
+	err    error
+}
+
+func (l *leaverRun) kill() { _ = syscall.Kill(-l.pid, syscall.SIGKILL) }
+
+func (l *leaverRun) wait() error {
+	l.once.Do(func() { l.err = <-l.exited })
+	return l.err
 }
 
 // gone checks that nothing of a leaver is left: no process in its
@@ -178,13 +225,13 @@ func zombie(pid int) bool {
 // process in its own session survives that, and Sweep then ends it, its
 // cgroup and its mount namespace.
 func TestKilledGuard(t *testing.T) {
-	cmd, mnt, ns, cgroup := runLeaver(t, "hang")
+	l, mnt, ns, cgroup := runLeaver(t, "hang")
 	pids := procsBelow(cgroup)
 	if len(pids) < 3 {
 		t.Fatalf("the enclosure holds %v", pids)
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	_ = cmd.Wait()
+	l.kill()
+	_ = l.wait()
 	// The session's sleeper is not in the process group: it survives.
 	var left []int
 	for i := 0; i < 100; i++ {
@@ -207,13 +254,41 @@ func TestKilledGuard(t *testing.T) {
 	gone(t, mnt, ns, cgroup, pids)
 }
 
+// TestKilledGuardRunsc is TestKilledGuard with a gVisor sandbox among the
+// leftovers, whose processes ignore SIGTERM: Sweep ends runsc's host
+// processes too.
+func TestKilledGuardRunsc(t *testing.T) {
+	_, err := exec.LookPath("runsc")
+	Require(t, err == nil, "runsc is not installed (apt-get install runsc)")
+	l, mnt, ns, cgroup := runLeaver(t, "hang", "TESTENV_LEAVER_RUNSC=1")
+	pids := procsBelow(cgroup)
+	runsc := 0
+	for _, p := range pids {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline"); err == nil && strings.Contains(string(b), "runsc") {
+			runsc++
+		}
+	}
+	if runsc == 0 {
+		t.Fatalf("no runsc process in the enclosure: %v", pids)
+	}
+	l.kill()
+	_ = l.wait()
+	if left := slices.DeleteFunc(procsBelow(cgroup), zombie); len(left) == 0 {
+		t.Fatal("nothing survived the guard's death: the test shows nothing")
+	}
+	if _, err := Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	gone(t, mnt, ns, cgroup, pids)
+}
+
 // TestGuardEndsLeftovers: a leaver whose test passes and leaves its
 // processes running; its guard kills them and removes its cgroup before
 // it exits, and its mount namespace goes with them.
 func TestGuardEndsLeftovers(t *testing.T) {
-	cmd, mnt, ns, cgroup := runLeaver(t, "exit")
+	l, mnt, ns, cgroup := runLeaver(t, "exit")
 	pids := procsBelow(cgroup)
-	if err := cmd.Wait(); err != nil {
+	if err := l.wait(); err != nil {
 		t.Fatalf("the leaver's run: %v", err)
 	}
 	gone(t, mnt, ns, cgroup, pids)
@@ -231,5 +306,25 @@ func TestEnclosed(t *testing.T) {
 	}
 	if b, _ := os.ReadFile("/proc/self/cgroup"); hierarchiesOK() && !strings.Contains(string(b), id) {
 		t.Errorf("not in the guard's cgroup: %s", b)
+	}
+}
+
+// TestLiveNames: the sweep takes only the enclosures of dead guards, never
+// a name it did not make.
+func TestLiveNames(t *testing.T) {
+	self := cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(startTime(os.Getpid()), 10)
+	for name, want := range map[string]bool{
+		self:                                   true,
+		cgroupPrefix + "1-1":                   false, // pid 1 did not start at tick 1
+		cgroupPrefix + "999999999-5":           false, // no such pid
+		"managoat-test-freeze-123":             true,  // not ours
+		cgroupPrefix + "freeze-123":            true,
+		cgroupPrefix + "12-34-56":              true,
+		cgroupPrefix + "-5":                    true,
+		"managoat-jail-0e2493de8f87-mt-cpu-17": true,
+	} {
+		if got := live(name); got != want {
+			t.Errorf("live(%q) = %v, want %v", name, got, want)
+		}
 	}
 }
