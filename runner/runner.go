@@ -43,10 +43,16 @@
 // Attach, which replays from byte zero. Finished sessions beyond 100 per
 // sandbox are dropped from the daemon's memory too.
 //
-// Session ids are the provider's own (sandbox.Command.SessionID), so
-// list_sessions and attach agree across restarts; a command whose provider
-// names no session gets a daemon id s-<unix>-<n>, which attaches only while
-// the daemon lives.
+// A session's id on the wire is the provider's own (sandbox.Command.
+// SessionID), followed by "--" and 16 hex digits of the SHA-256 of its
+// sandbox's name, so list_sessions and attach agree across restarts and
+// two sandboxes' sessions never share an id (provider/local numbers the
+// sessions of each sandbox s1, s2, ...; keyed by that alone, one
+// sandbox's output, stdin and attach reached another's). Every request
+// that names a sandbox reaches that sandbox's sessions only; one may name
+// a session by its wire id or by the provider's id. A command whose
+// provider names no session gets a daemon id s-<unix>-<n>, which attaches
+// only while the daemon lives.
 //
 // Two extension ops, network_policy and terminate_session, are served when
 // the provider advertises the capability; the daemon reports them in the

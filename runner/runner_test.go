@@ -503,10 +503,17 @@ func TestAttachDuringOutputNoDuplicates(t *testing.T) {
 	c.send(`{"id":4,"op":"stdin_close","name":"sb","session_id":%q}`, sid)
 	var spawner, attacher strings.Builder
 	attached := false
-	for {
+	// The attach may be served before the session ends (its replay, then
+	// live frames) or after (its replay holds the whole session, exit
+	// included): read until both views have their exit.
+	spawnerDone, attacherDone := false, false
+	for !spawnerDone || !attacherDone {
 		f := c.next()
 		if f.ID != nil {
 			if *f.ID == 3 {
+				if f.Error != "" {
+					t.Fatalf("attach: %+v", f)
+				}
 				attached = true
 			}
 			continue
@@ -516,14 +523,19 @@ func TestAttachDuringOutputNoDuplicates(t *testing.T) {
 			spawner.Write(f.Data)
 		case f.ReplayFor == 3:
 			attacher.Write(f.Data)
+			if f.Stream == "exit" {
+				attacherDone = true
+			}
 		case f.ReplayFor == 0 && f.Stream == "stdout":
 			spawner.Write(f.Data)
 			if attached {
 				attacher.Write(f.Data)
 			}
-		}
-		if f.Stream == "exit" && f.ReplayFor == 0 {
-			break
+		case f.ReplayFor == 0 && f.Stream == "exit":
+			spawnerDone = true
+			if attached {
+				attacherDone = true
+			}
 		}
 	}
 	var want strings.Builder

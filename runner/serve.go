@@ -2,11 +2,14 @@ package runner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,15 +39,16 @@ type opQueue struct {
 
 // enqueue runs req after the earlier stdin requests of its session.
 func (c *conn) enqueue(req *wire.Request, wg *sync.WaitGroup) {
+	key := req.Name + "\x00" + req.SessionID
 	c.qmu.Lock()
-	q := c.queues[req.SessionID]
+	q := c.queues[key]
 	if q != nil {
 		q.items = append(q.items, req)
 		c.qmu.Unlock()
 		return
 	}
 	q = &opQueue{items: []*wire.Request{req}}
-	c.queues[req.SessionID] = q
+	c.queues[key] = q
 	c.qmu.Unlock()
 	wg.Add(1)
 	go func() {
@@ -52,7 +56,7 @@ func (c *conn) enqueue(req *wire.Request, wg *sync.WaitGroup) {
 		for {
 			c.qmu.Lock()
 			if len(q.items) == 0 {
-				delete(c.queues, req.SessionID)
+				delete(c.queues, key)
 				c.qmu.Unlock()
 				return
 			}
@@ -266,8 +270,15 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			return nil, nil
 		}
 	case wire.OpDetach:
+		// The platform detaches by the id it subscribed with (a wire id,
+		// unique on this daemon); with a name, only that sandbox's.
 		d.mu.Lock()
 		s := d.sessions[req.SessionID]
+		if req.Name != "" {
+			if key, err := wireKey(req.Name, req.SessionID); err == nil {
+				s = d.sessions[key]
+			}
+		}
 		d.mu.Unlock()
 		if s != nil {
 			s.detach(c)
@@ -368,7 +379,11 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		if req.TimeoutMS != nil {
 			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 		}
-		return nil, st.TerminateSession(ctx, h, req.SessionID, opts)
+		sid, err := providerSID(req.Name, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.TerminateSession(ctx, h, sid, opts)
 	}
 	return nil, &opError{req.Op}
 }
@@ -403,9 +418,10 @@ func (d *Daemon) listSessions(ctx context.Context, h *sandbox.Handle) ([]byte, e
 	}
 	out := make([]entry, 0, len(ss))
 	for _, s := range ss {
-		e := entry{ID: s.ID, Command: s.Command, CreatedAt: ts(s.CreatedAt), LastActivityAt: ts(s.LastActivityAt), TTY: s.TTY}
+		id := wireID(h.Name, s.ID)
+		e := entry{ID: id, Command: s.Command, CreatedAt: ts(s.CreatedAt), LastActivityAt: ts(s.LastActivityAt), TTY: s.TTY}
 		d.mu.Lock()
-		if ds := d.sessions[s.ID]; ds != nil {
+		if ds := d.sessions[id]; ds != nil {
 			ds.mu.Lock()
 			if ds.exited {
 				code := ds.code
@@ -430,6 +446,8 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 	durable := sid != "" && d.p.Capabilities().Has(sandbox.CapAttach)
 	if sid == "" {
 		sid = fmt.Sprintf("s-%d-%d", time.Now().Unix(), d.seq.Add(1))
+	} else {
+		sid = wireID(h.Name, sid)
 	}
 	s := d.adopt(sid, h.Name, cmd.String(), up, durable)
 	if s == nil {
@@ -462,19 +480,33 @@ func (d *Daemon) adopt(id, name, command string, up *sandbox.Command, durable bo
 	return s
 }
 
-// lookup finds a session, recovering one the daemon does not hold (after a
-// restart, or pruned) through the provider's Attach when name is known.
+// lookup finds a session of sandbox name, recovering one the daemon does
+// not hold (after a restart, or pruned) through the provider's Attach. id
+// is a wire id (wireID), or the provider's own id of a session of name; a
+// session of another sandbox is never found, whatever id says.
 func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) {
+	key := id
+	if name != "" {
+		k, err := wireKey(name, id)
+		if err != nil {
+			return nil, sandbox.ErrNotFound
+		}
+		key = k
+	}
 	d.mu.Lock()
-	s := d.sessions[id]
+	s := d.sessions[key]
 	d.mu.Unlock()
-	if s != nil && !s.isDropped() {
+	if s != nil && !s.isDropped() && (name == "" || s.name == name) {
 		return s, nil
 	}
 	if name == "" || id == "" || !d.p.Capabilities().Has(sandbox.CapAttach) {
 		return nil, sandbox.ErrNotFound
 	}
-	if err := sandbox.ValidateSessionID(id); err != nil {
+	sid, err := providerSID(name, id)
+	if err != nil {
+		return nil, sandbox.ErrNotFound
+	}
+	if err := sandbox.ValidateSessionID(sid); err != nil {
 		return nil, sandbox.ErrNotFound
 	}
 	h, err := d.handle(name)
@@ -484,21 +516,67 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 	d.recoMu.Lock()
 	defer d.recoMu.Unlock()
 	d.mu.Lock()
-	s = d.sessions[id]
+	s = d.sessions[key]
 	d.mu.Unlock()
 	if s != nil && !s.isDropped() {
 		return s, nil
 	}
-	up, err := d.p.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: true})
+	up, err := d.p.Attach(ctx, h, sid, sandbox.AttachOptions{Stdin: true})
 	if err != nil {
 		return nil, err
 	}
-	s = d.adopt(id, name, "", up, true)
+	s = d.adopt(key, name, "", up, true)
 	if s == nil {
 		_ = up.Stop()
 		return nil, sandbox.Unavailable("shutting_down", nil)
 	}
 	return s, nil
+}
+
+// Session ids on the wire. A provider numbers the sessions of each sandbox
+// on its own (the local provider's are s1, s2, ... in every sandbox), but
+// the platform routes stream frames by session_id alone, per connection:
+// the daemon therefore puts on the wire the provider's id followed by
+// "--" and 16 hex digits of the SHA-256 of the sandbox's name, unique on
+// this daemon, and takes a request's id back only for the sandbox the
+// request names. (The original's ids were s-<unix>-<seq>, unique by
+// construction; its platform treats them as opaque, so these need no
+// change there.) Ids the daemon made up for a provider without session
+// ids (s-<unix>-<seq>) are unique already and stay as they are.
+const wireSep = "--"
+
+func nameTag(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:8])
+}
+
+// wireID is the wire id of the provider's session sid of sandbox name.
+func wireID(name, sid string) string { return sid + wireSep + nameTag(name) }
+
+// providerSID is the provider's id of wire id id, which must belong to
+// sandbox name (or carry no sandbox tag: a provider's own id).
+func providerSID(name, id string) (string, error) {
+	i := strings.LastIndex(id, wireSep)
+	if i < 0 || len(id)-i-len(wireSep) != 16 {
+		return id, nil
+	}
+	if id[i+len(wireSep):] != nameTag(name) {
+		return "", sandbox.ErrNotFound
+	}
+	return id[:i], nil
+}
+
+// wireKey is the daemon's key of a session of name called id by a request
+// (a wire id, or the provider's own id).
+func wireKey(name, id string) (string, error) {
+	if strings.HasPrefix(id, "s-") && strings.Count(id, "-") == 2 && !strings.Contains(id, wireSep) {
+		return id, nil // made up by the daemon, unique already
+	}
+	sid, err := providerSID(name, id)
+	if err != nil {
+		return "", err
+	}
+	return wireID(name, sid), nil
 }
 
 // forget drops the sessions of a destroyed sandbox from memory. Running

@@ -270,3 +270,118 @@ func TestJailIsolatedOverWire(t *testing.T) {
 		t.Fatal("egress reached the network under allow: []")
 	}
 }
+
+// drain reads c to its end and returns its stdout and exit code (-1 for a
+// terminal error).
+func drain(t *testing.T, c *sandbox.Command) (string, int) {
+	t.Helper()
+	var out strings.Builder
+	for {
+		ev := recv(t, c, 30*time.Second)
+		switch {
+		case ev.Kind == sandbox.Stdout:
+			out.Write(ev.Data)
+		case ev.Kind == sandbox.Exit:
+			return out.String(), ev.Code
+		case ev.Kind == sandbox.Error:
+			t.Logf("error event: %v", ev.Err)
+			return out.String(), -1
+		}
+	}
+}
+
+// TestSessionsStayInTheirSandbox: two sandboxes on one runner number
+// their sessions alike (s1 in each, on provider/local); their sessions run
+// at once, with distinct output and stdin, and neither output, nor stdin,
+// nor an attach, nor a fresh sandbox's spawn, nor a termination reaches
+// the other's.
+func TestSessionsStayInTheirSandbox(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	p := newLocal(t, "trusted", t.TempDir())
+	startDaemon(t, pl.ts.URL, p, nil)
+	id := pl.online(t)
+	rp := pl.srv.Provider()
+	ctx := context.Background()
+	name := namer(id)
+	a, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := rp.Spawn(ctx, a, sandbox.Cmd{Name: "sh", Args: []string{"-c", "for i in 1 2 3 4 5 6; do echo A $i; sleep 0.1; done"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := rp.Spawn(ctx, b, sandbox.Cmd{Name: "sh", Args: []string{"-c", "read x; echo B got $x"}}, sandbox.SpawnOptions{Stdin: true, Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.SessionID == cb.SessionID {
+		t.Fatalf("both sandboxes' sessions are %q on the wire", ca.SessionID)
+	}
+	// A's session cannot be reached through B's name, whatever its id.
+	if _, err := rp.Attach(ctx, b, ca.SessionID, sandbox.AttachOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("attach of A's session %s through B: %v, want not found", ca.SessionID, err)
+	}
+	if err := cb.WriteStdin(ctx, []byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	outB, codeB := drain(t, cb)
+	outA, codeA := drain(t, ca)
+	if outB != "B got hello\n" || codeB != 0 {
+		t.Errorf("B's session: %q exit %d", outB, codeB)
+	}
+	if outA != "A 1\nA 2\nA 3\nA 4\nA 5\nA 6\n" || codeA != 0 {
+		t.Errorf("A's session: %q exit %d", outA, codeA)
+	}
+	// Attach by the id the provider gave (s1 in each sandbox) replays the
+	// session of the sandbox named.
+	for _, c := range []struct {
+		h    *sandbox.Handle
+		want string
+	}{{a, outA}, {b, outB}} {
+		ss, err := rp.ListSessions(ctx, c.h)
+		if err != nil || len(ss) != 1 {
+			t.Fatalf("sessions of %s: %+v %v", c.h.Name, ss, err)
+		}
+		for _, sid := range []string{ss[0].ID, "s1"} {
+			at, err := rp.Attach(ctx, c.h, sid, sandbox.AttachOptions{})
+			if err != nil {
+				t.Fatalf("attach %s in %s: %v", sid, c.h.Name, err)
+			}
+			if out, code := drain(t, at); out != c.want || code != 0 {
+				t.Errorf("attach %s in %s: %q exit %d, want %q", sid, c.h.Name, out, code, c.want)
+			}
+		}
+	}
+	// A fresh sandbox's first session is its own, not an old s1.
+	cfresh, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := rp.Spawn(ctx, cfresh, sandbox.Cmd{Name: "echo", Args: []string{"C"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := drain(t, cc); out != "C\n" || code != 0 {
+		t.Errorf("a fresh sandbox's spawn: %q exit %d", out, code)
+	}
+	// Exec in B while A runs prints B's own output.
+	ca2, err := rp.Spawn(ctx, a, sandbox.Cmd{Name: "sh", Args: []string{"-c", "for i in 1 2 3; do echo A $i; sleep 0.2; done"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rp.Exec(ctx, b, sandbox.Cmd{Name: "echo", Args: []string{"B"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "B\n" {
+		t.Errorf("exec in B: %+v %v", res, err)
+	}
+	// Terminating B's s2 (its exec made none on this path: take s1, ended)
+	// never ends A's running session.
+	_ = rp.TerminateSession(ctx, b, "s2", sandbox.TerminateOptions{Mode: sandbox.Force})
+	if out, code := drain(t, ca2); out != "A 1\nA 2\nA 3\n" || code != 0 {
+		t.Errorf("A's second session: %q exit %d", out, code)
+	}
+}

@@ -306,13 +306,31 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 		SessionID string `json:"session_id"`
 	}
 	_ = json.Unmarshal(res, &r)
-	if r.SessionID == "" || (want != "" && r.SessionID != want) {
+	if r.SessionID == "" || (want != "" && r.SessionID != want && !canonicalOf(r.SessionID, want)) {
 		p.c.Unsubscribe(priv.sub)
 		stream.Detach()
 		return nil, malformed(req.Op, res)
 	}
 	cmd.SessionID = r.SessionID
 	return cmd, nil
+}
+
+// canonicalOf reports whether got is the daemon's wire id of the session
+// that want names by its provider's id: want, "--", and 16 hex digits
+// that tag the sandbox (runner/serve.go). An attach of a session by the id
+// its provider gave it is answered with that id, and the session's frames
+// come under it.
+func canonicalOf(got, want string) bool {
+	tag, ok := strings.CutPrefix(got, want+"--")
+	if !ok || len(tag) != 16 {
+		return false
+	}
+	for _, c := range tag {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Spawn starts c as a detachable session on the runner.
