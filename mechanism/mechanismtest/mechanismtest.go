@@ -460,7 +460,9 @@ func checkMemory(t *testing.T, k *kit, m mechanism.Mechanism) {
 
 func checkPids(t *testing.T, k *kit, m mechanism.Mechanism) {
 	id := k.sandbox(t, m, "pids", mechanism.Spec{Limits: mechanism.Limits{Pids: 64}})
-	script := `i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo FORKED-PAST-CAP`
+	// The sleeps hold no descriptor of the command's: it ends when its
+	// loop does, not 30 s later when they do.
+	script := `i=0; while [ $i -lt 200 ]; do sleep 30 </dev/null >/dev/null 2>&1 & i=$((i+1)); done; echo FORKED-PAST-CAP`
 	c, err := sh(context.Background(), m, id, script, mechanism.ExecOptions{Timeout: 60 * time.Second})
 	classifyStop(t, c, err, mechanism.LimitPids, "FORKED-PAST-CAP")
 	// The bomb's sleeps still hold every task; destroying the sandbox
