@@ -56,7 +56,11 @@
 //
 // Two extension ops, network_policy and terminate_session, are served when
 // the provider advertises the capability; the daemon reports them in the
-// handshake's caps parameter so the platform can advertise them.
+// handshake's caps parameter so the platform can advertise them. An
+// extension field, create's limits, passes a sandbox's resource limits to
+// the provider (which refuses a limit it cannot enforce); the daemon
+// reports it as create_limits, and the platform sends limits to no daemon
+// without it (the original ignores the field: the limits would be lost).
 package runner
 
 import (
@@ -190,7 +194,7 @@ func New(cfg Config) (*Daemon, error) {
 
 // extraCaps are the capabilities beyond suspend and attach the daemon serves.
 func extraCaps(p sandbox.Provider) []string {
-	var out []string
+	out := []string{wire.CapLimits}
 	caps := p.Capabilities()
 	if caps.Has(sandbox.CapNetworkPolicy) {
 		out = append(out, string(sandbox.CapNetworkPolicy))

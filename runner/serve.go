@@ -308,7 +308,15 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 	}
 	switch req.Op {
 	case wire.OpCreate:
-		_, err := p.Create(ctx, req.Name, sandbox.CreateOptions{})
+		var opts sandbox.CreateOptions
+		if l := req.Limits; l != nil {
+			opts.Limits = sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis,
+				WallClock: time.Duration(l.WallClockMS) * time.Millisecond}
+			if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClockMS < 0 {
+				return nil, sandbox.Invalid("limits", "a limit is negative")
+			}
+		}
+		_, err := p.Create(ctx, req.Name, opts)
 		return nil, err
 	case wire.OpGet:
 		info, err := p.Get(ctx, h)

@@ -33,6 +33,11 @@ const (
 // since is not taken for the guard.
 const cgroupPrefix = "managoat-enclosure-"
 
+// tempPrefix begins the name of an enclosure's temporary directory: short,
+// because a Unix socket's path must fit in 108 bytes and tests bind them
+// in their t.TempDir.
+const tempPrefix = "mge-"
+
 // Enclose makes sure nothing this test binary starts outlives it,
 // whatever ends it: a test timeout's panic, SIGKILL of go test, Ctrl-C.
 // Call it in TestMain, after the re-exec hooks and before m.Run:
@@ -119,8 +124,9 @@ func guard() (int, error) {
 	if _, err := Sweep(); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv: sweep of earlier enclosures:", err)
 	}
-	id := fmt.Sprintf("%s%d-%d", cgroupPrefix, os.Getpid(), startTime(os.Getpid()))
-	tmp := filepath.Join(os.TempDir(), id)
+	self := fmt.Sprintf("%d-%d", os.Getpid(), startTime(os.Getpid()))
+	id := cgroupPrefix + self
+	tmp := filepath.Join(os.TempDir(), tempPrefix+self)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return 0, fmt.Errorf("the enclosure's temporary directory: %w", err)
 	}
@@ -504,7 +510,7 @@ func Sweep() ([]string, error) {
 	// Their temporary directories, with whatever is mounted in them.
 	ents, _ := os.ReadDir(os.TempDir())
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) && !live(e.Name()) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), tempPrefix) && !live(e.Name()) {
 			dir := filepath.Join(os.TempDir(), e.Name())
 			if err := removeTemp(dir); err != nil {
 				errs = append(errs, err)
@@ -614,8 +620,12 @@ func removeNamesakes(names map[string]bool) {
 // name that is not an enclosure's (prefix, pid, start time) counts as
 // live: the sweep never touches what it did not make.
 func live(name string) bool {
-	f := strings.Split(strings.TrimPrefix(name, cgroupPrefix), "-")
-	if !strings.HasPrefix(name, cgroupPrefix) || len(f) != 2 {
+	rest, ok := strings.CutPrefix(name, cgroupPrefix)
+	if !ok {
+		rest, ok = strings.CutPrefix(name, tempPrefix)
+	}
+	f := strings.Split(rest, "-")
+	if !ok || len(f) != 2 {
 		return true
 	}
 	pid, err1 := strconv.Atoi(f[0])

@@ -159,7 +159,7 @@ func runLeaver(t *testing.T, mode string, env ...string) (l *leaverRun, mnt, ns 
 	if !strings.Contains(rest, cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
 		t.Fatalf("the leaver is not in its guard's enclosure: %s", rest)
 	}
-	if !strings.Contains(mnt, cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
+	if !strings.Contains(mnt, tempPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
 		t.Fatalf("the leaver's temporary directory is not its enclosure's: %s", mnt)
 	}
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), mnt) {
@@ -301,7 +301,7 @@ func TestEnclosed(t *testing.T) {
 		t.Fatal("not enclosed")
 	}
 	id := cgroupPrefix + strconv.Itoa(os.Getppid()) + "-"
-	if !strings.HasPrefix(filepath.Base(os.TempDir()), id) {
+	if !strings.HasPrefix(filepath.Base(os.TempDir()), tempPrefix+strconv.Itoa(os.Getppid())+"-") {
 		t.Errorf("TMPDIR %s is not the guard's", os.TempDir())
 	}
 	if b, _ := os.ReadFile("/proc/self/cgroup"); hierarchiesOK() && !strings.Contains(string(b), id) {
@@ -320,6 +320,8 @@ func TestLiveNames(t *testing.T) {
 		"managoat-test-freeze-123":             true,  // not ours
 		cgroupPrefix + "freeze-123":            true,
 		cgroupPrefix + "12-34-56":              true,
+		tempPrefix + "999999999-5":             false,
+		"mge-x":                                true,
 		cgroupPrefix + "-5":                    true,
 		"managoat-jail-0e2493de8f87-mt-cpu-17": true,
 	} {

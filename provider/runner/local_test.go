@@ -385,3 +385,53 @@ func TestSessionsStayInTheirSandbox(t *testing.T) {
 		t.Errorf("A's second session: %q exit %d", out, code)
 	}
 }
+
+// TestLimitsOverWire: a create's limits reach the runner's provider and
+// hold in the sandbox (a pids cap of 8 stops the 30th fork); a runner
+// that did not report create_limits (the original daemon, which would
+// drop them) gets no create at all: ErrNotSupported.
+func TestLimitsOverWire(t *testing.T) {
+	testenv.RequireRoot(t)
+	pl := newPlatform(t, prov.ServerConfig{})
+	p := newLocal(t, "jail", t.TempDir())
+	startDaemon(t, pl.ts.URL, p, nil)
+	id := pl.online(t)
+	rp := pl.srv.Provider()
+	ctx := context.Background()
+	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 8, MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "import os, time\nn = 0\nfor i in range(30):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint('forked', n)\n"
+	res, err := rp.Exec(ctx, h, sandbox.Cmd{Name: "python3", Args: []string{"-c", script}}, sandbox.ExecOptions{Timeout: 30 * time.Second})
+	t.Logf("30 forks under pids 8: %q %v", res.Output, err)
+	if err == nil && strings.Contains(string(res.Output), "forked 30") {
+		t.Fatalf("the pids limit did not hold over the wire: %q", res.Output)
+	}
+	if _, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: -1}}); err == nil {
+		t.Fatal("a negative limit was accepted")
+	}
+}
+
+func TestLimitsRefusedByARunnerWithoutThem(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as the original daemon
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.online(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := pl.srv.Provider().Create(context.Background(), namer(id)(), sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, sandbox.ErrNotSupported) {
+			t.Fatalf("create with limits on a runner without create_limits: %v, want not supported", err)
+		}
+	case <-time.After(10 * time.Second):
+		req := rd.next()
+		t.Fatalf("the platform sent %+v to a runner without create_limits", req)
+	}
+}

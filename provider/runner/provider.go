@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,10 +134,43 @@ func malformed(what string, res []byte) error {
 	return &sandbox.ProviderError{Provider: Name, Reason: "malformed_" + what + "_reply", Err: errors.New(clip(string(res), 200))}
 }
 
-// Create makes or adopts the named sandbox on its runner.
-func (p *Provider) Create(ctx context.Context, name string, _ sandbox.CreateOptions) (*sandbox.Handle, error) {
+// Create makes or adopts the named sandbox on its runner. Limits go to
+// the runner in create's limits field, and only to a runner that reported
+// create_limits: any other (the original daemon) would accept and drop
+// them, so a create with limits is ErrNotSupported there, never a sandbox
+// without its limits. The runner's provider refuses a limit it cannot
+// enforce.
+func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	h := sandbox.BuildHandle(Name, name)
-	if _, err := p.op(ctx, h, &wire.Request{Op: wire.OpCreate}); err != nil {
+	req := &wire.Request{Op: wire.OpCreate}
+	if l := opts.Limits; l != (sandbox.Limits{}) {
+		if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
+			return nil, sandbox.Invalid("limits", "a limit is negative")
+		}
+		if err := sandbox.CheckHandle(h, Name); err != nil {
+			return nil, err
+		}
+		id, err := Parse(name)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := p.c.Runners(ctx)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(rs, func(r Info) bool { return r.ID == id })
+		if i < 0 {
+			return nil, sandbox.Unavailable(ReasonOffline, nil)
+		}
+		if !rs[i].HasCap(wire.CapLimits) {
+			return nil, fmt.Errorf("runner %s (%s) does not take resource limits (no %s): %w", rs[i].Name, id, wire.CapLimits, sandbox.ErrNotSupported)
+		}
+		req.Limits = &wire.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: l.WallClock.Milliseconds()}
+		if l.WallClock > 0 && req.Limits.WallClockMS == 0 {
+			req.Limits.WallClockMS = 1
+		}
+	}
+	if _, err := p.op(ctx, h, req); err != nil {
 		return nil, err
 	}
 	return h, nil

@@ -241,8 +241,8 @@ func identity(r *http.Request, account string) (Info, error) {
 		}
 	}
 	for _, c := range strings.Split(q.Get(wire.ParamCaps), ",") {
-		switch sandbox.Capability(c) {
-		case sandbox.CapNetworkPolicy, sandbox.CapTerminateSession, sandbox.CapForceTerminateSession:
+		switch c {
+		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits:
 			i.Caps = append(i.Caps, c)
 		}
 	}

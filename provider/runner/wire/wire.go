@@ -150,12 +150,27 @@ type Request struct {
 	SessionID      string     `json:"session_id,omitempty"`
 
 	// Extension fields.
-	Allow *[]string `json:"allow,omitempty"` // network_policy: nil means unset; [] denies all
-	Force bool      `json:"force,omitempty"` // terminate_session
+	Allow  *[]string `json:"allow,omitempty"`  // network_policy: nil means unset; [] denies all
+	Force  bool      `json:"force,omitempty"`  // terminate_session
+	Limits *Limits   `json:"limits,omitempty"` // create, to a daemon with CapLimits
 
 	// Proxy extension (provider/runner's ProxyPath, never sent to a daemon):
 	// the runner a name-less op (list) goes to.
 	RunnerID string `json:"runner_id,omitempty"`
+}
+
+// CapLimits is the capability a daemon reports in the handshake's caps
+// when it applies create's limits field. The original daemon ignores
+// unknown fields, so a platform must not send limits to a daemon without
+// it: they would be accepted and dropped.
+const CapLimits = "create_limits"
+
+// Limits are a create's resource limits (sandbox.Limits); zero is unset.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	Pids        int   `json:"pids,omitempty"`
+	CPUMillis   int   `json:"cpu_millis,omitempty"`
+	WallClockMS int64 `json:"wall_clock_ms,omitempty"`
 }
 
 // Encode is the request's JSON text.
