@@ -208,13 +208,23 @@ func extraCaps(p sandbox.Provider) []string {
 	return out
 }
 
+// RedactURL is raw with any password in it replaced by "xxxxx", for logs
+// and errors; a URL that does not parse is replaced whole.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
 // DialURL maps a base URL to the daemon's WebSocket URL: trailing slashes
 // stripped, https→wss and http→ws (any other scheme is a PermanentError),
 // wire.Path appended, and the query set.
 func DialURL(base string, q url.Values) (string, error) {
 	u, err := url.Parse(strings.TrimRight(base, "/"))
 	if err != nil {
-		return "", &PermanentError{Msg: fmt.Sprintf("runner: bad platform URL %q: %v", base, err)}
+		return "", &PermanentError{Msg: fmt.Sprintf("runner: bad platform URL %q: %v", RedactURL(base), err)}
 	}
 	switch u.Scheme {
 	case "https":
@@ -222,7 +232,7 @@ func DialURL(base string, q url.Values) (string, error) {
 	case "http":
 		u.Scheme = "ws"
 	default:
-		return "", &PermanentError{Msg: fmt.Sprintf("runner: platform URL %q must be http or https", base)}
+		return "", &PermanentError{Msg: fmt.Sprintf("runner: platform URL %q must be http or https", RedactURL(base))}
 	}
 	u.Path = strings.TrimRight(u.Path, "/") + wire.Path
 	u.RawPath = ""
@@ -248,7 +258,7 @@ func Backoff(n int, base, max time.Duration) time.Duration {
 
 // Run connects and reconnects until ctx is done (nil) or a permanent refusal.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.log.Info("runner starting", "name", d.cfg.Name, "root", d.cfg.Root, "url", d.cfg.URL)
+	d.log.Info("runner starting", "name", d.cfg.Name, "root", d.cfg.Root, "url", RedactURL(d.cfg.URL))
 	attempt := 0
 	for {
 		err := d.Once(ctx)

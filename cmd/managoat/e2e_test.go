@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,7 +57,9 @@ func TestLocalSessionOutlivesCLI(t *testing.T) {
 }
 
 // TestServeRunnerRoundTrip: a platform, a runner dialling into it, and a
-// CLI process running a command on the runner through the platform.
+// CLI process running a command on the runner through the platform. The
+// token never reaches a process the runner starts, and a password in the
+// runner's --url never reaches its log.
 func TestServeRunnerRoundTrip(t *testing.T) {
 	testenv.RequireRoot(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,9 +68,12 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	env := append(os.Environ(), "MANAGOAT_HOME="+t.TempDir(), "MANAGOAT_RUNNER_TOKEN=tok-e2e", "MANAGOAT_URL=http://"+addr)
+	home := t.TempDir()
+	env := append(os.Environ(), "MANAGOAT_HOME="+home, "MANAGOAT_RUNNER_TOKEN=tok-e2e", "MANAGOAT_URL=http://"+addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var logMu sync.Mutex
+	var logs strings.Builder
 	start := func(args ...string) *exec.Cmd {
 		c := exec.CommandContext(ctx, binary, args...)
 		c.Env = env
@@ -82,13 +89,16 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 		go func() {
 			for s := bufio.NewScanner(pr); s.Scan(); {
 				t.Log(args[0], ":", s.Text())
+				logMu.Lock()
+				logs.WriteString(s.Text() + "\n")
+				logMu.Unlock()
 			}
 		}()
 		return c
 	}
 	serve := start("serve", "--listen", addr)
 	defer serve.Wait()
-	rn := start("runner", "--url", "http://"+addr, "--name", "e2e")
+	rn := start("runner", "--url", "http://someone:pw-e2e-secret@"+addr, "--name", "e2e")
 	defer rn.Wait()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -101,7 +111,46 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling for the runner to connect
 	}
+	// While a command runs on the runner, no process but serve and the
+	// runner themselves holds the token in its environment: not the
+	// sandbox's supervisor, not the command.
+	bg := exec.Command(binary, "--provider", "runner", "run", "--", "sleep", "3")
+	bg.Env = env
+	if err := bg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer bg.Wait()
+	sawSupervisor := false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		entries, _ := os.ReadDir("/proc")
+		for _, en := range entries {
+			pid, err := strconv.Atoi(en.Name())
+			if err != nil || pid == serve.Process.Pid || pid == rn.Process.Pid || pid == bg.Process.Pid {
+				continue
+			}
+			cmdline, _ := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+			if strings.Contains(string(cmdline), "managoat-supervisor\x00"+home) {
+				sawSupervisor = true
+			}
+			if b, err := os.ReadFile("/proc/" + en.Name() + "/environ"); err == nil && strings.Contains(string(b), "tok-e2e") &&
+				strings.Contains(string(cmdline), home) {
+				t.Errorf("process %d (%q) inherited the runner's token", pid, cmdline)
+			}
+		}
+	}
+	if !sawSupervisor {
+		t.Error("no supervisor of the runner's sandbox was seen: the check saw nothing")
+	}
 	cancel()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), "pw-e2e-secret") || strings.Contains(logs.String(), "tok-e2e") {
+		t.Errorf("a secret is in the logs:\n%s", logs.String())
+	}
+	// A token on the command line is refused before anything runs.
+	if _, e, code := managoatEnv(t, nil, "runner", "--url", "http://"+addr, "--token", "tok-e2e"); code != 2 || !strings.Contains(e, "--token-file") {
+		t.Errorf("runner --token: exit %d: %s", code, e)
+	}
 }
 
 // TestKillNineLosesNothing: kill -9 of the sandbox's supervisor (the

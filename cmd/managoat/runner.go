@@ -41,26 +41,34 @@ func init() {
 	})
 }
 
+// readToken reads the token from file, else from the environment, and
+// takes it out of this process's environment either way, so no process
+// started from here (a supervisor, a session's command) inherits it. A
+// token on the command line is refused: every user sees it in ps.
 func readToken(flagValue, file string) (string, error) {
+	env := strings.TrimSpace(os.Getenv(envRunnerToken))
+	os.Unsetenv(envRunnerToken)
 	switch {
 	case flagValue != "":
-		return strings.TrimSpace(flagValue), nil
+		return "", usageError{msg: "--token would show the token to every user of this host (ps): use --token-file FILE or " + envRunnerToken}
 	case file != "":
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return "", err
 		}
-		return strings.TrimSpace(string(b)), nil
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", usageError{msg: "the token file " + file + " is empty"}
+	case env != "":
+		return env, nil
 	}
-	if t := strings.TrimSpace(os.Getenv(envRunnerToken)); t != "" {
-		return t, nil
-	}
-	return "", usageError{msg: "a token is required: --token, --token-file, or " + envRunnerToken}
+	return "", usageError{msg: "a token is required: --token-file FILE or " + envRunnerToken}
 }
 
 func cmdRunner(g *globals, fs *flag.FlagSet) action {
 	url := fs.String("url", "", "the platform's base URL")
-	token := fs.String("token", "", "the platform's token (or "+envRunnerToken+")")
+	token := fs.String("token", "", "refused: a token on the command line shows in ps (use --token-file or "+envRunnerToken+")")
 	tokenFile := fs.String("token-file", "", "a file holding the token")
 	name := fs.String("name", "", "this runner's name (default from the hostname)")
 	root := fs.String("root", "", "where this runner keeps its sandboxes")
@@ -89,7 +97,7 @@ func cmdRunner(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return wrap("runner", err)
 		}
-		fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, *url)
+		fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, runner.RedactURL(*url))
 		err = runner.Run(ctx, runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			OnDisconnect: func(attempt int, delay time.Duration, err error) {
