@@ -19,7 +19,7 @@
 //	managoat cp SRC DST          (one of them NAME:/path)
 //	managoat doctor
 //	managoat version
-//	managoat runner --url URL --token T --name N [--root DIR] [--mechanism jail|trusted]
+//	managoat runner --url URL --token-file F --name N [--root DIR] [--mechanism jail|trusted]
 //	managoat serve --listen 127.0.0.1:8080
 //
 // Limits: --memory 512M, --pids 256, --cpu 0.5 (or 500m), --timeout 30s.
