@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/managoat/managoat/internal/connlimit"
 	"github.com/managoat/managoat/provider/local"
 	runnerprov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/runner"
@@ -120,6 +121,8 @@ func cmdRunner(g *globals, fs *flag.FlagSet) action {
 func cmdServe(g *globals, fs *flag.FlagSet) action {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	tokenFile := fs.String("token-file", "", "a file holding the token (default "+envRunnerToken+")")
+	maxConns := fs.Int("max-conns", 4096, "connections held at once, in all (more are closed as they arrive)")
+	maxPerSource := fs.Int("max-conns-per-source", 256, "connections held at once from one source address")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -136,11 +139,20 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		mux := http.NewServeMux()
 		mux.Handle("/api/runners", srv)
 		mux.Handle("/api/runners/", srv)
+		if *maxConns < 1 || *maxPerSource < 1 {
+			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
+		}
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
 			return wrap("serve", err)
 		}
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Bounded: connections (in all and per source), the time to send
+		// headers and their size, and how long a kept-alive connection
+		// may idle; a refused caller's connection is closed after its
+		// 401 or 403. A runner's WebSocket, once upgraded, is kept alive
+		// by its pings instead.
+		ln = connlimit.New(ln, *maxConns, *maxPerSource)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 		fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s (runners dial /api/runners/ws)\n", ln.Addr())
 		errc := make(chan error, 1)
 		go func() { errc <- hs.Serve(ln) }()

@@ -409,6 +409,9 @@ func TestRefusalsAreHTTPStatuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		if (resp.StatusCode == 401 || resp.StatusCode == 403) && !resp.Close {
+			t.Errorf("%s key=%q: %d keeps the connection open", path, key, resp.StatusCode)
+		}
 		return resp.StatusCode
 	}
 	cases := []struct {

@@ -147,8 +147,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (string, b
 	case err == nil:
 		return account, true
 	case errors.Is(err, ErrForbidden):
+		// A refused caller's connection is not kept alive for its next
+		// try: idle refused connections must not pile up.
+		w.Header().Set("Connection", "close")
 		httpError(w, http.StatusForbidden, "forbidden", err.Error())
 	default:
+		w.Header().Set("Connection", "close")
 		httpError(w, http.StatusUnauthorized, "unauthorized", err.Error())
 	}
 	return "", false
