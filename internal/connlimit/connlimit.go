@@ -26,9 +26,9 @@ type Listener struct {
 	// Refused counts the connections closed at once.
 	Refused atomic.Int64
 
-	mu     sync.Mutex
-	n      int
-	bySrc  map[string]int
+	mu    sync.Mutex
+	n     int
+	bySrc map[string]int
 }
 
 // New wraps ln with the given bounds.
