@@ -6,8 +6,10 @@
 //	err := runner.Run(ctx, runner.Config{URL: url, Token: tok, Name: name, Root: root, Provider: p})
 //
 // Run reconnects with backoff 1, 2, 4, 8, 16, then 30 s (the counter is reset
-// only by a clean close, which waits 1 s), and stops for good, with a message
-// saying why, when the platform answers 400, 401, 403 or 404.
+// by a clean close, which waits 1 s, and by any connection that was made, so
+// a platform's restart costs a connected daemon 1 s, not the 30 s its
+// earlier refusals had reached), and stops for good, with a message saying
+// why, when the platform answers 400, 401, 403 or 404.
 //
 // Sessions. A spawn asks the provider for a detachable session and the
 // daemon keeps one upstream Command per session, journals every event, and
@@ -140,6 +142,8 @@ type Daemon struct {
 	p   sandbox.Provider
 	log *slog.Logger
 	u   string // the dial URL
+	// connected is set by Once when its dial succeeded; Run takes it.
+	connected atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -271,6 +275,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 		why := "closed"
+		if d.connected.Swap(false) {
+			attempt = 0 // the connection was made: the platform is back
+		}
 		if err == nil {
 			attempt = 0
 		} else {
@@ -313,6 +320,7 @@ func (d *Daemon) Once(ctx context.Context) error {
 		return fmt.Errorf("runner: connect: %w", err)
 	}
 	ws.SetReadLimit(wire.ReadLimit)
+	d.connected.Store(true)
 	d.log.Info("runner connected", "name", d.cfg.Name)
 	return d.serve(ctx, ws)
 }

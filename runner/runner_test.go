@@ -122,7 +122,9 @@ type retry struct {
 }
 
 // Invariant 1: 409, other statuses and abrupt drops retry with growing
-// backoff; only a clean close resets the counter.
+// backoff; a clean close resets the counter, and so does a connection that
+// was made (the original reset it on a clean close only, so a platform's
+// restart after a run of refusals cost a daemon up to 30 s).
 func TestRetryAndBackoffReset(t *testing.T) {
 	var mu sync.Mutex
 	n := 0
@@ -131,24 +133,25 @@ func TestRetryAndBackoffReset(t *testing.T) {
 		n++
 		k := n
 		mu.Unlock()
-		switch {
-		case k <= 2:
+		switch k {
+		case 1, 2, 5:
 			w.WriteHeader(http.StatusConflict)
-		case k == 3:
+			return
+		case 3:
 			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		switch k {
+		case 6:
+			_ = ws.Close(websocket.StatusNormalClosure, "bye")
+		case 7:
+			_ = ws.Close(wire.CloseDuplicate, "a runner named laptop is already connected")
 		default:
-			ws, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			switch {
-			case k%2 == 0:
-				_ = ws.Close(websocket.StatusNormalClosure, "bye")
-			case k == 7:
-				_ = ws.Close(wire.CloseDuplicate, "a runner named laptop is already connected")
-			default:
-				_ = ws.Close(wire.CloseDeleted, "runner deleted")
-			}
+			_ = ws.Close(wire.CloseDeleted, "runner deleted")
 		}
 	}))
 	defer ts.Close()
@@ -174,10 +177,10 @@ func TestRetryAndBackoffReset(t *testing.T) {
 		{1, 5 * time.Millisecond, false, "already connected"},
 		{2, 10 * time.Millisecond, false, "already connected"},
 		{3, 20 * time.Millisecond, false, "HTTP 502"},
-		{0, 5 * time.Millisecond, true, ""},                   // k=4: clean close resets
-		{1, 5 * time.Millisecond, false, "was deleted"},       // k=5: 4404 is retryable
-		{0, 5 * time.Millisecond, true, ""},                   // k=6
-		{1, 5 * time.Millisecond, false, "already connected"}, // k=7: 4409 is retryable
+		{1, 5 * time.Millisecond, false, "was deleted"},        // k=4: connected, so the count starts again
+		{2, 10 * time.Millisecond, false, "already connected"}, // k=5
+		{0, 5 * time.Millisecond, true, ""},                    // k=6: clean close resets
+		{1, 5 * time.Millisecond, false, "already connected"},  // k=7: 4409 is retryable
 	}
 	for i, w := range want {
 		r := rs[i]
