@@ -722,3 +722,32 @@ func TestStdinMapping(t *testing.T) {
 		t.Errorf("after stop: %v", err)
 	}
 }
+
+// TestProxyClosesOnNonJSON: text that is not JSON on the proxy socket ends
+// it with 1003, as a binary frame does; JSON that is no request is
+// answered invalid and the socket stays.
+func TestProxyClosesOnNonJSON(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	u := strings.Replace(pl.ts.URL, "http", "ws", 1) + prov.ProxyPath
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"id":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := ws.Read(ctx)
+	if err != nil || !strings.Contains(string(b), `"id":7`) || !strings.Contains(string(b), "invalid") {
+		t.Fatalf("a request without op: %s %v", b, err)
+	}
+	if err := ws.Write(ctx, websocket.MessageText, []byte("GET / HTTP/1.1")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ws.Read(ctx)
+	if websocket.CloseStatus(err) != websocket.StatusUnsupportedData {
+		t.Fatalf("after non-JSON text: %v, want close 1003", err)
+	}
+}

@@ -98,6 +98,12 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 			_ = ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
 			return
 		}
+		if !json.Valid(b) {
+			// Text that is not JSON is no request of this protocol: the
+			// client speaks another one (as binary frames, 1003).
+			_ = ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
+			return
+		}
 		req, err := wire.DecodeRequest(b)
 		if err != nil {
 			if req != nil && req.ID > 0 {
