@@ -104,6 +104,24 @@ func (r *Registry) Supports(provider string, c Capability) (bool, error) {
 	return p.Capabilities().Has(c), nil
 }
 
+// CapabilitiesOf is what the sandbox h can do: its provider's
+// SandboxCapabilities answer where the provider has one (a runner's
+// sandboxes have their runner's), else the provider's Capabilities.
+func (r *Registry) CapabilitiesOf(ctx context.Context, h *Handle) (Capabilities, error) {
+	p, err := r.forHandle(h)
+	if err != nil {
+		return nil, err
+	}
+	return capabilitiesOf(ctx, p, h)
+}
+
+func capabilitiesOf(ctx context.Context, p Provider, h *Handle) (Capabilities, error) {
+	if sc, ok := p.(SandboxCapabilities); ok {
+		return sc.CapabilitiesOf(ctx, h)
+	}
+	return p.Capabilities(), nil
+}
+
 // Create makes or adopts the named sandbox on provider.
 func (r *Registry) Create(ctx context.Context, provider, name string, opts CreateOptions) (*Handle, error) {
 	p, err := r.Provider(provider)
@@ -345,7 +363,10 @@ func (r *Registry) TerminateSession(ctx context.Context, h *Handle, sessionID st
 	if err != nil {
 		return err
 	}
-	caps := p.Capabilities()
+	caps, err := capabilitiesOf(ctx, p, h)
+	if err != nil {
+		return err
+	}
 	st, ok := p.(SessionTerminator)
 	if !ok || !caps.Has(CapTerminateSession) {
 		return ErrNotSupported

@@ -367,6 +367,15 @@ type SessionTerminator interface {
 	TerminateSession(ctx context.Context, h *Handle, sessionID string, opts TerminateOptions) error
 }
 
+// SandboxCapabilities is implemented by a provider whose sandboxes do not
+// all have the same capabilities: the runner provider's have those of the
+// runner that hosts each. Capabilities() is then what every sandbox has
+// (the intersection); CapabilitiesOf is what h has, and is what gates an
+// operation on h (Registry.CapabilitiesOf).
+type SandboxCapabilities interface {
+	CapabilitiesOf(ctx context.Context, h *Handle) (Capabilities, error)
+}
+
 // FileReader is implemented by providers that can read a sandbox's files.
 type FileReader interface {
 	ReadFile(ctx context.Context, h *Handle, path string) ([]byte, error)

@@ -751,3 +751,62 @@ func TestProxyClosesOnNonJSON(t *testing.T) {
 		t.Fatalf("after non-JSON text: %v, want close 1003", err)
 	}
 }
+
+// TestCapabilitiesBelongToTheRunner: a runner without force termination
+// online beside one with it takes nothing from the other's sandboxes: a
+// forced termination there goes through (the registry gated it on the
+// intersection over every runner, so it failed for all), and the other's
+// sandbox says it cannot.
+func TestCapabilitiesBelongToTheRunner(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	full := pl.online(t)
+	if _, _, err := dialRaw(t, pl, "old"); err != nil { // reports no caps
+		t.Fatal(err)
+	}
+	var old string
+	waitFor(t, "the second runner", 5*time.Second, func() bool {
+		for _, i := range pl.host.Online() {
+			if i.ID != full {
+				old = i.ID
+			}
+		}
+		return old != ""
+	})
+	p := pl.srv.Provider()
+	if p.Capabilities().Has(sandbox.CapForceTerminateSession) {
+		t.Fatal("force termination advertised for every sandbox while one runner lacks it")
+	}
+	reg := sandbox.NewRegistry(p)
+	ctx := context.Background()
+	h, err := reg.Create(ctx, prov.Name, namer(full)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps, err := reg.CapabilitiesOf(ctx, h)
+	if err != nil || !caps.Has(sandbox.CapForceTerminateSession) {
+		t.Fatalf("capabilities of a sandbox on the full runner: %v %v", caps, err)
+	}
+	c, err := reg.Spawn(ctx, h, fakeCmd("out:up", "stay"), sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, c, 5*time.Second); string(ev.Data) != "up" {
+		t.Fatalf("%+v", ev)
+	}
+	if err := reg.TerminateSession(ctx, h, c.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force}); err != nil {
+		t.Fatalf("forced termination on the runner that offers it: %v", err)
+	}
+	for ev := recv(t, c, 5*time.Second); !ev.Terminal(); ev = recv(t, c, 5*time.Second) {
+	}
+	oldH := sandbox.BuildHandle(prov.Name, namer(old)())
+	caps, err = reg.CapabilitiesOf(ctx, oldH)
+	if err != nil || caps.Has(sandbox.CapForceTerminateSession) || caps.Has(sandbox.CapTerminateSession) {
+		t.Fatalf("capabilities of a sandbox on the old runner: %v %v", caps, err)
+	}
+	if err := reg.TerminateSession(ctx, oldH, "s1", sandbox.TerminateOptions{Mode: sandbox.Force}); !errors.Is(err, sandbox.ErrNotSupported) {
+		t.Fatalf("forced termination on the old runner: %v, want not supported", err)
+	}
+}

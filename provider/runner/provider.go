@@ -57,12 +57,15 @@ var _ interface {
 	sandbox.Provider
 	sandbox.SessionTerminator
 	sandbox.HostPather
+	sandbox.SandboxCapabilities
 } = (*Provider)(nil)
 
 // Name returns "runner".
 func (p *Provider) Name() string { return Name }
 
-// Capabilities: suspend and attach, plus the extras every online runner offers.
+// Capabilities: suspend and attach, plus the extras every online runner
+// offers: what any sandbox of this provider can do. What one sandbox can do
+// is its runner's (CapabilitiesOf), and that is what gates an operation.
 func (p *Provider) Capabilities() sandbox.Capabilities {
 	caps := sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -81,6 +84,35 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 		}
 	}
 	return caps
+}
+
+// CapabilitiesOf is what the sandbox h can do: suspend and attach, plus
+// the extras its own runner offers (sandbox.SandboxCapabilities). A runner
+// that is not online is Unavailable{runner_offline}.
+func (p *Provider) CapabilitiesOf(ctx context.Context, h *sandbox.Handle) (sandbox.Capabilities, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return nil, err
+	}
+	id, err := Parse(h.Name)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if r.ID == id {
+			caps := sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach)
+			for _, c := range []sandbox.Capability{sandbox.CapNetworkPolicy, sandbox.CapTerminateSession, sandbox.CapForceTerminateSession} {
+				if r.HasCap(string(c)) {
+					caps = caps.With(c)
+				}
+			}
+			return caps, nil
+		}
+	}
+	return nil, sandbox.Unavailable(ReasonOffline, nil)
 }
 
 // Mint returns a fresh sandbox name on the most recently connected online
