@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,7 +99,16 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 	}
 	serve := start("serve", "--listen", addr)
 	defer serve.Wait()
-	rn := start("runner", "--url", "http://someone:pw-e2e-secret@"+addr, "--name", "e2e")
+	// The runner shows its own credential, not the client token.
+	secret, e, code := managoatEnv(t, env[len(os.Environ()):], "enroll", "e2e")
+	if code != 0 || !strings.HasPrefix(secret, "mgr_") {
+		t.Fatalf("enroll: exit %d %q %s", code, secret, e)
+	}
+	credFile := filepath.Join(t.TempDir(), "cred")
+	if err := os.WriteFile(credFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rn := start("runner", "--url", "http://someone:pw-e2e-secret@"+addr, "--name", "e2e", "--token-file", credFile)
 	defer rn.Wait()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -140,6 +150,10 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 	}
 	if !sawSupervisor {
 		t.Error("no supervisor of the runner's sandbox was seen: the check saw nothing")
+	}
+	// The client token connects no runner: an impostor is refused for good.
+	if _, e, code := managoatEnv(t, env[len(os.Environ()):], "runner", "--url", "http://"+addr, "--name", "impostor"); code == 0 || !strings.Contains(e, "refused") {
+		t.Errorf("a runner with the client token: exit %d: %s", code, e)
 	}
 	cancel()
 	logMu.Lock()

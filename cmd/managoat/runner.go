@@ -29,6 +29,7 @@ const (
 func init() {
 	register("runner", "[flags] --url URL", "Run the self-hosted runner daemon: dial a platform and serve it this machine's sandboxes", cmdRunner)
 	register("serve", "[flags]", "Serve a platform that runners dial into", cmdServe)
+	register("enroll", "[flags] NAME", "Enroll a runner with the platform served from this machine and print its credential", cmdEnroll)
 	registerProvider("runner", func() (sandbox.Provider, error) {
 		url := os.Getenv(envPlatformURL)
 		if url == "" {
@@ -123,6 +124,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	tokenFile := fs.String("token-file", "", "a file holding the token (default "+envRunnerToken+")")
 	maxConns := fs.Int("max-conns", 4096, "connections held at once, in all (more are closed as they arrive)")
 	maxPerSource := fs.Int("max-conns-per-source", 256, "connections held at once from one source address")
+	runners := fs.String("runners", "", "the enrolled runners' file (default "+defaultRunnersFile()+"); see managoat enroll")
+	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -134,8 +137,14 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		srv := runnerprov.NewServer(runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok),
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		cfg := runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		if *runners == "" {
+			*runners = defaultRunnersFile()
+		}
+		if !*open {
+			cfg.RunnerAuth = runnerprov.RunnerFile{Path: *runners}
+		}
+		srv := runnerprov.NewServer(cfg)
 		mux := http.NewServeMux()
 		mux.Handle("/api/runners", srv)
 		mux.Handle("/api/runners/", srv)
@@ -153,7 +162,11 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		// by its pings instead.
 		ln = connlimit.New(ln, *maxConns, *maxPerSource)
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
-		fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s (runners dial /api/runners/ws)\n", ln.Addr())
+		how := "runners enrolled in " + *runners + " (managoat enroll NAME)"
+		if *open {
+			how = "any holder of the client token, as a runner too (--open-runners)"
+		}
+		fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s; runners dial /api/runners/ws: %s\n", ln.Addr(), how)
 		errc := make(chan error, 1)
 		go func() { errc <- hs.Serve(ln) }()
 		select {
@@ -165,5 +178,43 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return wrap("serve", hs.Shutdown(sctx))
+	}
+}
+
+// defaultRunnersFile is where serve and enroll keep the enrolled runners.
+func defaultRunnersFile() string {
+	return filepath.Join(local.DefaultStateDir(), "platform", "runners.json")
+}
+
+func cmdEnroll(g *globals, fs *flag.FlagSet) action {
+	runners := fs.String("runners", "", "the enrolled runners' file (default "+defaultRunnersFile()+")")
+	rotate := fs.Bool("rotate", false, "replace the credential of a runner enrolled already")
+	revoke := fs.Bool("revoke", false, "remove the runner's credential instead")
+	account := fs.String("account", "local", "the account the runner serves")
+	return func(ctx context.Context, args []string) error {
+		pos, rest, err := parseN(fs, args, 1)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usageError{msg: "missing NAME"}
+		}
+		if err := noMore(rest); err != nil {
+			return err
+		}
+		if *runners == "" {
+			*runners = defaultRunnersFile()
+		}
+		if *revoke {
+			return wrap("enroll", runnerprov.Revoke(*runners, pos[0]))
+		}
+		secret, err := runnerprov.Enroll(*runners, pos[0], *account, *rotate)
+		if err != nil {
+			return wrap("enroll", err)
+		}
+		fmt.Println(secret)
+		fmt.Fprintf(os.Stderr, "managoat enroll: %s enrolled in %s; its credential (above) is shown once:\n"+
+			"  put it in a file and run: managoat runner --url URL --name %s --token-file FILE\n", pos[0], *runners, pos[0])
+		return nil
 	}
 }

@@ -51,6 +51,11 @@ func StaticToken(token string) Authenticator {
 // ServerConfig configures the platform end.
 type ServerConfig struct {
 	Auth Authenticator // required
+	// RunnerAuth, when set, authenticates the runners' sockets instead of
+	// Auth: each runner shows its own credential for the name it gives
+	// (RunnerFile), and no client key connects a runner. Unset, Auth
+	// admits runners too (the original's one shared key).
+	RunnerAuth RunnerAuthenticator
 	Host Host          // default NewLocalHost()
 	// Disabled makes the runner endpoint answer 404 runners_disabled
 	// without registering anything.
@@ -192,16 +197,25 @@ func (s *Server) serveDelete(w http.ResponseWriter, r *http.Request, id string) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// serveList is GET /api/runners: the caller's account's online runners,
+// never another account's (a client places sandboxes among these).
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authenticate(w, r); !ok {
+	account, ok := s.authenticate(w, r)
+	if !ok {
 		return
 	}
 	if r.Method != http.MethodGet {
 		httpError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET only")
 		return
 	}
+	mine := []Info{}
+	for _, i := range s.cfg.Host.Online() {
+		if i.Account == account {
+			mine = append(mine, i)
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"data": s.cfg.Host.Online()})
+	_ = json.NewEncoder(w).Encode(map[string]any{"data": mine})
 }
 
 // validRunnerName reports whether name matches ^[a-z0-9][a-z0-9._-]{0,62}$.
@@ -258,9 +272,25 @@ func identity(r *http.Request, account string) (Info, error) {
 // registration with the Host (409), then the upgrade. The registration
 // happens before the upgrade, so every refusal is an HTTP status.
 func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
-	account, ok := s.authenticate(w, r)
-	if !ok {
-		return
+	var account string
+	if s.cfg.RunnerAuth != nil {
+		a, err := s.cfg.RunnerAuth.AuthenticateRunner(r, bearer(r), r.URL.Query().Get(wire.ParamName))
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			if errors.Is(err, ErrForbidden) {
+				httpError(w, http.StatusForbidden, "forbidden", err.Error())
+			} else {
+				httpError(w, http.StatusUnauthorized, "unauthorized", "not the credential of a runner enrolled under this name")
+			}
+			return
+		}
+		account = a
+	} else {
+		a, ok := s.authenticate(w, r)
+		if !ok {
+			return
+		}
+		account = a
 	}
 	if s.cfg.Disabled {
 		httpError(w, http.StatusNotFound, "runners_disabled", "self-hosted runners are disabled on this platform")
