@@ -56,7 +56,7 @@ type ServerConfig struct {
 	// (RunnerFile), and no client key connects a runner. Unset, Auth
 	// admits runners too (the original's one shared key).
 	RunnerAuth RunnerAuthenticator
-	Host Host          // default NewLocalHost()
+	Host       Host // default NewLocalHost()
 	// Disabled makes the runner endpoint answer 404 runners_disabled
 	// without registering anything.
 	Disabled bool
