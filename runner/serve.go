@@ -357,11 +357,20 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		if req.TimeoutMS != nil && *req.TimeoutMS > 0 {
 			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 		}
+		// The reply is one frame: its output is capped far below the
+		// frame limit (a 60 MB reply closed the whole connection), and
+		// the provider keeps no more than that in memory while it reads.
+		opts.MaxOutput = wire.MaxExecOutput
 		res, err := p.Exec(ctx, h, sandbox.Cmd{Name: req.Cmd, Args: req.Args}, opts)
 		if err != nil {
 			return nil, err
 		}
-		return marshal(map[string]any{"output": wire.EncodeData(res.Output), "code": res.ExitCode})
+		res = sandbox.CapOutput(res, wire.MaxExecOutput)
+		reply := map[string]any{"output": wire.EncodeData(res.Output), "code": res.ExitCode}
+		if res.Truncated {
+			reply["truncated"] = true
+		}
+		return marshal(reply)
 	case wire.OpSpawn:
 		return nil, d.spawn(c, h, req)
 	case wire.OpListSessions:

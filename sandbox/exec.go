@@ -16,7 +16,21 @@ import (
 // ClosedBeforeExit, never a partial result; an Error event returns its error
 // after passing it through normalize (nil means unchanged).
 func CollectExec(ctx context.Context, c *Command, stderrToStdout bool, budget time.Duration, normalize func(error) error) (ExecResult, error) {
+	return CollectExecMax(ctx, c, stderrToStdout, budget, 0, normalize)
+}
+
+// CollectExecMax is CollectExec keeping at most max bytes of output (0:
+// no cap): the rest is read and dropped, and the result is Truncated.
+func CollectExecMax(ctx context.Context, c *Command, stderrToStdout bool, budget time.Duration, max int, normalize func(error) error) (ExecResult, error) {
 	var out bytes.Buffer
+	truncated := false
+	keep := func(p []byte) {
+		if max > 0 && out.Len()+len(p) > max {
+			p = p[:max-out.Len()]
+			truncated = true
+		}
+		out.Write(p)
+	}
 	expired := func() error {
 		if ctx.Err() == nil {
 			return nil
@@ -41,16 +55,16 @@ func CollectExec(ctx context.Context, c *Command, stderrToStdout bool, budget ti
 			}
 			switch ev.Kind {
 			case Stdout:
-				out.Write(ev.Data)
+				keep(ev.Data)
 			case Stderr:
 				if stderrToStdout {
-					out.Write(ev.Data)
+					keep(ev.Data)
 				}
 			case Exit:
 				if err := expired(); err != nil {
 					return ExecResult{}, err
 				}
-				return ExecResult{Output: out.Bytes(), ExitCode: ev.Code}, nil
+				return ExecResult{Output: out.Bytes(), ExitCode: ev.Code, Truncated: truncated}, nil
 			case Error:
 				err := ev.Err
 				if normalize != nil {

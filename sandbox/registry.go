@@ -252,9 +252,22 @@ func (r *Registry) Exec(ctx context.Context, h *Handle, c Cmd, opts ExecOptions)
 	if c.Name == "" {
 		return ExecResult{}, Invalid("command", "empty command name")
 	}
-	return ExecWithDeadline(ctx, opts, func(ctx context.Context) (ExecResult, error) {
+	if opts.MaxOutput < 0 {
+		return ExecResult{}, Invalid("max_output", "MaxOutput is negative")
+	}
+	res, err := ExecWithDeadline(ctx, opts, func(ctx context.Context) (ExecResult, error) {
 		return p.Exec(ctx, h, c, opts)
 	})
+	return CapOutput(res, opts.MaxOutput), err
+}
+
+// CapOutput cuts res's output to max bytes (0: no cap), saying Truncated:
+// the cap of a provider that could not apply it while reading.
+func CapOutput(res ExecResult, max int) ExecResult {
+	if max > 0 && len(res.Output) > max {
+		res.Output, res.Truncated = res.Output[:max:max], true
+	}
+	return res
 }
 
 // ExecWithDeadline applies Exec's deadline rules around run; providers that

@@ -260,6 +260,10 @@ type ExecOptions struct {
 	// StderrToStdout appends stderr to the output in arrival order; without
 	// it stderr is dropped.
 	StderrToStdout bool
+	// MaxOutput keeps at most this many bytes of output (0: no cap); the
+	// command runs on, the rest is read and dropped, and the result says
+	// Truncated. A provider that cannot cap while it reads caps the result.
+	MaxOutput int
 }
 
 // ExecResult is a finished command: its output and exit code. A nonzero
@@ -267,6 +271,9 @@ type ExecOptions struct {
 type ExecResult struct {
 	Output   []byte
 	ExitCode int
+	// Truncated: the output went past ExecOptions.MaxOutput and Output
+	// holds its first MaxOutput bytes.
+	Truncated bool
 }
 
 // SpawnOptions configure Spawn.

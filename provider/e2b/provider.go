@@ -298,7 +298,7 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			}
 			return sandbox.ExecResult{}, err
 		}
-		res, err := sandbox.CollectExec(ctx, cmd, opts.StderrToStdout, budget, normalize)
+		res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, normalize)
 		if sandbox.IsExecTimeout(err) {
 			p.kill9(id, srv)
 		}

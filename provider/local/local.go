@@ -1107,7 +1107,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			stream.Fail(&sandbox.ProviderError{Provider: Name, Reason: "exec", Err: err})
 		}
 	}()
-	res, err := sandbox.CollectExec(ctx, cmd, opts.StderrToStdout, opts.Timeout, nil)
+	res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, opts.Timeout, opts.MaxOutput, nil)
 	cancel()
 	<-done
 	_ = cmd.Stop()

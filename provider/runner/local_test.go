@@ -19,6 +19,7 @@ import (
 	"github.com/managoat/managoat/mechanism/trusted"
 	"github.com/managoat/managoat/provider/local"
 	prov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 	"github.com/managoat/managoat/sandbox/sandboxtest"
@@ -433,5 +434,42 @@ func TestLimitsRefusedByARunnerWithoutThem(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		req := rd.next()
 		t.Fatalf("the platform sent %+v to a runner without create_limits", req)
+	}
+}
+
+// TestLargeExecOverWire: an exec whose output is far past a frame's limit
+// comes back cut to wire.MaxExecOutput and says so, and the connection,
+// with a session running on it, carries on (a 60 MB reply closed it).
+func TestLargeExecOverWire(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	p := newLocal(t, "trusted", t.TempDir())
+	startDaemon(t, pl.ts.URL, p, nil)
+	id := pl.online(t)
+	rp := pl.srv.Provider()
+	ctx := context.Background()
+	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rp.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "read x; echo still $x"}}, sandbox.SpawnOptions{Stdin: true, Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rp.Exec(ctx, h, sandbox.Cmd{Name: "head", Args: []string{"-c", "70000000", "/dev/zero"}}, sandbox.ExecOptions{Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("a 70 MB exec: %v", err)
+	}
+	if len(res.Output) != wire.MaxExecOutput || !res.Truncated || res.ExitCode != 0 {
+		t.Fatalf("a 70 MB exec: %d bytes, truncated %v, exit %d", len(res.Output), res.Truncated, res.ExitCode)
+	}
+	res, err = rp.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{"small"}}, sandbox.ExecOptions{MaxOutput: 3})
+	if err != nil || string(res.Output) != "sma" || !res.Truncated {
+		t.Fatalf("an exec capped at 3 bytes: %+v %v", res, err)
+	}
+	if err := c.WriteStdin(ctx, []byte("here\n")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := drain(t, c); out != "still here\n" || code != 0 {
+		t.Fatalf("the session beside the large exec: %q exit %d", out, code)
 	}
 }

@@ -337,8 +337,9 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			return sandbox.ExecResult{}, err
 		}
 		var r struct {
-			Output *string `json:"output"`
-			Code   *int    `json:"code"`
+			Output    *string `json:"output"`
+			Code      *int    `json:"code"`
+			Truncated bool    `json:"truncated"`
 		}
 		if json.Unmarshal(res, &r) != nil || r.Output == nil || r.Code == nil {
 			return sandbox.ExecResult{}, malformed("exec", res)
@@ -347,7 +348,7 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		if err != nil {
 			out = []byte(*r.Output)
 		}
-		return sandbox.ExecResult{Output: out, ExitCode: *r.Code}, nil
+		return sandbox.CapOutput(sandbox.ExecResult{Output: out, ExitCode: *r.Code, Truncated: r.Truncated}, opts.MaxOutput), nil
 	})
 }
 

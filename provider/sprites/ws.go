@@ -407,6 +407,6 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			return sandbox.ExecResult{}, err
 		}
 		defer cmd.Stop()
-		return sandbox.CollectExec(ctx, cmd, opts.StderrToStdout, budget, nil)
+		return sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, nil)
 	})
 }

@@ -46,6 +46,11 @@ const MaxChunk = 32 << 10
 // ReadLimit is the largest message either end accepts.
 const ReadLimit = 64 << 20
 
+// MaxExecOutput is the most output an exec reply carries (an extension:
+// the reply then says "truncated": true). Base64 makes it 21⅓ MiB on the
+// wire, a third of ReadLimit.
+const MaxExecOutput = 16 << 20
+
 // The 14 operations of the protocol.
 const (
 	OpCreate       = "create"
