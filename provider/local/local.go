@@ -127,6 +127,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -163,12 +164,34 @@ type Config struct {
 	// supervisor at all. Get reports such a sandbox running from the
 	// mechanism's own status while no supervisor runs.
 	LazySupervisor bool
+	// DefaultLimits fill the limits a create leaves at zero, for each cap
+	// the mechanism guarantees (the jail's memory and pids caps, runc's;
+	// trusted and runsc guarantee none, so nothing is filled there): a
+	// sandbox made without limits still cannot fork-bomb or exhaust the
+	// host. nil means DefaultLimits(); a pointer to a zero Limits turns
+	// the defaults off.
+	DefaultLimits *sandbox.Limits
 	// Ephemeral says the caller destroys every sandbox it creates before
 	// it exits (managoat run): a sandbox's record is then not flushed to
 	// disk with fsync (the rename that makes the sandbox exist still is
 	// atomic). Only a power loss while such a sandbox exists can leave its
 	// record unreadable.
 	Ephemeral bool
+}
+
+// DefaultLimits are the limits a sandbox gets for each cap its create left
+// at zero: 1024 processes, and half of this host's memory up to 8 GiB.
+// They are what a host survives, not what a workload needs: ask for less
+// with the create's limits.
+func DefaultLimits() sandbox.Limits {
+	mem := int64(8 << 30)
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		if half := int64(si.Totalram) * int64(si.Unit) / 2; half > 0 && half < mem {
+			mem = half
+		}
+	}
+	return sandbox.Limits{Pids: 1024, MemoryBytes: mem}
 }
 
 // DefaultStateDir is $MANAGOAT_HOME, else /var/lib/managoat for root, else
@@ -203,6 +226,9 @@ type Provider struct {
 	// supEnv is added to each supervisor's environment: EnvHook=main when
 	// the mechanism was the caller's own (Config.Mechanism).
 	supEnv []string
+	// defaults fill a create's zero limits (Config.DefaultLimits), only
+	// for the caps the mechanism guarantees.
+	defaults sandbox.Limits
 }
 
 var (
@@ -264,6 +290,17 @@ func New(cfg Config) (*Provider, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral, supEnv: supEnv}
+	d := DefaultLimits()
+	if cfg.DefaultLimits != nil {
+		d = *cfg.DefaultLimits
+	}
+	g := mechanism.Guaranteed(m)
+	if slices.Contains(g, mechanism.PidsCap) {
+		p.defaults.Pids = d.Pids
+	}
+	if slices.Contains(g, mechanism.MemoryCap) {
+		p.defaults.MemoryBytes = d.MemoryBytes
+	}
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
@@ -384,6 +421,12 @@ func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
 }
 
 func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limits, fresh bool) (*sandbox.Handle, error) {
+	if limits.Pids == 0 {
+		limits.Pids = p.defaults.Pids
+	}
+	if limits.MemoryBytes == 0 {
+		limits.MemoryBytes = p.defaults.MemoryBytes
+	}
 	iid := newID()
 	home := p.homeDir(iid)
 	spec, err := limitsSpec(limits, home)

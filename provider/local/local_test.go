@@ -1160,3 +1160,63 @@ func TestSpawnRacingSuspend(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultLimits: a jail sandbox made without limits gets the
+// provider's defaults for the caps the jail guarantees (a fork loop stops
+// at the default pids cap), a create's own limits win, a trusted sandbox
+// gets none (trusted guarantees no cap), and a zero DefaultLimits turns
+// them off.
+func TestDefaultLimits(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	if d := DefaultLimits(); d.Pids != 1024 || d.MemoryBytes <= 0 || d.MemoryBytes > 8<<30 {
+		t.Fatalf("DefaultLimits() = %+v", d)
+	}
+	dir := t.TempDir()
+	p, err := New(Config{StateDir: dir, MechanismName: "jail", DefaultLimits: &sandbox.Limits{Pids: 16, MemoryBytes: 512 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyAll(p)
+	h, err := p.Create(ctx, "defaults", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := p.load("defaults")
+	if err != nil || r.Limits.Pids != 16 || r.Limits.MemoryBytes != 512<<20 {
+		t.Fatalf("record limits %+v %v, want the defaults", r, err)
+	}
+	script := "import os, time\nn = 0\nfor i in range(50):\n    try:\n        if os.fork() == 0:\n            time.sleep(2)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint('forked', n)\n"
+	res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "python3", Args: []string{"-c", script}}, sandbox.ExecOptions{Timeout: 30 * time.Second})
+	if err == nil && strings.Contains(string(res.Output), "forked 50") {
+		t.Fatalf("50 forks under a default pids cap of 16: %q", res.Output)
+	}
+	if _, err := p.Create(ctx, "own", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 40}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := p.load("own"); r == nil || r.Limits.Pids != 40 || r.Limits.MemoryBytes != 512<<20 {
+		t.Fatalf("own limits: %+v", r)
+	}
+	off, err := New(Config{StateDir: t.TempDir(), MechanismName: "jail", DefaultLimits: &sandbox.Limits{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyAll(off)
+	if _, err := off.Create(ctx, "none", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := off.load("none"); r == nil || r.Limits != (sandbox.Limits{}) {
+		t.Fatalf("defaults off: %+v", r)
+	}
+	tr, err := New(Config{StateDir: t.TempDir(), MechanismName: "trusted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyAll(tr)
+	if _, err := tr.Create(ctx, "trusted", sandbox.CreateOptions{}); err != nil {
+		t.Fatalf("a trusted sandbox without limits: %v", err)
+	}
+	if r, _, _ := tr.load("trusted"); r == nil || r.Limits != (sandbox.Limits{}) {
+		t.Fatalf("trusted got limits: %+v", r)
+	}
+}
