@@ -138,25 +138,17 @@ func (r Report) WriteText(w io.Writer) error {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "host: %s/%s kernel %s, euid %d, cgroups %s\n\n", r.Host.OS, r.Host.Arch, r.Host.Kernel, r.Host.Euid, r.Host.CgroupMode)
 	fmt.Fprintln(b, "capabilities:")
-	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	for _, c := range r.Capabilities {
-		mark := "no"
-		if c.Available {
-			mark = "yes"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Name, mark, c.Detail)
+	rows := make([][3]string, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		rows[i] = [3]string{string(c.Name), yesNo(c.Available), c.Detail}
 	}
-	tw.Flush()
+	table(b, rows)
 	fmt.Fprintln(b, "\nkernel facts (these differ between hosts by configuration):")
-	tw = tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	for _, f := range r.Facts {
-		mark := "no"
-		if f.Present {
-			mark = "yes"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Name, mark, f.Detail)
+	rows = make([][3]string, len(r.Facts))
+	for i, f := range r.Facts {
+		rows[i] = [3]string{string(f.Name), yesNo(f.Present), f.Detail}
 	}
-	tw.Flush()
+	table(b, rows)
 	fmt.Fprintln(b, "\nmechanisms:")
 	for _, m := range r.Mechanisms {
 		state := "can run here"
@@ -180,6 +172,22 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// table writes rows as aligned, indented columns.
+func table(b *strings.Builder, rows [][3]string) {
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r[0], r[1], r[2])
+	}
+	tw.Flush()
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
 }
 
 func join(cs []mechanism.Capability) string {

@@ -58,6 +58,16 @@ func newLocal(t testing.TB, mech, dir string) *local.Provider {
 	return p
 }
 
+// localOverWire starts a platform and a daemon that serves provider/local
+// on mech to it, and returns the platform's provider and a namer of the
+// runner's sandboxes.
+func localOverWire(t *testing.T, mech string) (*prov.Provider, func() string) {
+	t.Helper()
+	pl := newPlatform(t, prov.ServerConfig{})
+	startDaemon(t, pl.ts.URL, newLocal(t, mech, t.TempDir()), nil)
+	return pl.srv.Provider(), namer(pl.online(t))
+}
+
 func conformLocal(t *testing.T, mech string, wrap func(*prov.Provider) sandbox.Provider, opts ...sandboxtest.Option) {
 	pl := newPlatform(t, prov.ServerConfig{})
 	p := newLocal(t, mech, t.TempDir())
@@ -240,13 +250,9 @@ func TestDaemonKilledMidStreamAttachReplaysEveryByte(t *testing.T) {
 // advertises network_policy.
 func TestJailIsolatedOverWire(t *testing.T) {
 	testenv.RequireRoot(t)
-	pl := newPlatform(t, prov.ServerConfig{})
-	p := newLocal(t, "jail", t.TempDir())
-	startDaemon(t, pl.ts.URL, p, nil)
-	id := pl.online(t)
-	rp := pl.srv.Provider()
+	rp, name := localOverWire(t, "jail")
 	ctx := context.Background()
-	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,13 +303,8 @@ func drain(t *testing.T, c *sandbox.Command) (string, int) {
 // nor an attach, nor a fresh sandbox's spawn, nor a termination reaches
 // the other's.
 func TestSessionsStayInTheirSandbox(t *testing.T) {
-	pl := newPlatform(t, prov.ServerConfig{})
-	p := newLocal(t, "trusted", t.TempDir())
-	startDaemon(t, pl.ts.URL, p, nil)
-	id := pl.online(t)
-	rp := pl.srv.Provider()
+	rp, name := localOverWire(t, "trusted")
 	ctx := context.Background()
-	name := namer(id)
 	a, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -393,13 +394,9 @@ func TestSessionsStayInTheirSandbox(t *testing.T) {
 // drop them) gets no create at all: ErrNotSupported.
 func TestLimitsOverWire(t *testing.T) {
 	testenv.RequireRoot(t)
-	pl := newPlatform(t, prov.ServerConfig{})
-	p := newLocal(t, "jail", t.TempDir())
-	startDaemon(t, pl.ts.URL, p, nil)
-	id := pl.online(t)
-	rp := pl.srv.Provider()
+	rp, name := localOverWire(t, "jail")
 	ctx := context.Background()
-	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 8, MemoryBytes: 256 << 20}})
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 8, MemoryBytes: 256 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +406,7 @@ func TestLimitsOverWire(t *testing.T) {
 	if err == nil && strings.Contains(string(res.Output), "forked 30") {
 		t.Fatalf("the pids limit did not hold over the wire: %q", res.Output)
 	}
-	if _, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: -1}}); err == nil {
+	if _, err := rp.Create(ctx, name(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: -1}}); err == nil {
 		t.Fatal("a negative limit was accepted")
 	}
 }
@@ -441,13 +438,9 @@ func TestLimitsRefusedByARunnerWithoutThem(t *testing.T) {
 // comes back cut to wire.MaxExecOutput and says so, and the connection,
 // with a session running on it, carries on (a 60 MB reply closed it).
 func TestLargeExecOverWire(t *testing.T) {
-	pl := newPlatform(t, prov.ServerConfig{})
-	p := newLocal(t, "trusted", t.TempDir())
-	startDaemon(t, pl.ts.URL, p, nil)
-	id := pl.online(t)
-	rp := pl.srv.Provider()
+	rp, name := localOverWire(t, "trusted")
 	ctx := context.Background()
-	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

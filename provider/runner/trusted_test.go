@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -17,13 +16,9 @@ import (
 // provider/local does not do yet is reported as a skip naming the gap, so
 // the case turns into a pass the day it is fixed.
 func TestTrustedSemanticsOverWire(t *testing.T) {
-	pl := newPlatform(t, prov.ServerConfig{})
-	p := newLocal(t, "trusted", t.TempDir())
-	startDaemon(t, pl.ts.URL, p, nil)
-	id := pl.online(t)
-	rp := pl.srv.Provider()
+	rp, name := localOverWire(t, "trusted")
 	ctx := context.Background()
-	h, err := rp.Create(ctx, namer(id)(), sandbox.CreateOptions{})
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
