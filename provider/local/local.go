@@ -50,9 +50,12 @@
 //
 // Get reports running only when the supervisor answers and the mechanism
 // sees the sandbox running (or, for a sandbox made with
-// Config.LazySupervisor, when the mechanism sees it running); with no
-// supervisor the sandbox is stopped with its disk kept (StatusSuspended, raw
-// state "stopped"), and the next Exec, Spawn or Resume starts it again.
+// Config.LazySupervisor, when the mechanism sees it running). A sandbox
+// that runs on after its supervisor died (kill -9) is adopted by a new
+// supervisor there and then, and reported running (raw "readopted"); with
+// no supervisor and nothing running, the sandbox is stopped with its disk
+// kept (StatusSuspended, raw state "stopped"), and the next Exec, Spawn or
+// Resume starts it again.
 //
 // # Operations
 //
@@ -566,6 +569,26 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	switch {
 	case errors.Is(perr, supervisor.ErrNoSupervisor) && r.Lazy && ms == mechanism.StatusRunning:
 		status, raw["state"] = sandbox.StatusRunning, "running"
+	case errors.Is(perr, supervisor.ErrNoSupervisor) && ms == mechanism.StatusRunning:
+		// The supervisor died (kill -9) and the sandbox runs on without
+		// it: a new supervisor adopts it (its sessions' orphaned
+		// processes are killed; the sandbox's own go on), so what Get
+		// says is true again. Were it left, Get would say stopped while
+		// the sandbox's processes ran, unfrozen and unsupervised.
+		if err := supervisor.Launch(ctx, dir, p.supEnv...); err != nil {
+			status, raw["state"] = sandbox.StatusRunning, "running_unsupervised"
+			raw["error"] = err.Error()
+			break
+		}
+		raw["readopted"] = true
+		if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); err == nil {
+			status, raw["state"] = sandbox.StatusSuspended, "suspended"
+		} else {
+			status, raw["state"] = sandbox.StatusRunning, "running"
+		}
+		if pid, err := (supervisor.Client{Dir: dir}).Ping(ctx); err == nil {
+			raw["supervisor_pid"] = pid
+		}
 	case errors.Is(perr, supervisor.ErrNoSupervisor):
 		status, raw["state"] = sandbox.StatusSuspended, "stopped"
 	case perr != nil:

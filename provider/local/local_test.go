@@ -213,11 +213,13 @@ func TestSessionsOutliveCaller(t *testing.T) {
 	}
 	pid, _ := supervisorPid(ctx, p2, h)
 	syscallKill(pid)
-	// Never shown running when it is not.
-	waitFor(t, func() bool {
-		info, err := p2.Get(ctx, h)
-		return err == nil && info.Status == sandbox.StatusSuspended
-	})
+	waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil })
+	// The sandbox runs on without its supervisor: Get says so, a new
+	// supervisor having adopted it (and killed the orphaned session).
+	info, err = p2.Get(ctx, h)
+	if err != nil || info.Status != sandbox.StatusRunning || !strings.Contains(string(info.Raw), `"readopted":true`) {
+		t.Fatalf("Get after the supervisor's kill -9: %+v %s %v", info, info.Raw, err)
+	}
 	// The attached command ends with an error, never an exit.
 	for ev := range a.Events() {
 		if ev.Kind == sandbox.Exit {
@@ -428,10 +430,11 @@ func TestJailPolicy(t *testing.T) {
 	}
 }
 
-// On the jail: a kill -9 of the supervisor leaves the sandbox stopped with
-// its journal whole; the next Exec brings it back and the orphaned session
-// process is killed. A mechanism sandbox stopped behind a live supervisor
-// is started again too.
+// On the jail: after a kill -9 of the supervisor the sandbox runs on (its
+// init and its background processes), so Get says running, with a new
+// supervisor that adopted it (Get said stopped, a lie); the session's
+// journal is whole, its orphaned process killed, and the next Exec works.
+// A mechanism sandbox stopped behind a live supervisor is started again.
 func TestJailKill9AndRestart(t *testing.T) {
 	p := newJail(t)
 	ctx := context.Background()
@@ -447,11 +450,23 @@ func TestJailKill9AndRestart(t *testing.T) {
 	c.Stop()
 	ms, _ := supervisor.ReadSessions(p.sandboxDir(h.Name))
 	pid, _ := supervisorPid(ctx, p, h)
+	if _, err := p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "setsid sh -c 'while :; do echo t >> $HOME/ticks; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"}}, sandbox.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	syscallKill(pid)
-	waitFor(t, func() bool {
-		info, err := p.Get(ctx, h)
-		return err == nil && info.Status == sandbox.StatusSuspended
-	})
+	waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil })
+	info, err := p.Get(ctx, h)
+	if err != nil || info.Status != sandbox.StatusRunning || !strings.Contains(string(info.Raw), `"readopted":true`) {
+		t.Fatalf("Get after kill -9 of the supervisor: %+v %s %v, want running, readopted", info, info.Raw, err)
+	}
+	if npid, err := supervisorPid(ctx, p, h); err != nil || npid == pid {
+		t.Fatalf("no new supervisor: %d %v", npid, err)
+	}
+	r0, _, _ := p.load(h.Name)
+	home := p.homeDir(r0.InstanceID)
+	ticks := func() int { b, _ := os.ReadFile(filepath.Join(home, "ticks")); return len(b) }
+	n := ticks()
+	waitFor(t, func() bool { return ticks() > n }) // the background process runs on
 	a, err := p.Attach(ctx, h, ms[0].ID, sandbox.AttachOptions{})
 	if err != nil {
 		t.Fatal(err)
