@@ -1235,3 +1235,102 @@ func TestDefaultLimits(t *testing.T) {
 		t.Fatalf("trusted got limits: %+v", r)
 	}
 }
+
+// TestFullDiskSessionsRecover: two sandboxes share a small state file
+// system; one fills it with output. Neither command blocks on its pipe
+// (the supervisor drops what the journal refuses instead of ceasing to
+// read), and once space is freed the other's session journals again,
+// after a line saying how much was lost; the filled sandbox runs a new
+// command.
+func TestFullDiskSessionsRecover(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
+		testenv.Require(t, false, "mount tmpfs: "+err.Error())
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 10<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{StateDir: dir, MechanismName: "trusted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroyAll(p)
+	ctx := context.Background()
+	a, err := p.Create(ctx, "filla", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Create(ctx, "steady", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := p.Spawn(ctx, b, sandbox.Cmd{Name: "sh", Args: []string{"-c", "i=0; while [ $i -lt 150 ]; do printf 'B %d %04000d\\n' $i 0; i=$((i+1)); sleep 0.02; done"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := p.Spawn(ctx, a, sandbox.Cmd{Name: "sh", Args: []string{"-c", "head -c 30000000 /dev/zero; echo A-END"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.Stop()
+	ms, err := supervisor.ReadSessions(p.sandboxDir(a.Name))
+	if err != nil || len(ms) != 1 || ms[0].Pid == 0 {
+		t.Fatalf("A's session: %+v %v", ms, err)
+	}
+	// A's command writes 30 MB into a file system with 6 MB free: it ends
+	// (its output read and dropped), never blocked on its pipe.
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(ms[0].Pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("A's command is blocked writing its output")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the process
+	}
+	// The disk full to the last byte while B writes: B loses output.
+	f, err := os.Create(filepath.Join(dir, "filler2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	f.Close()
+	time.Sleep(300 * time.Millisecond) // B writes a line every 20 ms meanwhile
+	for _, n := range []string{filler, filepath.Join(dir, "filler2")} {
+		if err := os.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := "", -1
+	for ev := range cb.Events() {
+		switch ev.Kind {
+		case sandbox.Stdout, sandbox.Stderr:
+			out += string(ev.Data)
+		case sandbox.Exit:
+			code = ev.Code
+		case sandbox.Error:
+			t.Fatalf("B's session: %v (output %q)", ev.Err, out)
+		}
+	}
+	if code != 0 || !strings.Contains(out, "B 149 ") {
+		t.Fatalf("B's session after the disk was freed: exit %d, output %q", code, out)
+	}
+	i := strings.Index(out, "bytes of this session's output were lost")
+	if i < 0 || !strings.Contains(out[i:], "\nB ") {
+		t.Fatalf("B's output does not say what it lost, then go on: %q", out)
+	}
+	t.Logf("B: %s", strings.TrimSpace(out[strings.LastIndex(out[:i], "\n")+1:i+len("bytes of this session's output were lost")]))
+	res, err := p.Exec(ctx, a, sandbox.Cmd{Name: "echo", Args: []string{"again"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "again\n" {
+		t.Fatalf("A after the disk was freed: %+v %v", res, err)
+	}
+	log, _ := os.ReadFile(filepath.Join(p.sandboxDir(a.Name), supervisor.LogName))
+	if !strings.Contains(string(log), "session output is being dropped") {
+		t.Errorf("A's supervisor log does not say the output was dropped:\n%s", log)
+	}
+}

@@ -127,9 +127,15 @@ func (w *Writer) AppendFramed(k Kind, buf []byte) (int64, error) {
 	if w.done {
 		return w.size, errors.New("journal: closed")
 	}
-	n, err := w.f.WriteAt(buf, w.size)
-	w.size += int64(n)
-	return w.size, err
+	if _, err := w.f.WriteAt(buf, w.size); err != nil {
+		// A record written in part (a full disk) is cut off again, so
+		// the journal ends at its last whole record and the next append
+		// starts there.
+		_ = w.f.Truncate(w.size)
+		return w.size, err
+	}
+	w.size += int64(len(buf))
+	return w.size, nil
 }
 
 // AppendSplice writes one record of n bytes moved from the pipe fd
@@ -149,6 +155,7 @@ func (w *Writer) AppendSplice(k Kind, fd int, n int) (int64, error) {
 		return w.size, errors.New("journal: closed")
 	}
 	if _, err := w.f.WriteAt(h[:], w.size); err != nil {
+		_ = w.f.Truncate(w.size)
 		return w.size, err
 	}
 	off := w.size + HeaderSize
@@ -179,7 +186,8 @@ func (w *Writer) AppendSplice(k Kind, fd int, n int) (int64, error) {
 		serr = cerr
 	}
 	if serr != nil {
-		// The record is torn; the journal ends before it.
+		// The record is torn: cut it off; the journal ends before it.
+		_ = w.f.Truncate(w.size)
 		return w.size, serr
 	}
 	w.size += HeaderSize + int64(n)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -236,7 +237,9 @@ func stage2(dir string, build func(string) (Backend, error), answer func(string)
 		answer("err " + oneLine(err.Error()))
 		return 1
 	}
-	err = Serve(ctx, Config{Dir: dir, Backend: b, Ready: func(err error) {
+	// Warnings go to stderr, which is the sandbox's sup.log.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err = Serve(ctx, Config{Dir: dir, Backend: b, Logger: logger, Ready: func(err error) {
 		switch {
 		case err == nil:
 			answer("ok")

@@ -146,6 +146,33 @@ type session struct {
 
 	budget   *time.Timer // kills the command at the end of its budget
 	overtime atomic.Bool // it did
+
+	log    *slog.Logger // the supervisor's
+	losing atomic.Bool  // output is being dropped (a full disk)
+}
+
+// LossMessage is the line a session's stderr gets where n bytes of its
+// output could not be journaled (n < 0: an unknown number).
+func LossMessage(n int) string {
+	if n < 0 {
+		return "\n[managoat: some of this session's output was lost: the journal's file system was full]\n"
+	}
+	return fmt.Sprintf("\n[managoat: %d bytes of this session's output were lost: the journal's file system was full]\n", n)
+}
+
+// lostOutput logs, once per loss, that the journal refused output.
+func (s *session) lostOutput(k journal.Kind, err error) {
+	if s.losing.CompareAndSwap(false, true) && s.log != nil {
+		s.log.Warn("session output is being dropped: the journal refuses it", "id", s.id, "stream", k, "err", err)
+	}
+}
+
+// recovered logs that the journal takes output again.
+func (s *session) recovered(k journal.Kind, lost int) {
+	s.losing.Store(false)
+	if s.log != nil {
+		s.log.Warn("session output is journaled again", "id", s.id, "stream", k, "lost_bytes", lost)
+	}
 }
 
 func (s *session) notify() {
@@ -471,7 +498,7 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	}
 	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv, Budget: req.Budget,
 		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin, TTY: req.TTY}
-	sess := &session{id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
+	sess := &session{log: s.log, id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
 		changed: make(chan struct{}), exited: make(chan struct{})}
 	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
 		// A session nobody can find again is not one to report: end
@@ -524,6 +551,7 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	stage := &stagePipe{r: -1, w: -1}
 	defer stage.close()
 	fallback := false
+	lost := 0
 	for !fallback {
 		eof := false
 		var serr error
@@ -566,7 +594,17 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 					}
 					return true
 				}
-				serr = e
+				// The journal cannot take it (a full disk): what the
+				// splice did not move is read and dropped, and the pump
+				// goes on reading so the command never blocks on its
+				// pipe (pumpCopy counts the loss and says it).
+				lost = -1 // some: the bytes a direct splice took are unknown
+				if src == stage.r {
+					stage.discard()
+					lost = avail // all of the batch: torn off the journal, or dropped
+				}
+				sess.lostOutput(k, e)
+				fallback = true
 				return true
 			}
 			sess.notify()
@@ -576,7 +614,26 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 			return
 		}
 	}
-	pumpCopy(sess, f, k, max)
+	pumpCopyLosing(sess, f, k, max, lost)
+}
+
+// discard reads and drops what the staging pipe still holds (a failed
+// splice into the journal took part of its batch).
+func (p *stagePipe) discard() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.IoctlGetInt(p.r, unix.TIOCINQ) // FIONREAD
+		if err != nil || n <= 0 {
+			return
+		}
+		m, err := unix.Read(p.r, buf[:min(len(buf), n)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			return
+		}
+	}
 }
 
 // stagePipe is pump's staging pipe, opened at the first batch, so an idle
@@ -635,14 +692,36 @@ func (p *stagePipe) close() {
 // pumpCopy copies one pipe into the journal with read and write. Its
 // buffer starts small and grows while reads fill it, so an idle session
 // costs little memory and a busy one moves large records.
-func pumpCopy(sess *session, f *os.File, k journal.Kind, max int) {
+func pumpCopy(sess *session, f *os.File, k journal.Kind, max int) { pumpCopyLosing(sess, f, k, max, 0) }
+
+// pumpCopyLosing is pumpCopy when lost bytes of this stream were already
+// dropped. Output the journal cannot take (a full disk) is read and
+// dropped, never left in the pipe (where the command would block writing
+// for good, even after space came back): the pump counts it, and when
+// the journal takes a record again, it first appends a line to the
+// session's stderr saying how many bytes were lost, and logs both moments
+// in the supervisor's log.
+func pumpCopyLosing(sess *session, f *os.File, k journal.Kind, max, lost int) {
 	size := 64 << 10
 	buf := make([]byte, journal.HeaderSize+size)
 	for {
 		n, err := f.Read(buf[journal.HeaderSize:])
 		if n > 0 {
-			if _, werr := sess.w.AppendFramed(k, buf[:journal.HeaderSize+n]); werr == nil {
-				sess.notify()
+			if lost != 0 {
+				if _, werr := sess.w.Append(journal.KindStderr, []byte(LossMessage(lost))); werr == nil {
+					sess.recovered(k, lost)
+					lost = 0
+				}
+			}
+			if lost == 0 {
+				if _, werr := sess.w.AppendFramed(k, buf[:journal.HeaderSize+n]); werr == nil {
+					sess.notify()
+				} else {
+					sess.lostOutput(k, werr)
+					lost = n
+				}
+			} else if lost > 0 {
+				lost += n
 			}
 			if n == size && size < max {
 				size *= 4
