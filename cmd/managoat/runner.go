@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -125,6 +126,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	maxConns := fs.Int("max-conns", 4096, "connections held at once, in all (more are closed as they arrive)")
 	maxPerSource := fs.Int("max-conns-per-source", 256, "connections held at once from one source address")
 	runners := fs.String("runners", "", "the enrolled runners' file (default "+defaultRunnersFile()+"); see managoat enroll")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key), else plain HTTP for a reverse proxy to terminate TLS")
+	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
@@ -132,6 +135,20 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		}
 		if err := noMore(fs.Args()); err != nil {
 			return err
+		}
+		if *maxConns < 1 || *maxPerSource < 1 {
+			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
+		}
+		if (*tlsCert == "") != (*tlsKey == "") {
+			return usageError{msg: "--tls-cert and --tls-key go together"}
+		}
+		var tlsConf *tls.Config
+		if *tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+			if err != nil {
+				return wrap("serve", sandbox.Invalid("tls", err.Error()))
+			}
+			tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
 		tok, err := readToken("", *tokenFile)
 		if err != nil {
@@ -148,9 +165,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		mux := http.NewServeMux()
 		mux.Handle("/api/runners", srv)
 		mux.Handle("/api/runners/", srv)
-		if *maxConns < 1 || *maxPerSource < 1 {
-			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
-		}
+
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
 			return wrap("serve", err)
@@ -161,12 +176,16 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		// 401 or 403. A runner's WebSocket, once upgraded, is kept alive
 		// by its pings instead.
 		ln = connlimit.New(ln, *maxConns, *maxPerSource)
+		scheme := "http"
+		if tlsConf != nil {
+			ln, scheme = tls.NewListener(ln, tlsConf), "https"
+		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 		how := "runners enrolled in " + *runners + " (managoat enroll NAME)"
 		if *open {
 			how = "any holder of the client token, as a runner too (--open-runners)"
 		}
-		fmt.Fprintf(os.Stderr, "managoat serve: listening on http://%s; runners dial /api/runners/ws: %s\n", ln.Addr(), how)
+		fmt.Fprintf(os.Stderr, "managoat serve: listening on %s://%s; runners dial /api/runners/ws: %s\n", scheme, ln.Addr(), how)
 		errc := make(chan error, 1)
 		go func() { errc <- hs.Serve(ln) }()
 		select {
