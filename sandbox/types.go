@@ -383,6 +383,21 @@ type SandboxCapabilities interface {
 	CapabilitiesOf(ctx context.Context, h *Handle) (Capabilities, error)
 }
 
+// PartialLister is implemented by a provider whose listing comes from
+// several sources that fail apart (the runner provider's runners), so a
+// caller such as `managoat ls` can show what the sources that answered
+// hold and say which did not. ListAllNames stays whole or ErrTruncated.
+type PartialLister interface {
+	ListParts(ctx context.Context) ([]ListPart, error)
+}
+
+// ListPart is one source's names, or why it gave none.
+type ListPart struct {
+	Source string // e.g. a runner's name
+	Names  []string
+	Err    error
+}
+
 // FileReader is implemented by providers that can read a sandbox's files.
 type FileReader interface {
 	ReadFile(ctx context.Context, h *Handle, path string) ([]byte, error)

@@ -476,8 +476,23 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		names, err := reg.ListAllNames(ctx, p.Name())
-		if err != nil {
+		var names []string
+		var failed []sandbox.ListPart
+		if pl, ok := p.(sandbox.PartialLister); ok {
+			// Each source (runner) apart: the ones that answer are shown,
+			// the others named, never the whole listing lost to one.
+			parts, err := pl.ListParts(ctx)
+			if err != nil {
+				return wrap("ls", err)
+			}
+			for _, part := range parts {
+				if part.Err != nil {
+					failed = append(failed, part)
+					continue
+				}
+				names = append(names, part.Names...)
+			}
+		} else if names, err = reg.ListAllNames(ctx, p.Name()); err != nil {
 			return wrap("ls", err)
 		}
 		rows := make([]lsRow, 0, len(names))
@@ -501,18 +516,34 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 			rows = append(rows, row)
 		}
 		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(rows)
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
-		for _, r := range rows {
-			state := r.State
-			if state == "" {
-				state = "-"
+			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
+		} else {
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
+			for _, r := range rows {
+				state := r.State
+				if state == "" {
+					state = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
-		return tw.Flush()
+		// What was listed is shown; a source that did not answer makes
+		// the listing incomplete, which the exit code says (as kubectl's
+		// partial results do) with the sources named.
+		if len(failed) > 0 {
+			var why []string
+			for _, f := range failed {
+				why = append(why, fmt.Sprintf("%s did not answer (%v)", f.Source, f.Err))
+			}
+			return wrap("ls", fmt.Errorf("the listing is incomplete: %s: %w", strings.Join(why, "; "), sandbox.ErrTruncated))
+		}
+		return nil
 	}
 }
 

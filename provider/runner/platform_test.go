@@ -810,3 +810,52 @@ func TestCapabilitiesBelongToTheRunner(t *testing.T) {
 		t.Fatalf("forced termination on the old runner: %v, want not supported", err)
 	}
 }
+
+// TestListPartsSurviveABadRunner: a runner that answers a list badly is
+// one failed part; the other runner's sandboxes are listed whole, and
+// ListAllNames, which is whole or nothing, says ErrTruncated naming it.
+func TestListPartsSurviveABadRunner(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	good := pl.online(t)
+	rd, _, err := dialRaw(t, pl, "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two runners", 5*time.Second, func() bool { return len(pl.host.Online()) == 2 })
+	p := pl.srv.Provider()
+	ctx := context.Background()
+	h, err := p.Create(ctx, namer(good)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // the bad runner answers its list with junk
+		req := rd.next()
+		rd.send(sprintf(`{"id":%d,"ok":true,"result":{"names":"not a list"}}`, req.ID))
+	}()
+	parts, err := p.ListParts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotGood, gotBad bool
+	for _, part := range parts {
+		switch part.Source {
+		case "bad":
+			gotBad = part.Err != nil
+		default:
+			gotGood = part.Err == nil && len(part.Names) == 1 && part.Names[0] == h.Name
+		}
+	}
+	if !gotGood || !gotBad {
+		t.Fatalf("parts %+v", parts)
+	}
+	go func() {
+		req := rd.next()
+		rd.send(sprintf(`{"id":%d,"ok":true,"result":{"names":"not a list"}}`, req.ID))
+	}()
+	if _, err := p.ListAllNames(ctx); !errors.Is(err, sandbox.ErrTruncated) || !strings.Contains(err.Error(), "bad") {
+		t.Fatalf("ListAllNames with a bad runner: %v, want truncated naming it", err)
+	}
+}

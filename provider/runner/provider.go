@@ -58,6 +58,7 @@ var _ interface {
 	sandbox.SessionTerminator
 	sandbox.HostPather
 	sandbox.SandboxCapabilities
+	sandbox.PartialLister
 } = (*Provider)(nil)
 
 // Name returns "runner".
@@ -240,25 +241,18 @@ func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
 // ListAllNames is the union of every online runner's list; the first
 // failure refuses the whole view.
 func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
-	rs, err := p.c.Runners(ctx)
+	parts, err := p.ListParts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	out := []string{}
-	for _, r := range rs {
-		res, err := p.call(ctx, r.ID, &wire.Request{Op: wire.OpList}, nil)
-		if err != nil {
-			return nil, err
+	for _, part := range parts {
+		if part.Err != nil {
+			// Not the whole view: say which runner, never a part.
+			return nil, fmt.Errorf("runner %s did not list its sandboxes (%v): %w", part.Source, part.Err, sandbox.ErrTruncated)
 		}
-		var l struct {
-			Names []string `json:"names"`
-		}
-		var probe map[string]json.RawMessage
-		if json.Unmarshal(res, &probe) != nil || json.Unmarshal(probe["names"], &l.Names) != nil || l.Names == nil {
-			return nil, malformed("list", res)
-		}
-		for _, n := range l.Names {
+		for _, n := range part.Names {
 			if !seen[n] {
 				seen[n] = true
 				out = append(out, n)
@@ -266,6 +260,33 @@ func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// ListParts lists each online runner's sandboxes apart
+// (sandbox.PartialLister): a runner that fails or answers badly is one
+// part with its error, and the others are whole.
+func (p *Provider) ListParts(ctx context.Context) ([]sandbox.ListPart, error) {
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]sandbox.ListPart, len(rs))
+	for i, r := range rs {
+		parts[i].Source = r.Name
+		res, err := p.call(ctx, r.ID, &wire.Request{Op: wire.OpList}, nil)
+		if err != nil {
+			parts[i].Err = err
+			continue
+		}
+		var names []string
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(res, &probe) != nil || json.Unmarshal(probe["names"], &names) != nil || names == nil {
+			parts[i].Err = malformed("list", res)
+			continue
+		}
+		parts[i].Names = names
+	}
+	return parts, nil
 }
 
 // Suspend stops the sandbox's sessions and marks it suspended.
