@@ -260,3 +260,16 @@ func TestDoctorNamesTheJailInit(t *testing.T) {
 		t.Fatalf("doctor --json with MANAGOAT_JAIL_INIT=go: %v %q", err, r.JailInit)
 	}
 }
+
+// TestRunBudgetSpentBeforeTheStart: a budget too short for the command to
+// start is reported as the timeout it is, not as an unreachable sandbox.
+func TestRunBudgetSpentBeforeTheStart(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, d := range []string{"1ns", "1us"} {
+		_, e, code := managoatEnv(t, env, "run", "--timeout", d, "--", "true")
+		if code != exitCouldNotRun || !strings.Contains(e, "exec_timeout") || strings.Contains(e, "init") {
+			t.Errorf("run --timeout %s: exit %d: %s", d, code, e)
+		}
+	}
+}

@@ -466,3 +466,22 @@ func TestLargeExecOverWire(t *testing.T) {
 		t.Fatalf("the session beside the large exec: %q exit %d", out, code)
 	}
 }
+
+// TestLargeWriteFileOverWire: a file too large for one frame is refused
+// as such before anything is sent, and the connection carries on.
+func TestLargeWriteFileOverWire(t *testing.T) {
+	rp, name := localOverWire(t, "trusted")
+	ctx := context.Background()
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inv *sandbox.InvalidError
+	err = rp.WriteFile(ctx, h, "/home/sprite/big", make([]byte, 60<<20), sandbox.WriteFileOptions{})
+	if !errors.As(err, &inv) || inv.Reason != "file_too_large" {
+		t.Fatalf("a 60 MB write: %v, want invalid file_too_large", err)
+	}
+	if err := rp.WriteFile(ctx, h, "/home/sprite/ok", []byte("fine"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatalf("a small write after it: %v", err)
+	}
+}

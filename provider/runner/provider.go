@@ -305,6 +305,11 @@ func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Hand
 
 // WriteFile writes data at path; Mode zero means the runner's default.
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, path string, data []byte, opts sandbox.WriteFileOptions) error {
+	if len(data) > wire.MaxWriteFile {
+		// One frame carries the file: a larger one would close the
+		// runner's whole connection (it read as runner_disconnected).
+		return sandbox.Invalid("file_too_large", fmt.Sprintf("%d bytes: a runner takes files of at most %d MiB in one write", len(data), wire.MaxWriteFile>>20))
+	}
 	req := &wire.Request{Op: wire.OpWriteFile, Path: path, Data: wire.StrPtr(wire.EncodeData(data))}
 	if opts.Mode != 0 {
 		m := int64(opts.Mode.Perm())

@@ -46,6 +46,10 @@ const MaxChunk = 32 << 10
 // ReadLimit is the largest message either end accepts.
 const ReadLimit = 64 << 20
 
+// MaxWriteFile is the largest file one write_file carries: base64 makes
+// it 48 MiB, with room under ReadLimit for the rest of the frame.
+const MaxWriteFile = 36 << 20
+
 // MaxExecOutput is the most output an exec reply carries (an extension:
 // the reply then says "truncated": true). Base64 makes it 21⅓ MiB on the
 // wire, a third of ReadLimit.
