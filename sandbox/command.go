@@ -195,15 +195,21 @@ func (c *Command) LogValue() slog.Value {
 
 // Stream is the producer end of a Command. It enforces the event rules: output
 // only before the terminal event, exactly one terminal event, nothing after.
-// Sends never block the producer: events queue without bound for the one
-// reader, so a slow reader slows only itself. All methods are safe for
-// concurrent use.
+// Sends never block the producer: events queue for the one reader, so a
+// slow reader slows only itself, up to a bound (StreamLimit bytes of
+// output, SetLimit to change it): a reader that falls further behind is
+// dropped and told, its queue freed and the Command ended with
+// Unavailable{slow_reader}, so no reader can make a process hold output
+// without limit. (A detachable session goes on; attach it again to read
+// on from its journal.)
 type Stream struct {
 	ref string
 	out chan Event
 
 	mu       sync.Mutex
 	queue    []Event
+	queued   int // bytes of output in queue
+	limit    int // bound on queued; 0: none
 	wake     chan struct{}
 	term     bool
 	detached bool
@@ -211,8 +217,24 @@ type Stream struct {
 	detachC  chan struct{} // closed at detach
 }
 
+// StreamLimit is how many bytes of output a Stream queues for a reader
+// that does not keep up before it drops the reader (ReasonSlowReader).
+const StreamLimit = 64 << 20
+
+// ReasonSlowReader is the Unavailable reason of a Command whose reader fell
+// more than its Stream's limit behind.
+const ReasonSlowReader = "slow_reader"
+
+// SetLimit bounds the output the stream queues for its reader to n bytes
+// (0: no bound, for a producer that bounds what it sends itself).
+func (s *Stream) SetLimit(n int) {
+	s.mu.Lock()
+	s.limit = n
+	s.mu.Unlock()
+}
+
 func newStream(ref string) *Stream {
-	s := &Stream{ref: ref, out: make(chan Event), wake: make(chan struct{}, 1),
+	s := &Stream{ref: ref, out: make(chan Event), wake: make(chan struct{}, 1), limit: StreamLimit,
 		done: make(chan struct{}), detachC: make(chan struct{})}
 	go s.pump()
 	return s
@@ -234,6 +256,7 @@ func (s *Stream) pump() {
 		ev := s.queue[0]
 		s.queue[0] = Event{}
 		s.queue = s.queue[1:]
+		s.queued -= len(ev.Data)
 		s.mu.Unlock()
 		select {
 		case s.out <- ev:
@@ -250,7 +273,14 @@ func (s *Stream) send(ev Event) bool {
 		return false
 	}
 	ev.Ref = s.ref
+	if s.limit > 0 && s.queued+len(ev.Data) > s.limit {
+		// The reader fell too far behind: drop it, and say so.
+		s.queue, s.queued = nil, 0
+		ev = Event{Kind: Error, Ref: s.ref, Err: Unavailable(ReasonSlowReader,
+			fmt.Errorf("the reader fell more than %d bytes behind the output", s.limit))}
+	}
 	s.queue = append(s.queue, ev)
+	s.queued += len(ev.Data)
 	if ev.Terminal() {
 		s.term = true
 		close(s.done)
@@ -304,7 +334,7 @@ func (s *Stream) Detach() {
 		return
 	}
 	s.detached = true
-	s.queue = nil
+	s.queue, s.queued = nil, 0
 	if !s.term {
 		close(s.done)
 	}

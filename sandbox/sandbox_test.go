@@ -214,3 +214,33 @@ func TestValidateTermination(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamDropsASlowReader: output queued past the stream's limit drops
+// the reader with Unavailable{slow_reader} and frees the queue; the
+// producer learns it (its sends report false).
+func TestStreamDropsASlowReader(t *testing.T) {
+	c, s := sandbox.NewCommand(nil, "", nil)
+	s.SetLimit(1000)
+	if !s.Stdout(make([]byte, 600)) {
+		t.Fatal("the first 600 bytes were refused")
+	}
+	for range 4 { // over the limit (the pump holds at most one event aside)
+		s.Stdout(make([]byte, 600))
+	}
+	if s.Stdout([]byte("more")) {
+		t.Fatal("output accepted after the reader was dropped")
+	}
+	var got []sandbox.Event
+	for ev := range c.Events() {
+		got = append(got, ev)
+	}
+	last := got[len(got)-1]
+	if last.Kind != sandbox.Error || !strings.Contains(last.Err.Error(), sandbox.ReasonSlowReader) {
+		t.Fatalf("events %+v, want the slow reader's error last", got)
+	}
+	for _, ev := range got[:len(got)-1] {
+		if len(ev.Data) != 600 {
+			t.Fatalf("events %+v", got)
+		}
+	}
+}

@@ -261,6 +261,9 @@ func (pc *proxyConn) forward(cid int64, ps *proxySub) {
 		}
 		buf = wire.AppendStream(buf[:0], &f)
 		if pc.write(buf) != nil {
+			// The client does not take its frames (gone, or too slow
+			// for WriteTimeout): stop queueing for it.
+			_ = ps.cmd.Stop()
 			return
 		}
 		if ev.Terminal() {
