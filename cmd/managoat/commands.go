@@ -464,16 +464,22 @@ type lsRow struct {
 	Status   sandbox.Status `json:"status"`
 	State    string         `json:"state,omitempty"` // the provider's own word, when it gives one
 	Error    string         `json:"error,omitempty"`
+	// Limits are the sandbox's limits, when its provider says them.
+	Limits map[string]any `json:"limits,omitempty"`
 }
 
 func cmdLs(g *globals, fs *flag.FlagSet) action {
 	asJSON := fs.Bool("json", false, "print JSON")
+	output := fs.String("o", "", "output format: wide adds each sandbox's limits (as kubectl get -o wide)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
 		if err := noMore(fs.Args()); err != nil {
 			return err
+		}
+		if *output != "" && *output != "wide" {
+			return usageError{msg: fmt.Sprintf("-o %q: the one output format is wide", *output)}
 		}
 		reg, p, err := openProvider(g.provider)
 		if err != nil {
@@ -510,10 +516,14 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 			default:
 				row.Status = info.Status
 				var raw struct {
-					State string `json:"state"`
+					State  string         `json:"state"`
+					Limits map[string]any `json:"limits"`
 				}
-				if json.Unmarshal(info.Raw, &raw) == nil && raw.State != string(info.Status) {
-					row.State = raw.State
+				if json.Unmarshal(info.Raw, &raw) == nil {
+					if raw.State != string(info.Status) {
+						row.State = raw.State
+					}
+					row.Limits = raw.Limits
 				}
 			}
 			rows = append(rows, row)
@@ -524,13 +534,37 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 			}
 		} else {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
+			if *output == "wide" {
+				fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tTIMEOUT")
+			} else {
+				fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
+			}
 			for _, r := range rows {
 				state := r.State
 				if state == "" {
 					state = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
+				if *output != "wide" {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
+					continue
+				}
+				lim := func(k string) string {
+					v, ok := r.Limits[k]
+					if !ok {
+						return "-"
+					}
+					if f, ok := v.(float64); ok {
+						switch k {
+						case "memory_bytes":
+							return fmt.Sprintf("%dM", int64(f)>>20)
+						case "cpu_millis":
+							return fmt.Sprintf("%dm", int64(f))
+						}
+						return fmt.Sprintf("%d", int64(f))
+					}
+					return fmt.Sprint(v)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, state, lim("memory_bytes"), lim("pids"), lim("cpu_millis"), lim("wall_clock"))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

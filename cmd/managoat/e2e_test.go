@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,6 +253,9 @@ func TestDoctorNamesTheJailInit(t *testing.T) {
 			t.Fatalf("doctor's output has no %q:\n%s", want, out)
 		}
 	}
+	if !strings.Contains(out, "default limits of a sandbox made without any") {
+		t.Fatalf("doctor does not show the default limits:\n%s", out)
+	}
 	out, _, _ = managoatEnv(t, []string{"MANAGOAT_JAIL_INIT=go"}, "doctor", "--json")
 	var r struct {
 		JailInit string `json:"jail_init"`
@@ -271,5 +275,26 @@ func TestRunBudgetSpentBeforeTheStart(t *testing.T) {
 		if code != exitCouldNotRun || !strings.Contains(e, "exec_timeout") || strings.Contains(e, "init") {
 			t.Errorf("run --timeout %s: exit %d: %s", d, code, e)
 		}
+	}
+}
+
+// TestLsWideShowsLimits: ls -o wide shows each sandbox's limits, the
+// defaults of one made without any among them.
+func TestLsWideShowsLimits(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, args := range [][]string{{"create", "plain"}, {"create", "--pids", "50", "--memory", "100M", "--timeout", "30s", "capped"}} {
+		if _, e, code := managoatEnv(t, env, args...); code != 0 {
+			t.Fatalf("%v: %s", args, e)
+		}
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "plain", "capped") })
+	out, e, code := managoatEnv(t, env, "ls", "-o", "wide")
+	if code != 0 {
+		t.Fatalf("ls -o wide: %s", e)
+	}
+	if !strings.Contains(out, "MEMORY") || !regexp.MustCompile(`(?m)^capped\s+running\s+-\s+100M\s+50\s+-\s+30s$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^plain\s+running\s+-\s+\d+M\s+1024\s+-\s+-$`).MatchString(out) {
+		t.Fatalf("ls -o wide:\n%s", out)
 	}
 }

@@ -40,8 +40,12 @@ func TestEveryCommandHelps(t *testing.T) {
 				t.Errorf("--help has no usage line:\n%s", out)
 			}
 			ownFlags(c).VisitAll(func(f *flag.Flag) {
-				if !strings.Contains(out, "\n  --"+f.Name+" ") {
-					t.Errorf("--help does not list --%s:\n%s", f.Name, out)
+				dash := "--"
+				if len(f.Name) == 1 {
+					dash = "-" // a one-letter flag as -o, like kubectl's
+				}
+				if !strings.Contains(out, "\n  "+dash+f.Name+" ") {
+					t.Errorf("--help does not list %s%s:\n%s", dash, f.Name, out)
 				}
 			})
 			for _, args := range [][]string{{c.name, "-h"}, {"help", c.name}, {"--provider", "fake", c.name, "--help"}} {

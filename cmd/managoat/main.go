@@ -162,6 +162,9 @@ func printFlags(w io.Writer, flags []*flag.Flag, withHelp bool) {
 	for _, f := range flags {
 		typ, text := flag.UnquoteUsage(f)
 		name := "--" + f.Name
+		if len(f.Name) == 1 {
+			name = "-" + f.Name
+		}
 		if typ != "" {
 			name += " " + typ
 		}

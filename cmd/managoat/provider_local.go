@@ -46,13 +46,16 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		if pinned.Dir != "" {
 			pinned.Pinned = jail.PinnedTemplates(pinned.Dir)
 		}
+		d := local.DefaultLimits()
+		defaults := map[string]int64{"pids": int64(d.Pids), "memory_bytes": d.MemoryBytes}
 		if *asJSON {
 			return json.NewEncoder(os.Stdout).Encode(struct {
 				doctor.Report
-				OCI           []oci.Check `json:"oci"`
-				JailInit      string      `json:"jail_init"`
-				JailTemplates templates   `json:"jail_templates"`
-			}{r, checks, jail.InitDescription(), pinned})
+				OCI           []oci.Check      `json:"oci"`
+				JailInit      string           `json:"jail_init"`
+				JailTemplates templates        `json:"jail_templates"`
+				DefaultLimits map[string]int64 `json:"default_limits"`
+			}{r, checks, jail.InitDescription(), pinned, defaults})
 		}
 		if err := r.WriteText(os.Stdout); err != nil {
 			return err
@@ -65,6 +68,7 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 			fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
 		}
 		fmt.Printf("  jail init: %s\n", jail.InitDescription())
+		fmt.Printf("  default limits of a sandbox made without any (jail, runc): %d processes, %d MiB of memory\n", d.Pids, d.MemoryBytes>>20)
 		if pinned.Dir != "" {
 			fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
 		} else {

@@ -415,6 +415,24 @@ func (p *Provider) CreateNew(ctx context.Context, name string, opts sandbox.Crea
 	return p.create(ctx, name, sandbox.Limits{}, true)
 }
 
+// limitsJSON is a sandbox's limits for Get's raw info (zero ones left out).
+func limitsJSON(l sandbox.Limits) map[string]any {
+	m := map[string]any{}
+	if l.MemoryBytes > 0 {
+		m["memory_bytes"] = l.MemoryBytes
+	}
+	if l.Pids > 0 {
+		m["pids"] = l.Pids
+	}
+	if l.CPUMillis > 0 {
+		m["cpu_millis"] = l.CPUMillis
+	}
+	if l.WallClock > 0 {
+		m["wall_clock"] = l.WallClock.String()
+	}
+	return m
+}
+
 func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
 		return mechanism.Spec{}, sandbox.Invalid("limits", "a limit is negative")
@@ -551,7 +569,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	raw := map[string]any{"name": r.Name, "mechanism": r.Mechanism, "created_at": r.CreatedAt}
+	raw := map[string]any{"name": r.Name, "mechanism": r.Mechanism, "created_at": r.CreatedAt, "limits": limitsJSON(r.Limits)}
 	if r.Fresh {
 		raw["id"] = r.InstanceID
 	}
