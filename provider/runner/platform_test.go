@@ -859,3 +859,54 @@ func TestListPartsSurviveABadRunner(t *testing.T) {
 		t.Fatalf("ListAllNames with a bad runner: %v, want truncated naming it", err)
 	}
 }
+
+// TestProxyIdleSocketsClose: a proxy client that holds its socket and does
+// nothing is closed (1001) after ProxyIdleTimeout; one with a session's
+// output coming is not idle.
+func TestProxyIdleSocketsClose(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{ProxyIdleTimeout: 200 * time.Millisecond})
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	startDaemon(t, pl.ts.URL, f, nil)
+	id := pl.online(t)
+	u := strings.Replace(pl.ts.URL, "http", "ws", 1) + prov.ProxyPath
+	dial := func() *websocket.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ws.CloseNow() })
+		return ws
+	}
+	idle := dial()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := idle.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("an idle proxy socket: %v, want close 1001", err)
+	}
+	// A client with a running session keeps its socket.
+	cl := prov.NewClient(pl.ts.URL, token)
+	defer cl.Close()
+	p := prov.NewProvider(cl, prov.ProviderOptions{})
+	h, err := p.Create(context.Background(), namer(id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Spawn(context.Background(), h, fakeCmd("out:up", "stay"), sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, c, 5*time.Second); string(ev.Data) != "up" {
+		t.Fatalf("%+v", ev)
+	}
+	time.Sleep(600 * time.Millisecond) // three idle periods with a subscription
+	if err := c.WriteStdin(context.Background(), []byte("still\n")); err != nil {
+		t.Fatalf("the subscribed client's socket was closed: %v", err)
+	}
+	if ev := recv(t, c, 5*time.Second); ev.Kind == sandbox.Error {
+		t.Fatalf("the session ended: %v", ev.Err)
+	}
+	c.Stop()
+}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -43,6 +44,9 @@ type proxyConn struct {
 	mu   sync.Mutex
 	subs map[int64]*proxySub
 	wg   sync.WaitGroup
+
+	calls  atomic.Int64 // requests in flight
+	active atomic.Int64 // unix nanoseconds of the last frame either way
 }
 
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
@@ -89,11 +93,15 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		delete(s.proxies, ws)
 		s.mu.Unlock()
 	}()
+	pc.active.Store(time.Now().UnixNano())
+	pc.wg.Add(1)
+	go func() { defer pc.wg.Done(); pc.watchIdle() }()
 	for {
 		typ, b, err := ws.Read(ctx)
 		if err != nil {
 			return
 		}
+		pc.active.Store(time.Now().UnixNano())
 		if typ != websocket.MessageText {
 			_ = ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
 			return
@@ -112,8 +120,10 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		pc.wg.Add(1)
+		pc.calls.Add(1)
 		go func() {
 			defer pc.wg.Done()
+			defer pc.calls.Add(-1)
 			pc.handle(req)
 		}()
 	}
@@ -122,7 +132,33 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 func (pc *proxyConn) write(b []byte) error {
 	ctx, cancel := context.WithTimeout(pc.ctx, pc.s.cfg.WriteTimeout)
 	defer cancel()
-	return pc.ws.Write(ctx, websocket.MessageText, b)
+	err := pc.ws.Write(ctx, websocket.MessageText, b)
+	pc.active.Store(time.Now().UnixNano())
+	return err
+}
+
+// watchIdle closes the client's socket (1001, idle) once nothing went
+// either way for ProxyIdleTimeout while it had no request in flight and
+// no subscription: a client that holds a socket and does nothing holds
+// it no longer (a client reading a session's output is not idle).
+func (pc *proxyConn) watchIdle() {
+	idle := pc.s.cfg.ProxyIdleTimeout
+	t := time.NewTicker(idle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-pc.ctx.Done():
+			return
+		case <-t.C:
+		}
+		pc.mu.Lock()
+		subs := len(pc.subs)
+		pc.mu.Unlock()
+		if subs == 0 && pc.calls.Load() == 0 && time.Since(time.Unix(0, pc.active.Load())) > idle {
+			_ = pc.ws.Close(websocket.StatusGoingAway, "idle")
+			return
+		}
+	}
 }
 
 func (pc *proxyConn) fail(id int64, err error) {

@@ -65,6 +65,10 @@ type ServerConfig struct {
 	// delivered nothing, not even a pong, for that long (default 120 s).
 	HeartbeatInterval, IdleTimeout time.Duration
 	WriteTimeout                   time.Duration // per frame, default 30 s
+	// ProxyIdleTimeout closes a proxy client's socket that carried nothing
+	// either way for that long with no request or subscription in flight
+	// (default 10 min).
+	ProxyIdleTimeout time.Duration
 	// CallTimeout bounds a provider call whose ctx has no deadline
 	// (default 30 s); exec waits for its own timeout plus 10 s instead.
 	CallTimeout time.Duration
@@ -114,6 +118,7 @@ func NewServer(cfg ServerConfig) *Server {
 	def(&cfg.HeartbeatInterval, 20*time.Second)
 	def(&cfg.IdleTimeout, 120*time.Second)
 	def(&cfg.WriteTimeout, 30*time.Second)
+	def(&cfg.ProxyIdleTimeout, 10*time.Minute)
 	def(&cfg.CallTimeout, 30*time.Second)
 	if cfg.RunnerID == nil {
 		cfg.RunnerID = StableID
