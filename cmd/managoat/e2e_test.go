@@ -58,18 +58,24 @@ func TestLocalSessionOutlivesCLI(t *testing.T) {
 	}
 }
 
+// freeAddr is a loopback address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // TestServeRunnerRoundTrip: a platform, a runner dialling into it, and a
 // CLI process running a command on the runner through the platform. The
 // token never reaches a process the runner starts, and a password in the
 // runner's --url never reaches its log.
 func TestServeRunnerRoundTrip(t *testing.T) {
 	testenv.RequireRoot(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	home := t.TempDir()
 	env := append(os.Environ(), "MANAGOAT_HOME="+home, "MANAGOAT_RUNNER_TOKEN=tok-e2e", "MANAGOAT_URL=http://"+addr)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -58,12 +58,7 @@ func TestServeOverTLS(t *testing.T) {
 	if _, e, code := managoatEnv(t, nil, "serve", "--tls-cert", cert); code != exitUsage || !strings.Contains(e, "go together") {
 		t.Fatalf("--tls-cert alone: %d %s", code, e)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	home := t.TempDir()
 	env := []string{"MANAGOAT_HOME=" + home, "MANAGOAT_RUNNER_TOKEN=tok-tls", "MANAGOAT_URL=https://" + addr, "SSL_CERT_FILE=" + cert}
 	ctx, cancel := context.WithCancel(context.Background())
