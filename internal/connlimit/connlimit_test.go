@@ -43,8 +43,12 @@ func TestFloodFromOneSourceLeavesOthersServed(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	// The server closed every connection over the bound: count those
-	// still open from the flood's side.
+	// The server closes every connection over the bound as it accepts
+	// it: wait until it has seen them all, then count those still open
+	// from the flood's side.
+	for deadline := time.Now().Add(20 * time.Second); l.Refused.Load() < 280 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // polling the accept loop
+	}
 	open := 0
 	for _, c := range flood {
 		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
