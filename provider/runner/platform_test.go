@@ -887,13 +887,15 @@ func TestProxyIdleSocketsClose(t *testing.T) {
 		t.Fatalf("an idle proxy socket: %v, want close 1001", err)
 	}
 	// A client with a running session keeps its socket.
-	cl := prov.NewClient(pl.ts.URL, token)
-	defer cl.Close()
-	p := prov.NewProvider(cl, prov.ProviderOptions{})
-	h, err := p.Create(context.Background(), namer(id)(), sandbox.CreateOptions{})
+	// (Made in-process, so the client's first request is the spawn: no
+	// idle gap before its subscription.)
+	h, err := pl.srv.Provider().Create(context.Background(), namer(id)(), sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl := prov.NewClient(pl.ts.URL, token)
+	defer cl.Close()
+	p := prov.NewProvider(cl, prov.ProviderOptions{})
 	c, err := p.Spawn(context.Background(), h, fakeCmd("out:up", "stay"), sandbox.SpawnOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
