@@ -1,8 +1,16 @@
-// Package testenv decides whether a test whose prerequisite is missing may
-// skip. On a laptop a test that needs root, a namespace, a cgroup controller
-// or a Debian package skips with a clear reason; under CI=true the same
-// missing prerequisite is a failure, because a skipped case is not a passed
-// one.
+// Package testenv is what managoat's tests share about their environment.
+//
+// Require decides whether a test whose prerequisite is missing may skip. On
+// a laptop a test that needs root, a namespace, a cgroup controller or a
+// Debian package skips with a clear reason; under CI=true the same missing
+// prerequisite is a failure, because a skipped case is not a passed one. A
+// kernel feature a supported host may lack by configuration is not a
+// prerequisite: see mechanism/hostfacts.
+//
+// Enclose, called in TestMain, makes sure nothing a test starts outlives
+// its test binary, and Sweep ends what a killed one left (see Enclose for
+// how; written here because no library encloses a test binary's
+// processes, cgroups and mounts together).
 package testenv
 
 import (
