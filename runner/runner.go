@@ -50,11 +50,12 @@
 // sandbox's name, so list_sessions and attach agree across restarts and
 // two sandboxes' sessions never share an id (provider/local numbers the
 // sessions of each sandbox s1, s2, ...; keyed by that alone, one
-// sandbox's output, stdin and attach reached another's). Every request
-// that names a sandbox reaches that sandbox's sessions only; one may name
-// a session by its wire id or by the provider's id. A command whose
-// provider names no session gets a daemon id s-<unix>-<n>, which attaches
-// only while the daemon lives.
+// sandbox's output, stdin and attach reached another's). A request reaches
+// only the sessions of the sandbox it names, and stdin, stdin_close and
+// attach must name one; one may name a session by its wire id or by the
+// provider's id. A command whose provider names no session gets a daemon
+// id s-<unix>-<n> (tagged too), which attaches only while the daemon
+// lives.
 //
 // Two extension ops, network_policy and terminate_session, are served when
 // the provider advertises the capability; the daemon reports them in the

@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -273,11 +271,11 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		// The platform detaches by the id it subscribed with (a wire id,
 		// unique on this daemon); with a name, only that sandbox's.
 		d.mu.Lock()
-		s := d.sessions[req.SessionID]
-		if req.Name != "" {
-			if key, err := wireKey(req.Name, req.SessionID); err == nil {
-				s = d.sessions[key]
-			}
+		var s *session
+		if req.Name == "" {
+			s = d.sessions[req.SessionID] // the platform's: a wire id, unique here
+		} else if key, err := wireKey(req.Name, req.SessionID); err == nil && d.sessions[key] != nil && d.sessions[key].name == req.Name {
+			s = d.sessions[key]
 		}
 		d.mu.Unlock()
 		if s != nil {
@@ -463,9 +461,8 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 	durable := sid != "" && d.p.Capabilities().Has(sandbox.CapAttach)
 	if sid == "" {
 		sid = fmt.Sprintf("s-%d-%d", time.Now().Unix(), d.seq.Add(1))
-	} else {
-		sid = wireID(h.Name, sid)
 	}
+	sid = wireID(h.Name, sid)
 	s := d.adopt(sid, h.Name, cmd.String(), up, durable)
 	if s == nil {
 		_ = up.Stop()
@@ -502,21 +499,22 @@ func (d *Daemon) adopt(id, name, command string, up *sandbox.Command, durable bo
 // is a wire id (wireID), or the provider's own id of a session of name; a
 // session of another sandbox is never found, whatever id says.
 func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) {
-	key := id
-	if name != "" {
-		k, err := wireKey(name, id)
-		if err != nil {
-			return nil, sandbox.ErrNotFound
-		}
-		key = k
+	// A request that names no sandbox reaches no session: every platform
+	// names it in stdin, stdin_close and attach.
+	if name == "" || id == "" {
+		return nil, sandbox.ErrNotFound
+	}
+	key, err := wireKey(name, id)
+	if err != nil {
+		return nil, sandbox.ErrNotFound
 	}
 	d.mu.Lock()
 	s := d.sessions[key]
 	d.mu.Unlock()
-	if s != nil && !s.isDropped() && (name == "" || s.name == name) {
+	if s != nil && !s.isDropped() && s.name == name {
 		return s, nil
 	}
-	if name == "" || id == "" || !d.p.Capabilities().Has(sandbox.CapAttach) {
+	if !d.p.Capabilities().Has(sandbox.CapAttach) {
 		return nil, sandbox.ErrNotFound
 	}
 	sid, err := providerSID(name, id)
@@ -535,7 +533,7 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 	d.mu.Lock()
 	s = d.sessions[key]
 	d.mu.Unlock()
-	if s != nil && !s.isDropped() {
+	if s != nil && !s.isDropped() && s.name == name {
 		return s, nil
 	}
 	up, err := d.p.Attach(ctx, h, sid, sandbox.AttachOptions{Stdin: true})
@@ -553,22 +551,16 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 // Session ids on the wire. A provider numbers the sessions of each sandbox
 // on its own (the local provider's are s1, s2, ... in every sandbox), but
 // the platform routes stream frames by session_id alone, per connection:
-// the daemon therefore puts on the wire the provider's id followed by
-// "--" and 16 hex digits of the SHA-256 of the sandbox's name, unique on
-// this daemon, and takes a request's id back only for the sandbox the
-// request names. (The original's ids were s-<unix>-<seq>, unique by
-// construction; its platform treats them as opaque, so these need no
-// change there.) Ids the daemon made up for a provider without session
-// ids (s-<unix>-<seq>) are unique already and stay as they are.
+// the daemon therefore puts on the wire the provider's id (or one it made
+// up, s-<unix>-<seq>, for a provider that names none) followed by "--"
+// and wire.SandboxTag of the sandbox's name, unique on this daemon, and
+// takes a request's id back only for the sandbox the request names. (The
+// original's ids were s-<unix>-<seq>, unique by construction; its platform
+// treats them as opaque, so these need no change there.)
 const wireSep = "--"
 
-func nameTag(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return hex.EncodeToString(sum[:8])
-}
-
 // wireID is the wire id of the provider's session sid of sandbox name.
-func wireID(name, sid string) string { return sid + wireSep + nameTag(name) }
+func wireID(name, sid string) string { return sid + wireSep + wire.SandboxTag(name) }
 
 // providerSID is the provider's id of wire id id, which must belong to
 // sandbox name (or carry no sandbox tag: a provider's own id).
@@ -577,18 +569,15 @@ func providerSID(name, id string) (string, error) {
 	if i < 0 || len(id)-i-len(wireSep) != 16 {
 		return id, nil
 	}
-	if id[i+len(wireSep):] != nameTag(name) {
+	if id[i+len(wireSep):] != wire.SandboxTag(name) {
 		return "", sandbox.ErrNotFound
 	}
 	return id[:i], nil
 }
 
 // wireKey is the daemon's key of a session of name called id by a request
-// (a wire id, or the provider's own id).
+// (a wire id, or the provider's own id): always tagged with name.
 func wireKey(name, id string) (string, error) {
-	if strings.HasPrefix(id, "s-") && strings.Count(id, "-") == 2 && !strings.Contains(id, wireSep) {
-		return id, nil // made up by the daemon, unique already
-	}
 	sid, err := providerSID(name, id)
 	if err != nil {
 		return "", err

@@ -400,7 +400,7 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 		SessionID string `json:"session_id"`
 	}
 	_ = json.Unmarshal(res, &r)
-	if r.SessionID == "" || (want != "" && r.SessionID != want && !canonicalOf(r.SessionID, want)) {
+	if r.SessionID == "" || (want != "" && r.SessionID != want && !canonicalOf(r.SessionID, want, h.Name)) {
 		p.c.Unsubscribe(priv.sub)
 		stream.Detach()
 		return nil, malformed(req.Op, res)
@@ -410,21 +410,12 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 }
 
 // canonicalOf reports whether got is the daemon's wire id of the session
-// that want names by its provider's id: want, "--", and 16 hex digits
-// that tag the sandbox (runner/serve.go). An attach of a session by the id
-// its provider gave it is answered with that id, and the session's frames
-// come under it.
-func canonicalOf(got, want string) bool {
-	tag, ok := strings.CutPrefix(got, want+"--")
-	if !ok || len(tag) != 16 {
-		return false
-	}
-	for _, c := range tag {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
+// of sandbox name that want names by its provider's id: want, "--", and
+// wire.SandboxTag(name) (runner/serve.go). An attach of a session by the
+// id its provider gave it is answered with that id, and the session's
+// frames come under it.
+func canonicalOf(got, want, name string) bool {
+	return got == want+"--"+wire.SandboxTag(name)
 }
 
 // Spawn starts c as a detachable session on the runner.

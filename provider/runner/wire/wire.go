@@ -31,7 +31,9 @@
 package wire
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -45,6 +47,17 @@ const MaxChunk = 32 << 10
 
 // ReadLimit is the largest message either end accepts.
 const ReadLimit = 64 << 20
+
+// SandboxTag is the tag a daemon puts after "--" on the wire id of every
+// session of the sandbox called name: 16 hex digits of the SHA-256 of the
+// name. A daemon numbers each sandbox's sessions on its own account (the
+// local provider's are s1, s2, ... in every sandbox), and the platform
+// routes stream frames by session id per connection: the tag keeps two
+// sandboxes' sessions apart.
+func SandboxTag(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:8])
+}
 
 // MaxWriteFile is the largest file one write_file carries: base64 makes
 // it 48 MiB, with room under ReadLimit for the rest of the frame.
