@@ -75,9 +75,13 @@ func (l *Listener) release(src string) {
 	l.mu.Unlock()
 }
 
-// source is the address a connection comes from, without its port.
+// source is the address a connection comes from, without its port; an
+// IPv6 address counts as its /64, which one host commonly holds whole.
 func source(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
+		if ta.IP.To4() == nil && len(ta.IP) == net.IPv6len {
+			return ta.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+		}
 		return ta.IP.String()
 	}
 	if a == nil {
