@@ -456,6 +456,36 @@ func probeQuota(dir string) (string, error) {
 	return "", fmt.Errorf("%s is on %s (%s) mounted without quotas, so no per-sandbox disk cap can be set", dir, best, fstype)
 }
 
+var (
+	pidnsOnce sync.Once
+	pidnsErr  error
+)
+
+// ProcPidnsOption reports (nil) whether procfs takes the pidns mount
+// option (Linux 6.18): a proc instance for another process's pid namespace
+// can then be mounted from outside it. Needs CAP_SYS_ADMIN. The answer is
+// probed once per process.
+func ProcPidnsOption() error {
+	pidnsOnce.Do(func() {
+		fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			pidnsErr = fmt.Errorf("fsopen proc: %w", err)
+			return
+		}
+		defer unix.Close(fs)
+		ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			pidnsErr = err
+			return
+		}
+		defer unix.Close(ns)
+		if err := unix.FsconfigSetFd(fs, "pidns", ns); err != nil {
+			pidnsErr = fmt.Errorf("fsconfig pidns: %w", err)
+		}
+	})
+	return pidnsErr
+}
+
 // LoopbackUp sets IFF_UP on lo in the calling thread's network namespace.
 func LoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)

@@ -310,8 +310,8 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		if l := req.Limits; l != nil {
 			opts.Limits = sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis,
 				WallClock: time.Duration(l.WallClockMS) * time.Millisecond}
-			if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClockMS < 0 {
-				return nil, sandbox.Invalid("limits", "a limit is negative")
+			if err := opts.Limits.Validate(); err != nil {
+				return nil, err
 			}
 		}
 		_, err := p.Create(ctx, req.Name, opts)

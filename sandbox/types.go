@@ -202,6 +202,14 @@ type Limits struct {
 	WallClock   time.Duration // budget for each command
 }
 
+// Validate refuses a negative limit: Invalid{limits}.
+func (l Limits) Validate() error {
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
+		return Invalid("limits", "a limit is negative")
+	}
+	return nil
+}
+
 // CreateNewOptions configure the bounded CreateNew. Timeout zero takes the
 // provider's default; a negative Timeout is Invalid.
 type CreateNewOptions struct {

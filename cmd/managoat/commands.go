@@ -164,10 +164,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			defer cancel()
 		}
 		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true}, false)
-		if errors.Is(err, context.DeadlineExceeded) || (err != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil) {
-			// The budget ran out, whatever the step it ended (a budget
-			// spent before the command could start made the start fail:
-			// that is the timeout, not an unreachable sandbox).
+		if errors.Is(err, context.DeadlineExceeded) {
 			return wrap("run", sandbox.ExecTimeout(limits.WallClock))
 		}
 		if errors.Is(err, context.Canceled) {

@@ -322,19 +322,15 @@ func startTime(pid int) uint64 {
 	return n
 }
 
-// Hierarchies: the unified tree when it has no controllers for us (hybrid,
-// or v2 before any are enabled), and the v1 pids hierarchy; in each, the
-// enclosure's cgroup is made beside this process's own cgroup's children.
-type hier struct{ own string }
-
 // hierarchies returns this process's own cgroup directory in each
-// hierarchy the enclosure uses.
-func hierarchies() []hier {
+// hierarchy the enclosure uses: the unified tree and the v1 pids
+// hierarchy. The enclosure's cgroup is made below it.
+func hierarchies() []string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil
 	}
-	var out []hier
+	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -359,7 +355,7 @@ func hierarchies() []hier {
 		}
 		dir := filepath.Join(mnt, parts[2])
 		if _, err := os.Stat(dir); err == nil {
-			out = append(out, hier{own: dir})
+			out = append(out, dir)
 		}
 	}
 	return out
@@ -373,8 +369,8 @@ func hierarchiesOK() bool {
 	if len(hs) == 0 {
 		return false
 	}
-	for _, h := range hs {
-		b, _ := os.ReadFile(filepath.Join(h.own, "cgroup.controllers"))
+	for _, own := range hs {
+		b, _ := os.ReadFile(filepath.Join(own, "cgroup.controllers"))
 		for _, c := range strings.Fields(string(b)) {
 			if c == "memory" || c == "pids" || c == "cpu" {
 				return false
@@ -387,14 +383,8 @@ func hierarchiesOK() bool {
 // enclosureDirs are the directories of the enclosure called name.
 func enclosureDirs(name string) []string {
 	var out []string
-	for _, h := range hierarchies() {
-		// The guard's own cgroup, where the child's is made; in the
-		// child, already in it, its own cgroup is the enclosure.
-		if filepath.Base(h.own) == name {
-			out = append(out, h.own)
-		} else {
-			out = append(out, filepath.Join(h.own, name))
-		}
+	for _, own := range hierarchies() {
+		out = append(out, filepath.Join(own, name))
 	}
 	return out
 }
@@ -422,8 +412,17 @@ func removeCgroups(name string) {
 	if name == "-" {
 		return
 	}
+	removeEnclosure(enclosureDirs(name)...)
+}
+
+// removeEnclosure removes an enclosure's cgroups (dirs, one per
+// hierarchy), deepest first, and their namesakes elsewhere: a runtime
+// (runc, runsc) makes a container's cgroup under its own cgroup in every
+// hierarchy, and the jail its limits' in v1 ones, outside the enclosure;
+// the same names, empty once their processes are dead.
+func removeEnclosure(dirs ...string) {
 	names := map[string]bool{}
-	for _, dir := range enclosureDirs(name) {
+	for _, dir := range dirs {
 		namesBelow(dir, names)
 		removeTree(dir)
 	}
@@ -455,16 +454,16 @@ func removeTree(dir string) {
 
 // Sweep kills every process of every enclosure whose guard is gone (its
 // pid ended, or was reused since: the start time in the name differs) and
-// removes its cgroups, and returns the cgroups it removed. Their mounts
-// went with their mount namespaces' last process. An enclosure whose
+// removes its cgroups and its temporary directory (unmounting what is
+// mounted there first), and returns what it removed. An enclosure whose
 // processes keep a cgroup busy after ten seconds is reported, not hidden.
 func Sweep() ([]string, error) {
 	var removed []string
 	var errs []error
-	for _, h := range hierarchies() {
-		// Enclosures are made beside the guard's own cgroup's children:
-		// look there, and in the root of the hierarchy.
-		for _, base := range []string{h.own, filepath.Dir(h.own)} {
+	for _, own := range hierarchies() {
+		// Enclosures are made below the guard's own cgroup: look there,
+		// and in its parent (a sweep from inside an enclosure).
+		for _, base := range []string{own, filepath.Dir(own)} {
 			ents, err := os.ReadDir(base)
 			if err != nil {
 				continue
@@ -491,14 +490,7 @@ func Sweep() ([]string, error) {
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				// A runtime (runc, runsc) makes a container's cgroup under
-				// its own cgroup in every hierarchy, and the jail its
-				// limits' in v1 ones, outside the enclosure: the same
-				// names, empty now that their processes are dead.
-				names := map[string]bool{}
-				namesBelow(dir, names)
-				removeTree(dir)
-				removeNamesakes(names)
+				removeEnclosure(dir)
 				if _, err := os.Stat(dir); err == nil {
 					errs = append(errs, fmt.Errorf("%s: not removed", dir))
 				} else {

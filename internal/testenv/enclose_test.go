@@ -165,11 +165,11 @@ func runLeaver(t *testing.T, mode string, env ...string) (l *leaverRun, mnt, ns 
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), mnt) {
 		t.Fatalf("the leaver's mount %s does not show", mnt)
 	}
-	for _, h := range hierarchies() {
-		ents, _ := os.ReadDir(h.own)
+	for _, own := range hierarchies() {
+		ents, _ := os.ReadDir(own)
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), cgroupPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
-				cgroup = filepath.Join(h.own, e.Name())
+				cgroup = filepath.Join(own, e.Name())
 			}
 		}
 	}

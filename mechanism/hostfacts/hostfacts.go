@@ -35,6 +35,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
 )
 
@@ -149,7 +150,7 @@ func probe(n Name) Fact {
 		}
 		// The root of the tree never has cgroup.freeze: ask a child of
 		// it, which is how the sandboxes' groups will be made.
-		if _, err := os.Stat(l.V2 + "/cgroup.subtree_control"); err == nil && isRoot(l.V2) {
+		if _, err := os.Stat(l.V2 + "/cgroup.subtree_control"); err == nil && isRoot() {
 			return Fact{Present: true, Detail: l.V2 + " is the cgroup2 root: every child has cgroup.freeze"}
 		}
 		return Fact{Detail: l.V2 + " has no cgroup.freeze (kernel before 5.2)"}
@@ -180,18 +181,8 @@ func probe(n Name) Fact {
 	case UserNS:
 		return probeUserNS()
 	case ProcPidns:
-		fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
-		if err != nil {
-			return Fact{Detail: "fsopen proc: " + err.Error()}
-		}
-		defer unix.Close(fs)
-		ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return Fact{Detail: err.Error()}
-		}
-		defer unix.Close(ns)
-		if err := unix.FsconfigSetFd(fs, "pidns", ns); err != nil {
-			return Fact{Detail: "fsconfig pidns: " + err.Error() + " (Linux before 6.18, or no CAP_SYS_ADMIN)"}
+		if err := mechanism.ProcPidnsOption(); err != nil {
+			return Fact{Detail: err.Error() + " (Linux before 6.18, or no CAP_SYS_ADMIN)"}
 		}
 		return Fact{Present: true, Detail: "procfs takes the pidns option"}
 	case CgroupV2Limits:
@@ -222,11 +213,9 @@ func hasWord(list, w string) bool {
 	return false
 }
 
-func isRoot(dir string) bool {
-	_, err := os.Stat(dir + "/cgroup.freeze")
-	if err == nil {
-		return false
-	}
+// isRoot reports whether this process's cgroup2 directory is the root of
+// the tree (whose own cgroup.freeze does not exist).
+func isRoot() bool {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	return err == nil && strings.Contains(string(b), "0::/\n")
 }

@@ -423,7 +423,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	// The network namespace takes longest to make: begin it now, while
 	// the state is read and the cgroups made (released unused if the
 	// sandbox turns out to be running or cannot start).
-	born := !j.rootless && procPidnsOption()
+	born := !j.rootless && mechanism.ProcPidnsOption() == nil
 	var netns *netPrep
 	if born {
 		netns = newNetPrep()

@@ -45,31 +45,6 @@ func onDiscardedThread(f func()) {
 	<-done
 }
 
-var (
-	pidnsOnce sync.Once
-	pidnsOK   bool
-)
-
-// procPidnsOption reports whether procfs accepts the pidns mount option
-// (Linux 6.18): a proc instance for another process's pid namespace can
-// then be mounted from outside it. Needs CAP_SYS_ADMIN.
-func procPidnsOption() bool {
-	pidnsOnce.Do(func() {
-		fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
-		if err != nil {
-			return
-		}
-		defer unix.Close(fs)
-		ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return
-		}
-		defer unix.Close(ns)
-		pidnsOK = unix.FsconfigSetFd(fs, "pidns", ns) == nil
-	})
-	return pidnsOK
-}
-
 // restrictedStart starts the init born restricted (root, procfs pidns
 // option). On a discarded thread T: enter new mount, uts, ipc and network
 // namespaces; create the sandbox's writable file systems detached (their

@@ -87,6 +87,12 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 		if inW != nil {
 			inW.Close()
 		}
+		if ctx.Err() != nil && !errors.Is(err, mechanism.ErrInterrupted) {
+			// The caller's deadline or cancellation ended the start (a
+			// budget spent before the command could start): that, not
+			// what the interrupted dial said.
+			return nil, ctx.Err()
+		}
 		if errors.Is(err, mechanism.ErrInterrupted) {
 			return nil, sandbox.Unavailable("not_running", err) // started, perhaps: not again
 		}

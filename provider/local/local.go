@@ -434,8 +434,8 @@ func limitsJSON(l sandbox.Limits) map[string]any {
 }
 
 func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
-	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
-		return mechanism.Spec{}, sandbox.Invalid("limits", "a limit is negative")
+	if err := l.Validate(); err != nil {
+		return mechanism.Spec{}, err
 	}
 	return mechanism.Spec{Limits: mechanism.Limits{MemoryBytes: l.MemoryBytes, Pids: int64(l.Pids),
 		CPUMillis: int64(l.CPUMillis), WallClock: l.WallClock}, HomeDir: home}, nil
@@ -599,7 +599,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 			break
 		}
 		raw["readopted"] = true
-		if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); err == nil {
+		if suspended == nil {
 			status, raw["state"] = sandbox.StatusSuspended, "suspended"
 		} else {
 			status, raw["state"] = sandbox.StatusRunning, "running"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -91,29 +90,17 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 // the extras its own runner offers (sandbox.SandboxCapabilities). A runner
 // that is not online is Unavailable{runner_offline}.
 func (p *Provider) CapabilitiesOf(ctx context.Context, h *sandbox.Handle) (sandbox.Capabilities, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return nil, err
-	}
-	id, err := Parse(h.Name)
+	r, err := p.runnerOf(ctx, h)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := p.c.Runners(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rs {
-		if r.ID == id {
-			caps := sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach)
-			for _, c := range []sandbox.Capability{sandbox.CapNetworkPolicy, sandbox.CapTerminateSession, sandbox.CapForceTerminateSession} {
-				if r.HasCap(string(c)) {
-					caps = caps.With(c)
-				}
-			}
-			return caps, nil
+	caps := sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach)
+	for _, c := range []sandbox.Capability{sandbox.CapNetworkPolicy, sandbox.CapTerminateSession, sandbox.CapForceTerminateSession} {
+		if r.HasCap(string(c)) {
+			caps = caps.With(c)
 		}
 	}
-	return nil, sandbox.Unavailable(ReasonOffline, nil)
+	return caps, nil
 }
 
 // Mint returns a fresh sandbox name on the most recently connected online
@@ -177,26 +164,15 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	h := sandbox.BuildHandle(Name, name)
 	req := &wire.Request{Op: wire.OpCreate}
 	if l := opts.Limits; l != (sandbox.Limits{}) {
-		if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
-			return nil, sandbox.Invalid("limits", "a limit is negative")
-		}
-		if err := sandbox.CheckHandle(h, Name); err != nil {
+		if err := l.Validate(); err != nil {
 			return nil, err
 		}
-		id, err := Parse(name)
+		r, err := p.runnerOf(ctx, h)
 		if err != nil {
 			return nil, err
 		}
-		rs, err := p.c.Runners(ctx)
-		if err != nil {
-			return nil, err
-		}
-		i := slices.IndexFunc(rs, func(r Info) bool { return r.ID == id })
-		if i < 0 {
-			return nil, sandbox.Unavailable(ReasonOffline, nil)
-		}
-		if !rs[i].HasCap(wire.CapLimits) {
-			return nil, fmt.Errorf("runner %s (%s) does not take resource limits (no %s): %w", rs[i].Name, id, wire.CapLimits, sandbox.ErrNotSupported)
+		if !r.HasCap(wire.CapLimits) {
+			return nil, fmt.Errorf("runner %s (%s) does not take resource limits (no %s): %w", r.Name, r.ID, wire.CapLimits, sandbox.ErrNotSupported)
 		}
 		req.Limits = &wire.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: l.WallClock.Milliseconds()}
 		if l.WallClock > 0 && req.Limits.WallClockMS == 0 {
@@ -514,26 +490,35 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 }
 
 func (p *Provider) runnerHas(ctx context.Context, h *sandbox.Handle, c sandbox.Capability) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	r, err := p.runnerOf(ctx, h)
+	if err != nil {
 		return err
+	}
+	if !r.HasCap(string(c)) {
+		return sandbox.ErrNotSupported
+	}
+	return nil
+}
+
+// runnerOf is the online runner that hosts h, or Unavailable{runner_offline}.
+func (p *Provider) runnerOf(ctx context.Context, h *sandbox.Handle) (Info, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return Info{}, err
 	}
 	id, err := Parse(h.Name)
 	if err != nil {
-		return err
+		return Info{}, err
 	}
 	rs, err := p.c.Runners(ctx)
 	if err != nil {
-		return err
+		return Info{}, err
 	}
 	for _, r := range rs {
 		if r.ID == id {
-			if r.HasCap(string(c)) {
-				return nil
-			}
-			return sandbox.ErrNotSupported
+			return r, nil
 		}
 	}
-	return sandbox.Unavailable(ReasonOffline, nil)
+	return Info{}, sandbox.Unavailable(ReasonOffline, nil)
 }
 
 // ApplyNetworkPolicy is served by runners that advertise network_policy;
