@@ -191,6 +191,12 @@ type NetworkPolicy struct {
 // providers that support limits but cannot meet the one asked.
 type CreateOptions struct {
 	Limits Limits
+	// Env ("KEY=VALUE" entries) and Dir are the defaults of every command
+	// run in the sandbox; a command's own Env and Dir override them. Only
+	// providers that keep them honour them (provider/local); callers such
+	// as the CLI refuse them for the others rather than drop them.
+	Env []string
+	Dir string
 }
 
 // Limits are resource limits applied when a sandbox is launched. A zero
