@@ -40,10 +40,26 @@ type response struct {
 // the request timeout is Unavailable{timeout}; any other transport failure
 // (including a body cut short) is Unavailable{transport}.
 func (c *client) do(ctx context.Context, method, url string, body io.Reader, contentType string) (*response, error) {
+	return c.doWith(ctx, method, url, body, contentType, reqOpts{})
+}
+
+// reqOpts adjusts one request: timeout replaces the per-request timeout
+// (noTimeout: none but ctx's), header adds headers.
+type reqOpts struct {
+	timeout   time.Duration
+	noTimeout bool
+	header    http.Header
+}
+
+func (c *client) doWith(ctx context.Context, method, url string, body io.Reader, contentType string, o reqOpts) (*response, error) {
 	rctx := ctx
-	if c.timeout > 0 {
+	timeout := c.timeout
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	if timeout > 0 && !o.noTimeout {
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, c.timeout)
+		rctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(rctx, method, url, body)
@@ -54,6 +70,9 @@ func (c *client) do(ctx context.Context, method, url string, body io.Reader, con
 	req.Header.Set("Accept", "application/json")
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range o.header {
+		req.Header[k] = v
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -83,6 +102,10 @@ func transportError(ctx, rctx context.Context, err error) error {
 // call sends a JSON request (in may be nil) and returns the 2xx answer, or
 // the answer normalized per §3.2 / §6.3.8.
 func (c *client) call(ctx context.Context, method, url string, in any) (*response, error) {
+	return c.callWith(ctx, method, url, in, reqOpts{})
+}
+
+func (c *client) callWith(ctx context.Context, method, url string, in any, o reqOpts) (*response, error) {
 	var body io.Reader
 	ctype := ""
 	if in != nil {
@@ -93,7 +116,7 @@ func (c *client) call(ctx context.Context, method, url string, in any) (*respons
 		body = bytes.NewReader(b)
 		ctype = "application/json"
 	}
-	r, err := c.do(ctx, method, url, body, ctype)
+	r, err := c.doWith(ctx, method, url, body, ctype, o)
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,13 @@ type Config struct {
 	// StartTimeout bounds the wait for a sandbox to reach "started" after a
 	// start (or while it is starting). Zero means 2 min.
 	StartTimeout time.Duration
+	// DomainAllowListEnforced says that this installation's runners enforce
+	// a sandbox's domainAllowList. The hosted service (DefaultAPIURL) is
+	// taken to, as its documentation says (its runner is not public); the
+	// public-source runner (release v0.190.0) stores the list and ignores
+	// it, so elsewhere ApplyNetworkPolicy refuses a non-empty allow-list
+	// unless this is set, rather than leave the network open.
+	DomainAllowListEnforced bool
 	// Logger receives warnings (LogStream failures); zero means slog.Default().
 	Logger *slog.Logger
 }

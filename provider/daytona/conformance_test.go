@@ -41,8 +41,14 @@ func fixtures() sandboxtest.Fixtures {
 	return fx
 }
 
+// hosted models the hosted service's runners, which enforce a domain
+// allow-list (the conformance suite applies one).
+func hosted(s *daytonatest.Server, c *daytona.Config) {
+	s.EnforceDomains, c.DomainAllowListEnforced = true, true
+}
+
 func TestConformance(t *testing.T) {
-	srv, p := fakeProvider(t, nil)
+	srv, p := fakeProvider(t, hosted)
 	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithDir(srv.Root()), sandboxtest.WithTimeout(10*time.Second))
 }
 
@@ -53,8 +59,9 @@ func TestConformanceOlderDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("second full suite run")
 	}
-	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
 		s.RecordExitCodes, s.LegacyLogs, s.ProxyURLInRecord, s.Shell = true, true, false, "bash"
+		hosted(s, c)
 	})
 	fx := fixtures()
 	// Under a recorded exit code a killed shim is still an unknown verdict

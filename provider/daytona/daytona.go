@@ -473,19 +473,29 @@ func (p *Provider) toolboxURL(ctx context.Context, sb *sandboxBody) (string, err
 	return strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), nil
 }
 
+// executeMargin is how much longer than the daemon's own timeout the HTTP
+// request for /process/execute may take: the daemon answers 408 when its
+// timeout kills the command, and that answer must be able to arrive.
+const executeMargin = 10 * time.Second
+
 // execute runs script through the toolbox's one-shot /process/execute
 // (inside the envelope; see shim.go) and returns its result text and exit
-// code. timeoutSec > 0 is sent as the daemon's timeout.
+// code. timeoutSec > 0 is sent as the daemon's timeout, and the HTTP
+// request gets that plus executeMargin instead of Config.Timeout (the
+// daemon holds the request for as long as the command runs); timeoutSec
+// 0 sends none, and the request is bounded by ctx alone.
 func (p *Provider) execute(ctx context.Context, tb, script string, timeoutSec int) (string, int, error) {
 	cmd, err := envelope(script)
 	if err != nil {
 		return "", 0, err
 	}
 	body := map[string]any{"command": cmd}
+	o := reqOpts{noTimeout: true}
 	if timeoutSec > 0 {
 		body["timeout"] = timeoutSec
+		o = reqOpts{timeout: time.Duration(timeoutSec)*time.Second + executeMargin}
 	}
-	r, err := p.c.call(ctx, http.MethodPost, tb+"/process/execute", body)
+	r, err := p.c.callWith(ctx, http.MethodPost, tb+"/process/execute", body, o)
 	if err != nil {
 		return "", 0, err
 	}
@@ -814,9 +824,11 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	return nil, sandbox.ErrNotFound
 }
 
-// WriteFile uploads data through the toolbox's multipart upload-v2,
-// creating an absolute path's parent directories first. Mode, when set,
-// is applied afterwards with chmod (the original ignored it).
+// WriteFile uploads data through the toolbox's multipart POST
+// /files/upload (query path, field file; the public daemon has no
+// upload-v2), creating an absolute path's parent directories first. A 404
+// is ErrNotFound only when the sandbox is gone. Mode, when set, is applied
+// afterwards with chmod (the original ignored it).
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string, data []byte, opts sandbox.WriteFileOptions) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
@@ -841,9 +853,12 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string
 	}
 	_, _ = fw.Write(data)
 	_ = mw.Close()
-	r, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload-v2?"+url.Values{"path": {file}}.Encode(), &buf, mw.FormDataContentType())
+	r, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload?"+url.Values{"path": {file}}.Encode(), &buf, mw.FormDataContentType())
 	if err != nil {
 		return err
+	}
+	if r.status == http.StatusNotFound {
+		return p.routeNotFound(ctx, h.Name, "upload", r)
 	}
 	if r.status < 200 || r.status > 299 {
 		return httpError(r)
@@ -852,6 +867,17 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string
 		return p.shell(ctx, tb, fmt.Sprintf("chmod %o -- %s", opts.Mode.Perm(), quote(file)))
 	}
 	return nil
+}
+
+// routeNotFound reads a toolbox 404: the proxy's answer for a sandbox
+// that is gone (ErrNotFound, confirmed by GET), or else a route this
+// daemon does not have — a ProviderError, never the sandbox's ErrNotFound.
+func (p *Provider) routeNotFound(ctx context.Context, name, op string, r *response) error {
+	if _, _, err := p.getSandbox(ctx, name); errors.Is(err, sandbox.ErrNotFound) {
+		return err
+	}
+	return &sandbox.ProviderError{Provider: Name, Reason: op + "_route_not_found",
+		Err: fmt.Errorf("toolbox answered 404 to %s: %s", op, bodyText(r.body))}
 }
 
 // ReadFile downloads a file through the toolbox (GET /files/download).
@@ -888,21 +914,118 @@ func (p *Provider) shell(ctx context.Context, tb, script string) error {
 	return nil
 }
 
-// ApplyNetworkPolicy sets networkBlockAll with the allow-list as one
-// comma-joined string ("" for Allow: [], which denies all egress). It does
-// not start the sandbox.
+// maxAllowDomains is the most domains the API accepts in a
+// domainAllowList (apps/api network-validation.util.ts).
+const maxAllowDomains = 10
+
+// validDomain is the API's domain check, as a loop: dot-separated labels of
+// [A-Za-z0-9-] (1–63 bytes, no '-' at either end), at least two, the last
+// of two or more letters, optionally behind one "*.".
+func validDomain(d string) bool {
+	d = strings.TrimPrefix(d, "*.")
+	labels := strings.Split(d, ".")
+	if len(labels) < 2 {
+		return false
+	}
+	for i, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		last := i == len(labels)-1
+		if last && len(l) < 2 {
+			return false
+		}
+		for k := 0; k < len(l); k++ {
+			c := l[k]
+			letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+			if !letter && (last || !('0' <= c && c <= '9' || c == '-')) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// networkRecord is the part of the network-settings answer (the sandbox
+// record) that says what the API stored.
+type networkRecord struct {
+	NetworkBlockAll *bool  `json:"networkBlockAll"`
+	DomainAllowList string `json:"domainAllowList"`
+}
+
+func (p *Provider) networkSettings(ctx context.Context, name string, body map[string]any) (networkRecord, error) {
+	var rec networkRecord
+	r, err := p.c.call(ctx, http.MethodPost, p.api(name, "network-settings"), body)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(r.body, &rec); err != nil {
+		return rec, &sandbox.ProviderError{Provider: Name, Reason: "policy_unconfirmed", Err: fmt.Errorf("network-settings answered %s", clip(string(r.body), 200))}
+	}
+	return rec, nil
+}
+
+func (p *Provider) enforcesDomains() bool {
+	return p.cfg.DomainAllowListEnforced || p.cfg.APIURL == DefaultAPIURL
+}
+
+// ApplyNetworkPolicy sets the sandbox's egress. Allow: [] sends
+// networkBlockAll: true (the runner then blocks everything). An allow-list
+// is sent as domainAllowList alone — block-all takes precedence over every
+// list on the runner, so the original's block-all-plus-list blocked
+// everything — and only where it is enforced (Config.DomainAllowListEnforced;
+// the public-source runner ignores the list, and the network would stay
+// open): the answer must echo the list, and a sandbox still blocked is
+// unblocked only after that, so the network is never open in between.
+// Domains are checked as the API checks them (at most 10, host names with
+// an optional "*." prefix) before anything is sent. It does not start the
+// sandbox.
 func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
 	}
+	if len(pol.Allow) == 0 {
+		rec, err := p.networkSettings(ctx, h.Name, map[string]any{"networkBlockAll": true, "domainAllowList": ""})
+		if err != nil {
+			return err
+		}
+		if rec.NetworkBlockAll == nil || !*rec.NetworkBlockAll {
+			return &sandbox.ProviderError{Provider: Name, Reason: "policy_not_applied", Err: errors.New("network-settings did not confirm networkBlockAll")}
+		}
+		return nil
+	}
+	if len(pol.Allow) > maxAllowDomains {
+		return sandbox.Invalid("policy", fmt.Sprintf("%d domains; Daytona accepts at most %d", len(pol.Allow), maxAllowDomains))
+	}
 	for _, d := range pol.Allow {
-		if d == "" || strings.ContainsAny(d, ", \t\r\n") {
-			return sandbox.Invalid("policy", fmt.Sprintf("domain %q is empty or contains a comma or space", clip(d, 60)))
+		if !validDomain(d) {
+			return sandbox.Invalid("policy", fmt.Sprintf("domain %q is not a host name Daytona accepts (labels of letters, digits and '-', optionally behind \"*.\")", clip(d, 60)))
 		}
 	}
-	_, err := p.c.call(ctx, http.MethodPost, p.api(h.Name, "network-settings"),
-		map[string]any{"networkBlockAll": true, "domainAllowList": strings.Join(pol.Allow, ",")})
-	return err
+	if !p.enforcesDomains() {
+		return sandbox.Invalid("policy", "this Daytona installation is not known to enforce domainAllowList (the public-source runner ignores it); "+
+			"set Config.DomainAllowListEnforced if its runners do")
+	}
+	list := strings.Join(pol.Allow, ",")
+	rec, err := p.networkSettings(ctx, h.Name, map[string]any{"domainAllowList": list})
+	if err != nil {
+		return err
+	}
+	if rec.DomainAllowList != list {
+		return &sandbox.ProviderError{Provider: Name, Reason: "policy_not_applied",
+			Err: fmt.Errorf("network-settings kept domainAllowList %q, not %q", rec.DomainAllowList, list)}
+	}
+	if rec.NetworkBlockAll == nil || !*rec.NetworkBlockAll {
+		return nil
+	}
+	rec, err = p.networkSettings(ctx, h.Name, map[string]any{"networkBlockAll": false})
+	if err != nil {
+		return err
+	}
+	if rec.NetworkBlockAll == nil || *rec.NetworkBlockAll || rec.DomainAllowList != list {
+		return &sandbox.ProviderError{Provider: Name, Reason: "policy_not_applied", Err: errors.New("network-settings did not lift networkBlockAll")}
+	}
+	return nil
 }
 
 // PublicURL is ErrUnsupported: Daytona exposes per-port preview hosts and

@@ -253,23 +253,39 @@ func TestListAllNames(t *testing.T) {
 }
 
 func TestNetworkPolicy(t *testing.T) {
-	srv, p := fakeProvider(t, nil)
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
+		s.EnforceDomains, c.DomainAllowListEnforced = true, true
+	})
 	h := mustCreate(t, p, "policed")
 	ctx := ctxT(t)
 	for _, tc := range []struct {
 		allow []string
 		want  string
-	}{{nil, ""}, {[]string{}, ""}, {[]string{"api.example.com"}, "api.example.com"}, {[]string{"a.io", "b.io"}, "a.io,b.io"}} {
+	}{{nil, "blocked"}, {[]string{}, "blocked"}, {[]string{"api.example.com"}, "domains:api.example.com"},
+		{[]string{"a.io", "b.io"}, "domains:a.io,b.io"}, {[]string{}, "blocked"}} {
 		if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: tc.allow}); err != nil {
 			t.Fatal(err)
 		}
+		if got := srv.Egress("policed"); got != tc.want {
+			t.Fatalf("allow %q: egress %q, want %q", tc.allow, got, tc.want)
+		}
 		sb, _ := srv.Lookup("policed")
-		if sb.Policy["networkBlockAll"] != true || sb.Policy["domainAllowList"] != tc.want {
-			t.Fatalf("allow %q sent %v", tc.allow, sb.Policy)
+		if len(tc.allow) > 0 && sb.Policy["networkBlockAll"] == true {
+			t.Fatalf("allow %q sent networkBlockAll true: %v", tc.allow, sb.Policy)
 		}
 	}
-	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"a,b"}}); sandbox.Kind(err) != "invalid" {
-		t.Fatalf("domain with a comma = %v", err)
+	before := len(srv.Requests())
+	eleven := []string{"a.io", "b.io", "c.io", "d.io", "e.io", "f.io", "g.io", "h.io", "i.io", "j.io", "k.io"}
+	for _, bad := range [][]string{{"a,b"}, {"a.io", ""}, {"localhost"}, {"-x.io"}, {"x.i0"}, {"*.*.x.io"}, {"a b.io"}, eleven} {
+		if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: bad}); sandbox.Kind(err) != "invalid" {
+			t.Fatalf("allow %q = %v, want Invalid", bad, err)
+		}
+	}
+	if len(srv.Requests()) != before {
+		t.Fatalf("refused lists reached the server: %q", srv.Requests()[before:])
+	}
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: eleven[:10]}); err != nil {
+		t.Fatalf("ten domains: %v", err)
 	}
 	if err := p.ApplyNetworkPolicy(ctx, sandbox.BuildHandle(daytona.Name, "gone"), sandbox.NetworkPolicy{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("policy on a missing sandbox = %v", err)

@@ -30,8 +30,13 @@
 //   - Stdin is a FIFO fed by `tail -f` of a file that WriteStdin appends
 //     to; CloseStdin is a real EOF. The exit code comes from the command
 //     record when the daemon keeps one, else from the shim's sentinel file.
-//   - ApplyNetworkPolicy sets networkBlockAll with the allowed domains as
-//     one comma-joined string, "" for Allow: [] (deny all).
+//   - ApplyNetworkPolicy: Allow: [] sets networkBlockAll (deny all). An
+//     allow-list is sent as domainAllowList alone (block-all takes
+//     precedence on the runner), its echo checked, and block-all lifted
+//     only afterwards. The public-source runner (v0.190.0) ignores
+//     domainAllowList, so a non-empty list is refused with Invalid unless
+//     the installation is the hosted service — whose private runners are
+//     documented to enforce it — or Config.DomainAllowListEnforced is set.
 //   - PublicURL is ErrUnsupported; checkpoints are ErrNotSupported.
 //
 // Errors follow the contract's HTTP table: 404 ErrNotFound, 401/403

@@ -129,6 +129,12 @@ type logStream struct {
 	goneConfirm  int
 }
 
+// splitOutput asks the daemon to keep the 01 01 01 / 02 02 02 markers in a
+// command's log: without it (and without an SDK version header, which this
+// client never sends) the daemon strips them, and stderr would arrive as
+// stdout (daemon pkg/session/common.go, IsCombinedOutput).
+var splitOutput = http.Header{"X-Daytona-Split-Output": {"true"}}
+
 // maxLogFailures is the number of consecutive failed polls tolerated; one
 // more ends the stream with Unavailable{log_stream_unreachable}.
 const maxLogFailures = 30
@@ -208,7 +214,7 @@ func (ls *logStream) fetch(final bool) (bool, error) {
 
 func (ls *logStream) get() (*response, error) {
 	u := ls.tb + "/process/session/" + url.PathEscape(ls.sid) + "/command/" + url.PathEscape(ls.cid) + "/logs"
-	return ls.p.c.call(ls.ctx, http.MethodGet, u, nil)
+	return ls.p.c.callWith(ls.ctx, http.MethodGet, u, nil, reqOpts{header: splitOutput})
 }
 
 // deliver demultiplexes a journal and sends what the cursor has not seen.

@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +83,10 @@ type Server struct {
 	StartDelay, StopDelay time.Duration
 	// Snapshots lists the registered snapshots; create with another is 400.
 	Snapshots []string
+	// EnforceDomains makes the runners enforce a sandbox's domainAllowList,
+	// as the hosted service documents; zero models the public-source
+	// runner, which stores the list and ignores it (see Egress).
+	EnforceDomains bool
 
 	ts   *httptest.Server
 	root string
@@ -103,12 +108,15 @@ type Sandbox struct {
 	Labels          map[string]string
 	Create          map[string]any // the create request body, verbatim
 	Policy          map[string]any // the last network-settings body, verbatim
-	dir             string
-	startedAt       time.Time
-	stoppedAt       time.Time
-	sessions        map[string]*session
-	sessionOrder    []string
-	procs           map[*exec.Cmd]bool
+	// The stored network settings, as the API keeps them.
+	NetworkBlockAll                   bool
+	NetworkAllowList, DomainAllowList string
+	dir                               string
+	startedAt                         time.Time
+	stoppedAt                         time.Time
+	sessions                          map[string]*session
+	sessionOrder                      []string
+	procs                             map[*exec.Cmd]bool
 }
 
 type session struct {
@@ -478,8 +486,12 @@ func (s *Server) record(sb *Sandbox) map[string]any {
 	if s.ProxyURLInRecord {
 		m["toolboxProxyUrl"] = s.ts.URL + "/toolbox/"
 	}
-	if nb, ok := sb.Policy["networkBlockAll"]; ok {
-		m["networkBlockAll"] = nb
+	m["networkBlockAll"] = sb.NetworkBlockAll
+	if sb.NetworkAllowList != "" {
+		m["networkAllowList"] = sb.NetworkAllowList
+	}
+	if sb.DomainAllowList != "" {
+		m["domainAllowList"] = sb.DomainAllowList
 	}
 	return m
 }
@@ -645,21 +657,63 @@ func (s *Server) stop(w http.ResponseWriter, key string) {
 	writeJSON(w, http.StatusOK, s.record(sb))
 }
 
+// domainRE is the API's domain check (apps/api network-validation.util.ts,
+// validateDomainAllowList): host labels, optionally behind one "*.".
+var domainRE = regexp.MustCompile(`^(\*\.)?([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z]{2,}$`)
+
+// network applies POST /sandbox/{id}/network-settings as the API does
+// (sandbox.service.ts, updateNetworkSettings): each field present updates
+// the stored value; networkBlockAll true clears the CIDR list, a non-empty
+// networkAllowList clears networkBlockAll, and an empty string clears a
+// list. The stored values then go to the runner, whose effect Egress
+// reports.
 func (s *Server) network(w http.ResponseWriter, r *http.Request, key string) {
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		apiError(w, http.StatusBadRequest, "invalid JSON body")
 		return
 	}
-	if v, ok := body["domainAllowList"]; ok {
-		if _, isStr := v.(string); !isStr {
-			apiError(w, http.StatusBadRequest, "domainAllowList must be a string")
+	str := func(k string) (string, bool, bool) {
+		v, ok := body[k]
+		if !ok || v == nil {
+			return "", false, true
+		}
+		x, isStr := v.(string)
+		return x, true, isStr
+	}
+	dom, hasDom, ok := str("domainAllowList")
+	if !ok {
+		apiError(w, http.StatusBadRequest, "domainAllowList must be a string")
+		return
+	}
+	cidr, hasCIDR, ok := str("networkAllowList")
+	if !ok {
+		apiError(w, http.StatusBadRequest, "networkAllowList must be a string")
+		return
+	}
+	var blockAll, hasBlock bool
+	if v, ok := body["networkBlockAll"]; ok && v != nil {
+		b, isBool := v.(bool)
+		if !isBool {
+			apiError(w, http.StatusBadRequest, "networkBlockAll must be a boolean value")
 			return
 		}
+		blockAll, hasBlock = b, true
 	}
-	if v, ok := body["networkBlockAll"]; ok {
-		if _, isBool := v.(bool); !isBool {
-			apiError(w, http.StatusBadRequest, "networkBlockAll must be a boolean value")
+	if !hasDom && !hasCIDR && !hasBlock {
+		apiError(w, http.StatusBadRequest, "At least one of networkBlockAll, networkAllowList or domainAllowList must be provided")
+		return
+	}
+	if hasDom && strings.TrimSpace(dom) != "" {
+		ds := strings.Split(dom, ",")
+		for _, d := range ds {
+			if d = strings.TrimSpace(d); d != "" && !domainRE.MatchString(d) {
+				apiError(w, http.StatusBadRequest, fmt.Sprintf("Invalid domain: %q. Must be a valid domain name", d))
+				return
+			}
+		}
+		if len(ds) > 10 {
+			apiError(w, http.StatusBadRequest, "Domain allow list cannot contain more than 10 domains")
 			return
 		}
 	}
@@ -671,7 +725,49 @@ func (s *Server) network(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	sb.Policy = body
+	if hasDom {
+		sb.DomainAllowList = strings.TrimSpace(dom)
+		if sb.DomainAllowList != "" {
+			sb.DomainAllowList = dom
+		}
+	}
+	if hasBlock {
+		sb.NetworkBlockAll = blockAll
+		if blockAll {
+			sb.NetworkAllowList = ""
+		}
+	}
+	switch {
+	case hasCIDR && strings.TrimSpace(cidr) != "":
+		sb.NetworkAllowList, sb.NetworkBlockAll = cidr, false
+	case hasCIDR:
+		sb.NetworkAllowList = ""
+	case hasBlock && !blockAll:
+		sb.NetworkAllowList = ""
+	}
 	writeJSON(w, http.StatusOK, s.record(sb))
+}
+
+// Egress is the named sandbox's effective outbound policy as the runner
+// applies it: "blocked" (networkBlockAll wins over every list), "cidr:<list>",
+// "domains:<list>" — only where EnforceDomains is set; the public-source
+// runner (apps/runner pkg/docker/network.go) never reads domainAllowList —,
+// or "open". "" for an unknown sandbox.
+func (s *Server) Egress(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[name]
+	switch {
+	case !ok:
+		return ""
+	case sb.NetworkBlockAll:
+		return "blocked"
+	case sb.NetworkAllowList != "":
+		return "cidr:" + sb.NetworkAllowList
+	case s.EnforceDomains && sb.DomainAllowList != "":
+		return "domains:" + sb.DomainAllowList
+	}
+	return "open"
 }
 
 // killLocked kills every process group of sb; s.mu held.
@@ -710,12 +806,16 @@ func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, id, sub string)
 		s.listSessions(w, sb)
 	case strings.HasPrefix(sub, "/process/session/"):
 		s.sessionOp(w, r, sb, strings.Split(strings.TrimPrefix(sub, "/process/session/"), "/"))
-	case (sub == "/files/upload-v2" || sub == "/files/upload") && r.Method == http.MethodPost:
+	case sub == "/files/upload" && r.Method == http.MethodPost:
 		s.upload(w, r, sb)
 	case sub == "/files/download" && r.Method == http.MethodGet:
 		s.download(w, r, sb)
 	default:
-		apiError(w, http.StatusNotFound, "no toolbox route "+sub)
+		// The daemon's router (gin) answers an unknown route with a bare
+		// text 404 — the same status as a missing sandbox.
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "404 page not found")
 	}
 }
 
@@ -922,6 +1022,13 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 		if s.LegacyLogs {
 			writeJSON(w, http.StatusOK, map[string]string{"stdout": out, "stderr": errs})
 			return
+		}
+		// The daemon keeps the channel markers only for a client that asks
+		// for split output (daemon pkg/session/common.go, IsCombinedOutput:
+		// no SDK version header and X-Daytona-Split-Output: true); anyone
+		// else gets stdout and stderr merged, markers stripped.
+		if r.Header.Get("X-Daytona-SDK-Version") != "" || r.Header.Get("X-Daytona-Split-Output") != "true" {
+			j = bytes.ReplaceAll(bytes.ReplaceAll(j, []byte{1, 1, 1}, nil), []byte{2, 2, 2}, nil)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Content-Length", strconv.Itoa(len(j)))

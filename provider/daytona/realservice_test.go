@@ -1,0 +1,155 @@
+package daytona_test
+
+// Tests of the behaviours that broke against Daytona's real service
+// (issue 21); each names the public source (release v0.190.0) that decided it.
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/daytona"
+	"github.com/managoat/managoat/provider/daytona/daytonatest"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// The daemon strips the stream markers from a command's log unless the
+// request asks for split output (apps/daemon pkg/session/common.go,
+// IsCombinedOutput): without the header, stderr would arrive as stdout.
+func TestSpawnKeepsStderrApart(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "split")
+	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2; echo out2"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, term := collect(t, c)
+	if term.Kind != sandbox.Exit || term.Code != 0 {
+		t.Fatalf("terminal %v %d", term.Kind, term.Code)
+	}
+	if string(out) != "out\nout2\n" || string(errs) != "err\n" {
+		t.Fatalf("stdout %q stderr %q; want %q and %q", out, errs, "out\nout2\n", "err\n")
+	}
+	// Attach replays the same split.
+	ss, err := p.ListSessions(ctxT(t), h)
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("ListSessions = %v, %v", ss, err)
+	}
+	a, err := p.Attach(ctxT(t), h, ss[0].ID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, _ = collect(t, a)
+	if string(out) != "out\nout2\n" || string(errs) != "err\n" {
+		t.Fatalf("attach: stdout %q stderr %q", out, errs)
+	}
+	_ = srv
+}
+
+// The public daemon uploads at POST /files/upload (apps/daemon
+// pkg/toolbox/fs/upload_file.go); there is no upload-v2, and its 404 is the
+// router's, not a missing sandbox.
+func TestWriteFileUsesTheDaemonsUpload(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "files")
+	ctx := ctxT(t)
+	if err := p.WriteFile(ctx, h, "notes/a.txt", []byte("hello\x00\xff"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	got, err := p.ReadFile(ctx, h, "notes/a.txt")
+	if err != nil || string(got) != "hello\x00\xff" {
+		t.Fatalf("ReadFile = %q, %v", got, err)
+	}
+	if countRequests(srv, "POST /toolbox/") == 0 || strings.Contains(strings.Join(srv.Requests(), " "), "upload-v2") {
+		t.Fatalf("requests %q", srv.Requests())
+	}
+	// A 404 from the upload route of a sandbox that exists is not ErrNotFound.
+	srv.Inject("POST", "/files/upload", 1, daytonatest.Fault{Status: http.StatusNotFound, Body: `404 page not found`})
+	err = p.WriteFile(ctx, h, "notes/b.txt", []byte("x"), sandbox.WriteFileOptions{})
+	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("WriteFile after a route 404 = %v, want an error that is not ErrNotFound", err)
+	}
+	// The same 404 for a sandbox deleted meanwhile is ErrNotFound.
+	srv.Inject("POST", "/files/upload", 1, daytonatest.Fault{Status: http.StatusNotFound, Stall: 300 * time.Millisecond})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/sandbox/files", nil)
+		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+		if r, err := srv.Client().Do(req); err == nil {
+			r.Body.Close()
+		}
+	}()
+	if err := p.WriteFile(ctx, h, "c.txt", []byte("x"), sandbox.WriteFileOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("WriteFile to a sandbox deleted meanwhile = %v, want ErrNotFound", err)
+	}
+}
+
+// /process/execute runs as long as its timeout field says (apps/daemon
+// pkg/toolbox/process/execute.go; 408 on its own timeout): the HTTP request
+// must not be cut by the per-request timeout first.
+func TestExecLongerThanTheRequestTimeout(t *testing.T) {
+	_, p := fakeProvider(t, func(_ *daytonatest.Server, c *daytona.Config) { c.Timeout = 500 * time.Millisecond })
+	h := mustCreate(t, p, "slow")
+	res, err := p.Exec(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 1.5; echo done"}}, sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || res.ExitCode != 0 || string(res.Output) != "done\n" {
+		t.Fatalf("Exec = %q %d, %v", res.Output, res.ExitCode, err)
+	}
+	// Without a budget the call is bounded by the caller's context only.
+	res, err = p.Exec(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 1; echo done"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "done\n" {
+		t.Fatalf("Exec without a budget = %q %d, %v", res.Output, res.ExitCode, err)
+	}
+	// The daemon's own timeout (408) is the exec's timeout.
+	_, err = p.Exec(ctxT(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"5"}}, sandbox.ExecOptions{Timeout: 1 * time.Second})
+	if !sandbox.IsExecTimeout(err) {
+		t.Fatalf("Exec past its budget = %v", err)
+	}
+}
+
+// networkBlockAll wins over every list on the runner (apps/runner
+// pkg/docker/network.go), and the public-source runner never reads
+// domainAllowList: an allow-list must be sent without block-all, and refused
+// where nobody enforces it.
+func TestDomainAllowListIsEnforcedOrRefused(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
+		s.EnforceDomains = true
+		c.DomainAllowListEnforced = true
+	})
+	h := mustCreate(t, p, "egress")
+	ctx := ctxT(t)
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	if e := srv.Egress("egress"); e != "blocked" {
+		t.Fatalf("Allow: [] gives egress %q, want blocked", e)
+	}
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com", "*.pypi.org"}}); err != nil {
+		t.Fatal(err)
+	}
+	if e := srv.Egress("egress"); e != "domains:api.example.com,*.pypi.org" {
+		t.Fatalf("an allow-list gives egress %q", e)
+	}
+	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	if e := srv.Egress("egress"); e != "blocked" {
+		t.Fatalf("back to deny-all gives egress %q", e)
+	}
+
+	// A server whose runners ignore the list: refused, and the sandbox's
+	// egress is left as it was (blocked), never opened.
+	srv2, p2 := fakeProvider(t, nil)
+	h2 := mustCreate(t, p2, "public-runner")
+	if err := p2.ApplyNetworkPolicy(ctx, h2, sandbox.NetworkPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	err := p2.ApplyNetworkPolicy(ctx, h2, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}})
+	if sandbox.Kind(err) != "invalid" && !errors.Is(err, sandbox.ErrNotSupported) {
+		t.Fatalf("allow-list where it is not enforced = %v, want a refusal", err)
+	}
+	if e := srv2.Egress("public-runner"); e != "blocked" {
+		t.Fatalf("after the refusal egress is %q, want blocked", e)
+	}
+}
