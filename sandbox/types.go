@@ -177,7 +177,19 @@ type Session struct {
 	CreatedAt      time.Time // zero when unknown
 	LastActivityAt time.Time // zero when unknown
 	TTY            bool
+	// State is SessionRunning or SessionExited, or "" when the provider
+	// does not say (SessionLost: it ended with no exit status known).
+	State string
+	// ExitCode is an exited session's exit code (State SessionExited).
+	ExitCode int
 }
+
+// The session states a provider may report in Session.State.
+const (
+	SessionRunning = "running"
+	SessionExited  = "exited"
+	SessionLost    = "lost"
+)
 
 // NetworkPolicy is the complete list of domains a sandbox may reach;
 // everything else is denied. An empty or nil Allow denies all egress: it is
