@@ -32,7 +32,11 @@ type listed struct {
 	State     string            `json:"state"`
 	StartedAt string            `json:"startedAt"`
 	Metadata  map[string]string `json:"metadata"`
-	raw       json.RawMessage
+	// Domain is the sandbox's base domain, given by create, connect and
+	// GET /sandboxes/{id} (null for the default cluster), never by the
+	// listing.
+	Domain *string `json:"domain"`
+	raw    json.RawMessage
 }
 
 func (l listed) id() string {
@@ -47,7 +51,12 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // do sends one control-plane request and returns the body of a 2xx answer.
 // Everything else is an error of the taxonomy.
 func (p *Provider) do(ctx context.Context, method, path string, body any) (http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	return p.doTimeout(ctx, p.cfg.RequestTimeout, method, path, body)
+}
+
+// doTimeout is do bounded by timeout instead of RequestTimeout.
+func (p *Provider) doTimeout(ctx context.Context, timeout time.Duration, method, path string, body any) (http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -76,7 +85,7 @@ func (p *Provider) do(ctx context.Context, method, path string, body any) (http.
 		return nil, nil, transportError(ctx, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.Header, b, httpError(resp.StatusCode, b)
+		return resp.Header, b, httpError(resp.StatusCode, resp.Header, b)
 	}
 	return resp.Header, b, nil
 }
@@ -192,22 +201,43 @@ func (p *Provider) confirmGone(ctx context.Context, name string, err error, body
 		HTTP: &sandbox.HTTPDetail{Status: 404, Body: clip(string(body), 200)}}
 }
 
+// connect resumes a paused sandbox (or extends a running one's TTL) and
+// remembers the domain its answer names. A 409 (the sandbox is changing
+// state) is retried: connect is idempotent.
 func (p *Provider) connect(ctx context.Context, name, id string) error {
-	return p.byID(ctx, name, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect",
-		map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
+	var b []byte
+	err := p.retryTransition(ctx, "connect", func(ctx context.Context) error {
+		var err error
+		_, b, err = p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect",
+			map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
+		return err
+	})
+	if err != nil {
+		return p.confirmGone(ctx, name, err, b)
+	}
+	var l listed
+	if json.Unmarshal(b, &l) == nil {
+		p.rememberDomain(id, l.Domain)
+	}
+	return nil
 }
 
-// heartbeat renews id's TTL.
+// heartbeat renews id's TTL; a 409 (changing state) is retried.
 func (p *Provider) heartbeat(ctx context.Context, id string) error {
-	_, _, err := p.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout",
-		map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
-	return err
+	return p.retryTransition(ctx, "heartbeat", func(ctx context.Context) error {
+		_, _, err := p.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout",
+			map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
+		return err
+	})
 }
 
 func (p *Provider) kill(ctx context.Context, id string) error {
 	_, _, err := p.do(ctx, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil)
 	if isNotFound(err) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		p.domains.Delete(id)
 	}
 	return err
 }
@@ -228,6 +258,7 @@ func (p *Provider) createRaw(ctx context.Context, name string) (string, error) {
 		return "", &sandbox.UnavailableError{Reason: "create_unconfirmed",
 			HTTP: &sandbox.HTTPDetail{Status: 201, Body: clip(string(b), 200)}}
 	}
+	p.rememberDomain(s.id(), s.Domain)
 	return s.id(), nil
 }
 

@@ -8,18 +8,21 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/managoat/managoat/sandbox"
 )
 
 // Defaults of Config.
 const (
-	DefaultAPIURL            = "https://api.e2b.app"
-	DefaultTemplate          = "base"
-	DefaultUser              = "user"
-	DefaultRequestTimeout    = 30 * time.Second
-	DefaultSandboxTimeout    = 1800 * time.Second
-	DefaultHeartbeat         = 240 * time.Second
-	DefaultKeepaliveInterval = 50 * time.Second
-	DefaultMaxPages          = 40
+	DefaultAPIURL             = "https://api.e2b.app"
+	DefaultTemplate           = "base"
+	DefaultUser               = "user"
+	DefaultRequestTimeout     = 30 * time.Second
+	DefaultLongRequestTimeout = 2 * time.Minute
+	DefaultSandboxTimeout     = 1800 * time.Second
+	DefaultHeartbeat          = 240 * time.Second
+	DefaultKeepaliveInterval  = 50 * time.Second
+	DefaultMaxPages           = 40
 	// EnvdPort is the port of envd inside every sandbox.
 	EnvdPort = 49983
 )
@@ -29,14 +32,21 @@ const (
 type Config struct {
 	// APIKey is sent as X-API-Key to the control plane (E2B_API_KEY).
 	APIKey string
+	// Domain is the E2B domain (E2B_DOMAIN), default e2b.app. It names
+	// the control plane when APIURL is empty (https://api.<Domain>) and
+	// is the envd domain of a sandbox whose create or connect answer
+	// names none. When Domain is empty and APIURL is set, Domain is
+	// APIURL's host without its leading "api.".
+	Domain string
 	// APIURL is the control plane (E2B_API_URL, or E2B_BASE_URL),
-	// default https://api.e2b.app.
+	// default https://api.<Domain>.
 	APIURL string
 	// SandboxURL, when set (E2B_SANDBOX_URL), is the one endpoint that
 	// serves every sandbox's envd, routed by the E2b-Sandbox-Id and
 	// E2b-Sandbox-Port headers. When empty, envd is reached at
-	// <scheme>://49983-<sandboxID>.<domain>, the domain being APIURL's host
-	// without its leading "api.".
+	// <scheme>://49983-<sandboxID>.<domain>, the domain being the one the
+	// sandbox's create or connect answer (or GET /sandboxes/{id}) gave,
+	// else Domain; scheme is APIURL's.
 	SandboxURL string
 	// Template is the templateID of created sandboxes (E2B_TEMPLATE),
 	// default "base".
@@ -47,6 +57,15 @@ type Config struct {
 	// RequestTimeout bounds every control-plane and unary envd request and
 	// spawn's wait for envd's start event; default 30 s.
 	RequestTimeout time.Duration
+	// LongRequestTimeout bounds pause and connect, which snapshot or
+	// restore a whole VM (memory included) and can take longer than an
+	// ordinary request; default 2 min, never less than RequestTimeout.
+	LongRequestTimeout time.Duration
+	// TransitionBackoff paces the retries of idempotent calls that E2B
+	// answers 409 while the sandbox changes state (connect, timeout,
+	// network, envd's List, ListDir and file reads); its zero fields take
+	// 5 attempts, a 250 ms base and a 2 s ceiling. Only the 409 is retried.
+	TransitionBackoff sandbox.Backoff
 	// SandboxTimeout is the TTL given at create, connect and on every
 	// heartbeat, sent in whole seconds; default 1800 s.
 	SandboxTimeout time.Duration
@@ -71,11 +90,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ConfigFromEnv reads E2B_API_KEY, E2B_API_URL (or E2B_BASE_URL),
-// E2B_SANDBOX_URL, E2B_TEMPLATE and E2B_USER.
+// ConfigFromEnv reads E2B_API_KEY, E2B_DOMAIN, E2B_API_URL (or
+// E2B_BASE_URL), E2B_SANDBOX_URL, E2B_TEMPLATE and E2B_USER.
 func ConfigFromEnv() Config {
 	c := Config{
 		APIKey:     os.Getenv("E2B_API_KEY"),
+		Domain:     os.Getenv("E2B_DOMAIN"),
 		APIURL:     os.Getenv("E2B_API_URL"),
 		SandboxURL: os.Getenv("E2B_SANDBOX_URL"),
 		Template:   os.Getenv("E2B_TEMPLATE"),
@@ -94,12 +114,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.APIKey == "" {
 		return c, ErrNoAPIKey
 	}
+	c.Domain = strings.Trim(c.Domain, "./")
 	if c.APIURL == "" {
 		c.APIURL = DefaultAPIURL
+		if c.Domain != "" {
+			c.APIURL = "https://api." + c.Domain
+		}
 	}
 	c.APIURL = strings.TrimRight(c.APIURL, "/")
-	if _, err := url.Parse(c.APIURL); err != nil {
+	u, err := url.Parse(c.APIURL)
+	if err != nil {
 		return c, errors.New("e2b: bad API URL: " + err.Error())
+	}
+	if c.Domain == "" {
+		c.Domain = strings.TrimPrefix(u.Host, "api.")
 	}
 	c.SandboxURL = strings.TrimRight(c.SandboxURL, "/")
 	if c.Template == "" {
@@ -110,6 +138,19 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.LongRequestTimeout <= 0 {
+		c.LongRequestTimeout = DefaultLongRequestTimeout
+	}
+	c.LongRequestTimeout = max(c.LongRequestTimeout, c.RequestTimeout)
+	if c.TransitionBackoff.Attempts <= 0 {
+		c.TransitionBackoff.Attempts = 5
+	}
+	if c.TransitionBackoff.Base <= 0 {
+		c.TransitionBackoff.Base = 250 * time.Millisecond
+	}
+	if c.TransitionBackoff.Max <= 0 {
+		c.TransitionBackoff.Max = 2 * time.Second
 	}
 	if c.SandboxTimeout <= 0 {
 		c.SandboxTimeout = DefaultSandboxTimeout
@@ -144,16 +185,19 @@ func seconds(d time.Duration) int {
 	return s
 }
 
-// envdURL is the base URL of a sandbox's envd.
-func (c Config) envdURL(sandboxID string) string {
+// envdURL is the base URL of a sandbox's envd: SandboxURL when set,
+// else 49983-<id>.<domain>, domain being the sandbox's own (from its
+// create or connect answer) or, when it named none, Config.Domain.
+func (c Config) envdURL(sandboxID, domain string) string {
 	if c.SandboxURL != "" {
 		return c.SandboxURL
 	}
-	u, err := url.Parse(c.APIURL)
-	if err != nil {
-		return c.APIURL
+	if domain == "" {
+		domain = c.Domain
 	}
-	host := u.Host
-	host = strings.TrimPrefix(host, "api.")
-	return u.Scheme + "://" + itoa(EnvdPort) + "-" + sandboxID + "." + host
+	scheme := "https"
+	if u, err := url.Parse(c.APIURL); err == nil && u.Scheme != "" {
+		scheme = u.Scheme
+	}
+	return scheme + "://" + itoa(EnvdPort) + "-" + sandboxID + "." + domain
 }

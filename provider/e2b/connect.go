@@ -136,7 +136,11 @@ func decodeB64(s string) []byte {
 }
 
 func (p *Provider) envdRequest(ctx context.Context, sandboxID, method, rpath string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, p.cfg.envdURL(sandboxID)+rpath, body)
+	domain, err := p.sandboxDomain(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, p.cfg.envdURL(sandboxID, domain)+rpath, body)
 	if err != nil {
 		return nil, sandbox.Invalid("request", err.Error())
 	}
@@ -176,7 +180,7 @@ func (p *Provider) rpc(ctx context.Context, sandboxID, rpath string, in, out any
 		return transportError(ctx, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return httpError(resp.StatusCode, rb)
+		return httpError(resp.StatusCode, resp.Header, rb)
 	}
 	if out != nil && len(rb) > 0 {
 		if err := json.Unmarshal(rb, out); err != nil {
@@ -226,7 +230,7 @@ func (p *Provider) startStream(ctx context.Context, sandboxID string, sr startRe
 		defer cancel()
 		defer resp.Body.Close()
 		rb, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-		return nil, httpError(resp.StatusCode, rb)
+		return nil, httpError(resp.StatusCode, resp.Header, rb)
 	}
 	return &cancelBody{ReadCloser: resp.Body, cancel: cancel}, nil
 }
@@ -245,7 +249,9 @@ func (p *Provider) listProcesses(ctx context.Context, sandboxID string) ([]proce
 	var out struct {
 		Processes []processInfo `json:"processes"`
 	}
-	if err := p.unary(ctx, sandboxID, "List", struct{}{}, &out); err != nil {
+	if err := p.retryTransition(ctx, "list processes", func(ctx context.Context) error {
+		return p.unary(ctx, sandboxID, "List", struct{}{}, &out)
+	}); err != nil {
 		return nil, err
 	}
 	return out.Processes, nil
@@ -281,7 +287,7 @@ func (p *Provider) writeFile(ctx context.Context, sandboxID, fpath string, data 
 	defer resp.Body.Close()
 	rb, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return httpError(resp.StatusCode, rb)
+		return httpError(resp.StatusCode, resp.Header, rb)
 	}
 	return nil
 }
@@ -289,6 +295,10 @@ func (p *Provider) writeFile(ctx context.Context, sandboxID, fpath string, data 
 // readFile downloads path through envd's files API; a 404 is ErrNotFound
 // (of the file, not the sandbox).
 func (p *Provider) readFile(ctx context.Context, sandboxID, fpath string, limit int64) ([]byte, error) {
+	return sandbox.RetryValue(ctx, p.transitionBackoff("read file"), func(ctx context.Context) ([]byte, error) { return p.readFileOnce(ctx, sandboxID, fpath, limit) })
+}
+
+func (p *Provider) readFileOnce(ctx context.Context, sandboxID, fpath string, limit int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	q := url.Values{"path": {fpath}, "username": {p.cfg.User}}
@@ -306,7 +316,7 @@ func (p *Provider) readFile(ctx context.Context, sandboxID, fpath string, limit 
 		return nil, transportError(ctx, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, httpError(resp.StatusCode, rb)
+		return nil, httpError(resp.StatusCode, resp.Header, rb)
 	}
 	return rb, nil
 }
@@ -326,6 +336,8 @@ func (p *Provider) listDir(ctx context.Context, sandboxID, dir string) ([]dirEnt
 	var out struct {
 		Entries []dirEntry `json:"entries"`
 	}
-	err := p.rpc(ctx, sandboxID, "/filesystem.Filesystem/ListDir", map[string]any{"path": dir, "depth": 1}, &out)
+	err := p.retryTransition(ctx, "list directory", func(ctx context.Context) error {
+		return p.rpc(ctx, sandboxID, "/filesystem.Filesystem/ListDir", map[string]any{"path": dir, "depth": 1}, &out)
+	})
 	return out.Entries, err
 }

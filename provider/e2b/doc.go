@@ -15,9 +15,34 @@
 // (no protoc here) or a custom codec, and, more importantly, it folds HTTP
 // statuses into Connect codes (429 becomes "unavailable", 404
 // "unimplemented"), which would lose the contract's status table and a
-// 429's retryAfterSeconds. The surface needed is one server stream and
+// 429's Retry-After header. The surface needed is one server stream and
 // four unary methods, so the codec is a hundred lines and keeps every
 // status and byte visible.
+//
+// # Behaviour of the real service
+//
+// These follow E2B's public sources (spec/openapi.yml of e2b-dev/E2B and
+// the API handlers of e2b-dev/infra), and package e2btest models them:
+//
+//   - A sandbox's envd lives at 49983-<id>.<domain>, the domain being the
+//     one its create or connect answer names ("domain", set for a team on
+//     its own cluster, null on the default one), else Config.Domain
+//     (E2B_DOMAIN, which also makes the control plane https://api.<domain>).
+//     A sandbox this process did not create or connect is looked up once
+//     with GET /sandboxes/{id}.
+//   - A 429 carries its wait in the Retry-After header (seconds or an
+//     HTTP-date); nothing in the body is read as a hint.
+//   - A 409 means the sandbox is changing state (pausing, resuming,
+//     snapshotting, being killed), from the control plane and from the
+//     envd proxy alike: Unavailable{sandbox_transitioning}, transient.
+//     Connect, timeout, network and envd's List, ListDir and file reads are
+//     idempotent and are retried while it lasts (Config.TransitionBackoff).
+//     Pause answers 409 both when the sandbox is already paused and when
+//     it cannot be paused now, so Suspend is success only when a re-read
+//     of the listing says paused; otherwise the sandbox is still running
+//     and billing, and Suspend says so.
+//   - Pause and connect snapshot or restore a whole VM and get
+//     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //
 // # Identity, TTL and suspend
 //

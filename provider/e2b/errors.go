@@ -2,28 +2,62 @@ package e2b
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/managoat/managoat/sandbox"
 )
 
 // httpError maps a non-success HTTP answer to the taxonomy (§3.2): 404 →
-// ErrNotFound, 401/403 → Denied, 429 → RateLimited with the body's
-// retryAfterSeconds when it is a non-negative integer, ≥500 → Unavailable,
-// anything else → Invalid. The body (clipped) becomes the error's detail.
-func httpError(status int, body []byte) error {
-	var ra any
-	if status == http.StatusTooManyRequests {
-		var m map[string]any
-		if json.Unmarshal(body, &m) == nil {
-			ra = m["retryAfterSeconds"]
+// ErrNotFound, 401/403 → Denied, 429 → RateLimited with the Retry-After
+// header's hint (whole seconds or an HTTP-date; E2B's rate limiter sets
+// the header and puts nothing of the kind in the body), 409 → Unavailable
+// {sandbox_transitioning} (E2B answers 409 while a sandbox is pausing,
+// resuming, snapshotting or being killed: a state that passes, not a bad
+// request), ≥500 → Unavailable, anything else → Invalid. The body
+// (clipped) becomes the error's detail.
+func httpError(status int, header http.Header, body []byte) error {
+	if status == http.StatusConflict {
+		return &sandbox.UnavailableError{Reason: ReasonTransitioning,
+			HTTP: &sandbox.HTTPDetail{Status: status, Body: clip(string(body), 512)}}
+	}
+	return sandbox.FromHTTPStatus(status, clip(string(body), 512), retryAfter(header, time.Now()))
+}
+
+// ReasonTransitioning is the UnavailableError reason of E2B's 409: the
+// sandbox is changing state (pausing, resuming, snapshotting, killing).
+const ReasonTransitioning = "sandbox_transitioning"
+
+// isTransitioning reports whether err is E2B's 409.
+func isTransitioning(err error) bool {
+	var u *sandbox.UnavailableError
+	return errors.As(err, &u) && u.Reason == ReasonTransitioning
+}
+
+// retryAfter reads a Retry-After header (RFC 9110 §10.2.3): a
+// non-negative number of seconds, or an HTTP-date, taken relative to now
+// (a date in the past is no wait). Anything else is no hint.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > 1<<31 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d.Round(time.Second)
 		}
 	}
-	return sandbox.FromHTTPStatus(status, clip(string(body), 512), sandbox.RetryAfterFromJSON(ra))
+	return 0
 }
 
 func clip(s string, n int) string {

@@ -32,6 +32,8 @@ func newEnv(t *testing.T, fo e2btest.Options, tweak func(*e2b.Config)) *env {
 		SandboxURL:     srv.SandboxURL(),
 		User:           srv.User(),
 		RequestTimeout: 5 * time.Second,
+		// E2B's 409 (changing state) is retried; quickly in tests.
+		TransitionBackoff: sandbox.Backoff{Base: 5 * time.Millisecond, Max: 20 * time.Millisecond},
 	}
 	if tweak != nil {
 		tweak(&cfg)

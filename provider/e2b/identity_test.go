@@ -224,8 +224,11 @@ func TestSuspendResume(t *testing.T) {
 	if sb, _ := e.srv.Lookup(id); sb.State != "running" {
 		t.Fatalf("state %s after Resume", sb.State)
 	}
-	// A pause that races another (409) is success.
-	e.srv.Inject(e2btest.Fault{Path: "/sandboxes/" + id + "/pause", Status: 409, Body: `{"code":409,"message":"already paused"}`})
+	// A pause that races another (the listing still said running, E2B
+	// answers 409 already paused) is success once a re-read says paused.
+	e.srv.Pause(id)
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Status: 200,
+		Body: `[{"sandboxID":"` + id + `","state":"running","metadata":{"fountain_name":"sr-1","fountain":"1"}}]`})
 	if err := e.p.Suspend(ctx(t), h); err != nil {
 		t.Fatalf("Suspend with 409 = %v", err)
 	}

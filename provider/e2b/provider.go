@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/managoat/managoat/sandbox"
@@ -20,7 +21,8 @@ const Name = "e2b"
 
 // Provider is a sandbox.Provider for E2B. It is safe for concurrent use.
 type Provider struct {
-	cfg Config
+	cfg     Config
+	domains sync.Map // sandbox id → its envd domain ("" for Config.Domain)
 }
 
 var (
@@ -164,10 +166,19 @@ func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	if l.State == "paused" {
 		return nil
 	}
-	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(l.id())+"/pause", struct{}{})
-	var inv *sandbox.InvalidError
-	if errors.As(err, &inv) && inv.HTTP != nil && inv.HTTP.Status == http.StatusConflict {
-		return nil // already paused
+	_, b, err := p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes/"+url.PathEscape(l.id())+"/pause", struct{}{})
+	if isTransitioning(err) {
+		// E2B's 409 is "already paused" or "cannot be paused while in
+		// <state>": only a re-read that says paused makes it success; a
+		// sandbox that is still running (and billing) is not suspended.
+		now, ferr := p.find(ctx, h.Name)
+		if ferr == nil && now.id() == l.id() && now.State == "paused" {
+			return nil
+		}
+		return err
+	}
+	if err == nil {
+		p.domains.Delete(l.id()) // a resume may place it elsewhere
 	}
 	return p.confirmGone(ctx, h.Name, err, b)
 }
@@ -523,8 +534,11 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 		return err
 	}
 	allow := append([]string{}, pol.Allow...)
-	return p.byID(ctx, h.Name, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network",
-		map[string][]string{"denyOut": {"0.0.0.0/0"}, "allowOut": allow})
+	// PUT replaces the rules, so repeating it after a 409 is safe.
+	return p.retryTransition(ctx, "network", func(ctx context.Context) error {
+		return p.byID(ctx, h.Name, http.MethodPut, "/sandboxes/"+url.PathEscape(id)+"/network",
+			map[string][]string{"denyOut": {"0.0.0.0/0"}, "allowOut": allow})
+	})
 }
 
 // PublicURL is ErrUnsupported: E2B exposes per-port hostnames only and

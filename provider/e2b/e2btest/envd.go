@@ -37,6 +37,14 @@ type sbx struct {
 	home      string
 	journal   string
 	procs     map[uint32]*proc // live processes; guarded by srv.mu
+
+	envdVersion string
+	// transition, while set, is the state the sandbox is changing through
+	// (pausing, snapshotting, killing, resuming) until transitionEnd; then
+	// it becomes transitionTo ("" means removed).
+	transition    string
+	transitionTo  string
+	transitionEnd time.Time
 }
 
 func (sb *sbx) snapshot() Sandbox {
@@ -197,11 +205,19 @@ func connectError(w http.ResponseWriter, status int, code, msg string) {
 
 // sandboxFor routes an envd request and checks its user.
 func (s *Server) sandboxFor(w http.ResponseWriter, r *http.Request) (*sbx, bool) {
+	// Addressed by host (49983-<id>.<domain>), the domain must be the
+	// cluster's: a host under any other domain reaches no sandbox. The
+	// E2b-Sandbox-Id header routes requests sent to one endpoint
+	// (E2B_SANDBOX_URL).
 	id := r.Header.Get("E2b-Sandbox-Id")
-	if id == "" {
-		host, _, _ := strings.Cut(r.Host, ".")
-		if rest, ok := strings.CutPrefix(host, "49983-"); ok {
-			id = rest
+	hostname, _, _ := strings.Cut(r.Host, ":")
+	if first, domain, ok := strings.Cut(hostname, "."); ok {
+		if hid, ok := strings.CutPrefix(first, "49983-"); ok {
+			if domain != s.opts.Domain {
+				writeJSON(w, http.StatusBadGateway, map[string]any{"code": 502, "message": "The sandbox was not found", "sandboxId": hid})
+				return nil, false
+			}
+			id = hid
 		}
 	}
 	if user, _, ok := r.BasicAuth(); ok && user != s.opts.User {
@@ -211,7 +227,14 @@ func (s *Server) sandboxFor(w http.ResponseWriter, r *http.Request) (*sbx, bool)
 	s.mu.Lock()
 	sb, ok := s.sandboxes[id]
 	running := ok && sb.state == "running"
+	transitioning := ok && sb.transition != ""
 	s.mu.Unlock()
+	if transitioning {
+		// The client proxy's answer while a sandbox changes state.
+		writeJSON(w, http.StatusConflict, map[string]any{"code": 409, "sandboxId": id,
+			"message": "The sandbox is still transitioning. Try again in a moment."})
+		return nil, false
+	}
 	if !running {
 		// E2B's edge answers 502 for a sandbox it cannot route to.
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": 502, "message": "The sandbox was not found", "sandboxId": id})

@@ -14,7 +14,8 @@ func ExampleNewServer() {
 	srv := e2btest.NewServer(e2btest.Options{MaxPage: 10})
 	defer srv.Close()
 	id := srv.CreateSandbox(map[string]string{e2b.MetaName: "staged", e2b.MetaMarker: "1"}, 300, true)
-	srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Status: 429, Body: `{"retryAfterSeconds":2}`})
+	srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Status: 429,
+		Body: `{"code":429,"message":"Rate limit exceeded"}`, Header: map[string]string{"Retry-After": "2"}})
 
 	p, _ := e2b.New(e2b.Config{APIKey: srv.APIKey(), APIURL: srv.APIURL(), SandboxURL: srv.SandboxURL()})
 	defer p.Close()

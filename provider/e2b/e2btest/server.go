@@ -37,10 +37,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -63,6 +65,24 @@ type Options struct {
 	// Dir holds the sandboxes' scratch directories; default a temporary
 	// directory removed by Close.
 	Dir string
+	// Domain is the cluster's sandbox domain, default "e2b.app". envd
+	// answers a request addressed by host (49983-<id>.<domain>) only when
+	// <domain> is this one: a client that derives the domain from
+	// anywhere else reaches no sandbox (502).
+	Domain string
+	// AnnounceDomain makes create, connect and GET /sandboxes/{id} name
+	// Domain in their answers' "domain", as a team on its own cluster
+	// sees; without it they answer "domain": null, as the default cluster
+	// does, and the client must know the domain (E2B_DOMAIN).
+	AnnounceDomain bool
+	// EnvdVersion is the envd version every sandbox reports, default
+	// "0.6.13". Below 0.3.0 envd ignores Start's stdin field (stdin is
+	// always open); below 0.5.2 it has no CloseStdin (Connect
+	// unimplemented, HTTP 404).
+	EnvdVersion string
+	// Templates are the template ids and aliases create accepts; default
+	// "base". Any other is answered 404 "template '<id>' not found".
+	Templates []string
 }
 
 // Plane names one of the two planes, for Fault and Request.
@@ -97,6 +117,8 @@ type Fault struct {
 	// Match, when set, limits the fault to requests whose body contains it
 	// (e.g. a word of the command a Start runs).
 	Match string
+	// Header is set on a Status answer (e.g. a 429's Retry-After).
+	Header map[string]string
 }
 
 // Request is one request the server saw.
@@ -143,6 +165,15 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxPage <= 0 {
 		opts.MaxPage = 100
+	}
+	if opts.Domain == "" {
+		opts.Domain = "e2b.app"
+	}
+	if opts.EnvdVersion == "" {
+		opts.EnvdVersion = "0.6.13"
+	}
+	if len(opts.Templates) == 0 {
+		opts.Templates = []string{"base"}
 	}
 	s := &Server{opts: opts, sandboxes: map[string]*sbx{}, closing: make(chan struct{})}
 	if opts.Dir == "" {
@@ -243,6 +274,9 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault) bo
 		}
 		return true
 	case f.Status != 0:
+		for k, v := range f.Header {
+			w.Header().Set(k, v)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.Status)
 		_, _ = w.Write([]byte(f.Body))
@@ -376,8 +410,9 @@ func (s *Server) ttlLoop() {
 			return
 		case now := <-t.C:
 			s.mu.Lock()
+			s.endTransitionsLocked(now)
 			for id, sb := range s.sandboxes {
-				if sb.state != "running" || now.Before(sb.endAt) {
+				if sb.state != "running" || sb.transition != "" || now.Before(sb.endAt) {
 					continue
 				}
 				if sb.autoPause {
@@ -412,7 +447,7 @@ func (s *Server) createLocked(template string, metadata map[string]string, timeo
 		md[k] = v
 	}
 	now := time.Now()
-	sb := &sbx{srv: s, id: id, template: template, state: "running", startedAt: now,
+	sb := &sbx{srv: s, id: id, template: template, state: "running", startedAt: now, envdVersion: s.opts.EnvdVersion,
 		endAt: now.Add(s.secs(timeout)), autoPause: autoPause, metadata: md,
 		dir: dir, home: home, journal: journal, procs: map[uint32]*proc{}}
 	s.sandboxes[id] = sb
@@ -431,6 +466,29 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 
 const stampLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
+// domainJSON is the "domain" of create, connect and detail answers.
+func (s *Server) domainJSON() any {
+	if s.opts.AnnounceDomain {
+		return s.opts.Domain
+	}
+	return nil
+}
+
+// Domain is the cluster's sandbox domain (Options.Domain).
+func (s *Server) Domain() string { return s.opts.Domain }
+
+// detailJSON is GET /sandboxes/{id}: the listing's fields and the domain
+// (a paused sandbox's detail names none).
+func (sb *sbx) detailJSON() map[string]any {
+	m := sb.listedJSON()
+	m["domain"] = nil
+	if sb.state == "running" {
+		m["domain"] = sb.srv.domainJSON()
+	}
+	return m
+}
+
+// listedJSON is one element of the v2 listing, which has no domain.
 func (sb *sbx) listedJSON() map[string]any {
 	return map[string]any{
 		"templateID":  sb.template,
@@ -443,7 +501,7 @@ func (sb *sbx) listedJSON() map[string]any {
 		"diskSizeMB":  1024,
 		"metadata":    sb.metadata,
 		"state":       sb.state,
-		"envdVersion": "0.2.0",
+		"envdVersion": sb.envdVersion,
 	}
 }
 
@@ -499,6 +557,10 @@ func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
 		apiError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
+	if !slices.Contains(s.opts.Templates, req.TemplateID) {
+		apiError(w, http.StatusNotFound, "template '"+req.TemplateID+"' not found")
+		return
+	}
 	timeout := 15
 	if req.Timeout != nil {
 		timeout = *req.Timeout
@@ -507,7 +569,8 @@ func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
 	sb := s.createLocked(req.TemplateID, req.Metadata, timeout, req.AutoPause)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusCreated, map[string]any{
-		"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": "0.2.0",
+		"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": sb.envdVersion,
+		"domain": s.domainJSON(),
 	})
 }
 
@@ -585,26 +648,104 @@ func (sb *sbx) matches(want map[string][]string) bool {
 	return true
 }
 
-func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action string, body []byte) {
+// changingStateMsg is E2B's 409 message for a sandbox changing state.
+func changingStateMsg(id, state string) string {
+	switch state {
+	case "killing":
+		return "Sandbox \"" + id + "\" is being killed"
+	case "pausing":
+		return "Sandbox \"" + id + "\" is being paused"
+	case "snapshotting":
+		return "Sandbox \"" + id + "\" is being snapshotted"
+	}
+	return "Sandbox \"" + id + "\" is in " + state + " state"
+}
+
+// Transition puts a sandbox into a state change (pausing, snapshotting,
+// killing, resuming) for d, after which it is in state to ("paused",
+// "running", or "" for removed). Meanwhile, as E2B does: pause, timeout
+// and network answer 409; connect answers 409 to a sandbox being killed
+// and otherwise waits for the change to end; envd's proxy answers 409.
+func (s *Server) Transition(id, state, to string, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[id]
 	if !ok {
+		return false
+	}
+	sb.transition, sb.transitionTo, sb.transitionEnd = state, to, time.Now().Add(d)
+	if to == "paused" {
+		for _, p := range sb.procs {
+			_ = syscall.Kill(-p.pid(), syscall.SIGSTOP)
+		}
+	}
+	return true
+}
+
+// endTransitionsLocked completes the state changes whose time is up.
+func (s *Server) endTransitionsLocked(now time.Time) {
+	for id, sb := range s.sandboxes {
+		if sb.transition == "" || now.Before(sb.transitionEnd) {
+			continue
+		}
+		sb.transition = ""
+		switch sb.transitionTo {
+		case "":
+			s.killLocked(id)
+		case "paused":
+			sb.pause()
+		case "running":
+			sb.resume()
+		}
+	}
+}
+
+func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action string, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if ok && sb.transition != "" && action == "connect" && sb.transition != "killing" {
+		// Connect waits for the change to end, as E2B's handler does.
+		for ok && sb.transition != "" {
+			s.mu.Unlock()
+			select {
+			case <-r.Context().Done():
+			case <-s.closing:
+			case <-time.After(s.opts.TTLCheck):
+			}
+			s.mu.Lock()
+			if r.Context().Err() != nil || s.closed {
+				return
+			}
+			sb, ok = s.sandboxes[id]
+		}
+	}
+	if !ok {
 		apiError(w, http.StatusNotFound, "sandbox \""+id+"\" not found")
 		return
+	}
+	if sb.transition != "" {
+		switch action {
+		case "pause":
+			apiError(w, http.StatusConflict, "Sandbox '"+id+"' cannot be paused while in '"+sb.transition+"' state")
+			return
+		case "timeout", "network", "connect":
+			apiError(w, http.StatusConflict, changingStateMsg(id, sb.transition))
+			return
+		}
 	}
 	var t struct {
 		Timeout *int `json:"timeout"`
 	}
 	switch {
 	case action == "" && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, sb.listedJSON())
+		writeJSON(w, http.StatusOK, sb.detailJSON())
 	case action == "" && r.Method == http.MethodDelete:
 		s.killLocked(id)
 		w.WriteHeader(http.StatusNoContent)
 	case action == "pause" && r.Method == http.MethodPost:
 		if sb.state == "paused" {
-			apiError(w, http.StatusConflict, "sandbox is already paused")
+			apiError(w, http.StatusConflict, "Error pausing sandbox - sandbox '"+id+"' is already paused")
 			return
 		}
 		sb.pause()
@@ -623,7 +764,8 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		} else if end.After(sb.endAt) {
 			sb.endAt = end
 		}
-		writeJSON(w, status, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": "0.2.0"})
+		writeJSON(w, status, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
+			"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
 	case action == "timeout" && r.Method == http.MethodPost:
 		if json.Unmarshal(body, &t) != nil || t.Timeout == nil {
 			apiError(w, http.StatusBadRequest, "timeout is required")

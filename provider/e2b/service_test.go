@@ -1,0 +1,267 @@
+package e2b_test
+
+// Behaviours of the real service that the fake models (issue 21): the
+// sandbox's own domain, Retry-After as a header, 409 as a state change.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/e2b"
+	"github.com/managoat/managoat/provider/e2b/e2btest"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// hostRouter is an HTTP client that resolves names the way E2B's DNS
+// would for the fake: api.<anything> is the control plane, 49983-<id>.<any
+// domain> is envd (which itself refuses a domain that is not its
+// cluster's). It records every host it dialled.
+type hostRouter struct {
+	mu     sync.Mutex
+	dialed []string
+}
+
+func (hr *hostRouter) client(srv *e2btest.Server) *http.Client {
+	api := strings.TrimPrefix(srv.APIURL(), "http://")
+	envd := strings.TrimPrefix(srv.SandboxURL(), "http://")
+	var d net.Dialer
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, _ := net.SplitHostPort(addr)
+		hr.mu.Lock()
+		hr.dialed = append(hr.dialed, addr)
+		hr.mu.Unlock()
+		switch {
+		case strings.HasPrefix(host, "api."):
+			return d.DialContext(ctx, network, api)
+		case strings.HasPrefix(host, "49983-"):
+			return d.DialContext(ctx, network, envd)
+		}
+		return nil, errors.New("no such host " + host)
+	}}
+	return &http.Client{Transport: tr}
+}
+
+func (hr *hostRouter) hosts() []string {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	return append([]string(nil), hr.dialed...)
+}
+
+// A team on its own cluster: the create answer names the sandbox's domain,
+// which is not the API URL's; every envd call must go there. A second
+// provider (another CLI run) that did not create the sandbox finds the
+// domain through GET /sandboxes/{id}.
+func TestEnvdUsesTheSandboxDomain(t *testing.T) {
+	srv := e2btest.NewServer(e2btest.Options{Domain: "byoc.example", AnnounceDomain: true})
+	defer srv.Close()
+	hr := &hostRouter{}
+	cfg := e2b.Config{APIKey: srv.APIKey(), APIURL: "http://api.e2b.test", User: srv.User(),
+		HTTPClient: hr.client(srv), RequestTimeout: 5 * time.Second}
+	p, err := e2b.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h, err := p.Create(ctx(t), "byoc-1", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"hi"}}, sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || string(res.Output) != "hi\n" {
+		t.Fatalf("Exec on a sandbox of another domain = %q, %v", res.Output, err)
+	}
+	id := h.Private.(string)
+	want := "49983-" + id + ".byoc.example:80"
+	for _, a := range hr.hosts() {
+		if strings.HasPrefix(a, "49983-") && a != want {
+			t.Fatalf("envd dialled at %s, want %s", a, want)
+		}
+	}
+
+	p2, err := e2b.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	srv.ResetRequests()
+	if err := p2.WriteFile(ctx(t), h, "/home/user/x", []byte("x"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatalf("WriteFile from a provider that did not create the sandbox: %v", err)
+	}
+	detail := false
+	for _, r := range srv.Requests() {
+		if r.Plane == e2btest.API && r.Method == http.MethodGet && r.Path == "/sandboxes/"+id {
+			detail = true
+		}
+	}
+	if !detail {
+		t.Fatal("the domain of a sandbox this provider did not create was not read from GET /sandboxes/{id}")
+	}
+
+	// A paused sandbox's detail names no domain; the connect that resumes
+	// it does.
+	p3, _ := e2b.New(cfg)
+	defer p3.Close()
+	srv.Pause(id)
+	if _, err := p3.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil {
+		t.Fatalf("Exec after a pause, from a fresh provider: %v", err)
+	}
+}
+
+// The default cluster answers "domain": null; the client's domain
+// (E2B_DOMAIN) is the envd domain, and also names the control plane when
+// no API URL is given.
+func TestDomainFromConfig(t *testing.T) {
+	srv := e2btest.NewServer(e2btest.Options{Domain: "corp.example"})
+	defer srv.Close()
+	hr := &hostRouter{}
+	p, err := e2b.New(e2b.Config{APIKey: srv.APIKey(), APIURL: "http://api.e2b.test", Domain: "corp.example",
+		User: srv.User(), HTTPClient: hr.client(srv), RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h, err := p.Create(ctx(t), "corp-1", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"ok"}}, sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil || string(res.Output) != "ok\n" {
+		t.Fatalf("Exec = %q, %v", res.Output, err)
+	}
+
+	t.Setenv("E2B_API_KEY", "k")
+	t.Setenv("E2B_API_URL", "")
+	t.Setenv("E2B_BASE_URL", "")
+	t.Setenv("E2B_DOMAIN", "corp.example")
+	cfg := e2b.ConfigFromEnv()
+	if cfg.Domain != "corp.example" {
+		t.Fatalf("ConfigFromEnv().Domain = %q", cfg.Domain)
+	}
+	hr2 := &hostRouter{}
+	cfg.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		hr2.mu.Lock()
+		hr2.dialed = append(hr2.dialed, addr)
+		hr2.mu.Unlock()
+		return nil, errors.New("offline")
+	}}}
+	p2, err := e2b.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	_, _ = p2.ListAllNames(ctx(t))
+	if got := hr2.hosts(); len(got) == 0 || got[0] != "api.corp.example:443" {
+		t.Fatalf("with E2B_DOMAIN=corp.example the control plane was dialled at %v, want api.corp.example:443", got)
+	}
+}
+
+// E2B's rate limiter puts the wait in a Retry-After header (seconds or an
+// HTTP-date), never in the body.
+func TestRetryAfterHeader(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	h := e.create("ra-1")
+	body := `{"code":429,"message":"Rate limit exceeded"}`
+	rows := []struct {
+		name   string
+		header map[string]string
+		body   string
+		want   time.Duration
+		slack  time.Duration
+	}{
+		{"seconds", map[string]string{"Retry-After": "7"}, body, 7 * time.Second, 0},
+		{"http-date", map[string]string{"Retry-After": time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)}, body, 30 * time.Second, 2 * time.Second},
+		{"past date", map[string]string{"Retry-After": "Mon, 02 Jan 2006 15:04:05 GMT"}, body, 0, 0},
+		{"negative", map[string]string{"Retry-After": "-3"}, body, 0, 0},
+		{"garbage", map[string]string{"Retry-After": "soon"}, body, 0, 0},
+		{"body is not a source", nil, `{"code":429,"retryAfterSeconds":9}`, 0, 0},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			check := func(where string, err error) {
+				t.Helper()
+				var rl *sandbox.RateLimitedError
+				if !errors.As(err, &rl) {
+					t.Fatalf("%s: %v, want RateLimited", where, err)
+				}
+				if d := rl.RetryAfter - row.want; d > row.slack || d < -row.slack {
+					t.Fatalf("%s: retry after %v, want %v", where, rl.RetryAfter, row.want)
+				}
+			}
+			e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Status: 429, Body: row.body, Header: row.header})
+			_, err := e.p.ListAllNames(ctx(t))
+			check("control plane", err)
+			e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Status: 429, Body: row.body, Header: row.header})
+			_, err = e.p.Spawn(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.SpawnOptions{})
+			check("envd", err)
+		})
+	}
+}
+
+// E2B answers 409 while a sandbox changes state: pause answers it both for
+// "already paused" and for "cannot be paused while snapshotting", so only a
+// re-read that says paused is success; timeout, connect, network and the
+// envd proxy answer it too, and it passes.
+func TestConflictIsATransition(t *testing.T) {
+	e := newEnv(t, e2btest.Options{TTLCheck: 5 * time.Millisecond}, func(c *e2b.Config) {
+		c.TransitionBackoff = sandbox.Backoff{Attempts: 40, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+	})
+	h := e.create("tr-1")
+	id := h.Private.(string)
+
+	// Suspend while snapshotting: the sandbox keeps running, so it is not
+	// suspended.
+	e.srv.Transition(id, "snapshotting", "running", time.Hour)
+	err := e.p.Suspend(ctx(t), h)
+	if sandbox.Kind(err) != "unavailable" || !sandbox.Transient(err) {
+		t.Fatalf("Suspend of a sandbox that is snapshotting = %v, want a transient Unavailable", err)
+	}
+	if sb, _ := e.srv.Lookup(id); sb.State != "running" {
+		t.Fatalf("state %s", sb.State)
+	}
+	// envd behind the proxy: 409, transient, not Invalid.
+	_, err = e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 5 * time.Second})
+	if sandbox.Kind(err) != "unavailable" {
+		t.Fatalf("Exec while snapshotting = %v, want Unavailable", err)
+	}
+	// Idempotent calls ride a short transition out.
+	e.srv.Transition(id, "snapshotting", "running", 50*time.Millisecond)
+	if err := e.p.ApplyNetworkPolicy(ctx(t), h, sandbox.NetworkPolicy{Allow: []string{"example.com"}}); err != nil {
+		t.Fatalf("ApplyNetworkPolicy across a 50 ms transition = %v", err)
+	}
+	e.srv.Transition(id, "snapshotting", "running", 50*time.Millisecond)
+	if _, err := e.p.ListSessions(ctx(t), h); err != nil {
+		t.Fatalf("ListSessions across a 50 ms transition = %v", err)
+	}
+	// The heartbeat (POST /timeout) retries its 409 too: a command whose
+	// first heartbeat meets a transition still renews the TTL.
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/timeout", Status: 409,
+		Body: `{"code":409,"message":"Sandbox \"` + id + `\" is being snapshotted"}`, Times: 2})
+	e.srv.ResetRequests()
+	if _, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"0.3"}}, sandbox.ExecOptions{Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range e.srv.Requests() {
+		if r.Plane == e2btest.API && strings.HasSuffix(r.Path, "/timeout") {
+			n++
+		}
+	}
+	if n < 3 {
+		t.Fatalf("%d timeout requests, want the two 409s retried", n)
+	}
+	// Pausing while it pauses: the re-read says paused only once it is.
+	e.srv.Transition(id, "pausing", "paused", 20*time.Millisecond)
+	eventually(t, 5*time.Second, "the pause to finish", func() bool { sb, _ := e.srv.Lookup(id); return sb.State == "paused" })
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatalf("Suspend of a paused sandbox = %v", err)
+	}
+	// Connect waits out a pause server-side and resumes.
+	if _, err := e.p.Resume(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+}
