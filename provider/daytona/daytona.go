@@ -81,6 +81,8 @@ type sandboxBody struct {
 	ID              string `json:"id"`
 	Name            string `json:"name"`
 	State           string `json:"state"`
+	DesiredState    string `json:"desiredState"`
+	Target          string `json:"target"`
 	ToolboxProxyURL string `json:"toolboxProxyUrl"`
 	ErrorReason     string `json:"errorReason"`
 }
@@ -144,10 +146,25 @@ func (p *Provider) getSandbox(ctx context.Context, name string) (*sandboxBody, [
 		return nil, nil, &sandbox.InvalidError{Reason: sandbox.ReasonHTTP, Msg: "sandbox record is not a JSON object",
 			HTTP: &sandbox.HTTPDetail{Status: r.status, Body: bodyText(r.body)}}
 	}
-	if sb.State == "destroyed" {
+	if sb.deleted() {
 		return nil, nil, sandbox.ErrNotFound
 	}
 	return &sb, r.body, nil
+}
+
+// deleted reports a soft-deleted sandbox: the API renames it
+// DESTROYED_<name>_<ms> and sets desiredState destroyed at once, and it is
+// listed while "destroying" (apps/api sandbox.entity.ts,
+// getSoftDeleteUpdate).
+func (sb *sandboxBody) deleted() bool {
+	return sb.DesiredState == "destroyed" || sb.State == "destroyed" || sb.State == "destroying"
+}
+
+// lifecycleTimeout bounds POST /sandbox and POST …/start: the API holds
+// them up to 30 s while the sandbox starts (sandbox.controller.ts,
+// waitForSandboxStarted), so they get at least 60 s.
+func (p *Provider) lifecycleTimeout() reqOpts {
+	return reqOpts{timeout: max(p.cfg.Timeout, 60*time.Second)}
 }
 
 // Create makes the named sandbox (from Config.Snapshot when set) or adopts
@@ -174,7 +191,7 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if p.cfg.Snapshot != "" {
 		body["snapshot"] = p.cfg.Snapshot
 	}
-	r, err := p.c.call(ctx, http.MethodPost, p.api(), body)
+	r, err := p.c.callWith(ctx, http.MethodPost, p.api(), body, p.lifecycleTimeout())
 	if err != nil {
 		st := statusOf(err)
 		if r == nil || (st != http.StatusBadRequest && st != http.StatusConflict) {
@@ -219,23 +236,47 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 
 // Destroy deletes by name (404 is success) and waits, within the request
 // timeout, until a GET confirms the sandbox is gone, so that Get answers
-// ErrNotFound afterwards. A 409 (a deletion already in progress) also
-// waits. When absence is not confirmed in time it returns
+// ErrNotFound afterwards. A 409 means a state change (a start, a stop) is
+// in progress and nothing was deleted (apps/api sandbox.service.ts,
+// destroy): Destroy waits and deletes again, for up to Config.StartTimeout.
+// When absence is not confirmed in time it returns
 // Unavailable{delete_unconfirmed}; DELETE is idempotent, so retrying is safe.
 func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
 	}
-	_, err := p.c.call(ctx, http.MethodDelete, p.api(h.Name), nil)
-	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		return nil
-	case err != nil && statusOf(err) != http.StatusConflict:
-		return err
+	busy := time.Time{}
+	delay := 200 * time.Millisecond
+	for {
+		_, err := p.c.call(ctx, http.MethodDelete, p.api(h.Name), nil)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return nil
+		}
+		if err == nil {
+			break
+		}
+		if statusOf(err) != http.StatusConflict {
+			return err
+		}
+		if busy.IsZero() {
+			busy = time.Now()
+		} else if time.Since(busy) > p.cfg.StartTimeout {
+			return conflictAsUnavailable(err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if delay *= 2; delay > 2*time.Second {
+			delay = 2 * time.Second
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	err = p.waitFor(wctx, h.Name, func(*sandboxBody) bool { return false }, false)
+	err := p.waitFor(wctx, h.Name, func(*sandboxBody) bool { return false }, false)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return nil
@@ -310,7 +351,7 @@ func (p *Provider) listAllNames(ctx context.Context, maxPages int) ([]string, er
 			return nil, err
 		}
 		for _, it := range items {
-			if it.Name != "" && it.State != "destroyed" && !seen[it.Name] {
+			if it.Name != "" && !it.deleted() && !seen[it.Name] {
 				seen[it.Name] = true
 				names = append(names, it.Name)
 			}
@@ -424,7 +465,7 @@ func (p *Provider) ensureStarted(ctx context.Context, name string) (string, erro
 		}
 	}
 	if stateSuspended(sb.State) {
-		if _, err := p.c.call(ctx, http.MethodPost, p.api(name, "start"), map[string]any{}); err != nil {
+		if _, err := p.c.callWith(ctx, http.MethodPost, p.api(name, "start"), map[string]any{}, p.lifecycleTimeout()); err != nil {
 			return "", conflictAsUnavailable(err)
 		}
 	}

@@ -153,3 +153,69 @@ func TestDomainAllowListIsEnforcedOrRefused(t *testing.T) {
 		t.Fatalf("after the refusal egress is %q, want blocked", e)
 	}
 }
+
+// POST /sandbox and POST …/start hold the request up to 30 s while the
+// sandbox starts (apps/api sandbox.controller.ts, waitForSandboxStarted):
+// a per-request timeout shorter than the hold fails a create that works.
+func TestCreateAndStartOutlastTheServersHold(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
+		s.StartDelay, s.Hold = 700*time.Millisecond, 2*time.Second
+		c.Timeout = 300 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	h, err := p.Create(ctx, "held", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create held by the server: %v", err)
+	}
+	if err := p.Suspend(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Resume(ctx, h); err != nil {
+		t.Fatalf("Resume held by the server: %v", err)
+	}
+	if info, err := p.Get(ctx, h); err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get = %v, %v", info.Status, err)
+	}
+	_ = srv
+}
+
+// DELETE answers 409 while a state change is in progress (sandbox.service.ts
+// destroy, StateChangeInProgressError): nothing is being deleted, so Destroy
+// waits and deletes again rather than wait for a 404 that never comes.
+func TestDestroyRetriesAStateChangeInProgress(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
+		s.StartDelay, s.Hold = 800*time.Millisecond, time.Millisecond
+		c.Timeout = 400 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	h := mustCreate(t, p, "busy") // answered while still "starting"
+	if err := p.Destroy(ctx, h); err != nil {
+		t.Fatalf("Destroy during a start: %v", err)
+	}
+	if _, err := p.Get(ctx, h); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Get after Destroy = %v", err)
+	}
+	if n := countRequests(srv, "DELETE /api/sandbox/busy"); n < 2 {
+		t.Fatalf("%d DELETEs; the first met a 409 and must have been repeated", n)
+	}
+}
+
+// A deleted sandbox is renamed DESTROYED_<name>_<ms> and stays listed
+// while it is destroying, with desiredState destroyed (sandbox.entity.ts
+// getSoftDeleteUpdate; the search leaves out only state destroyed).
+func TestListAllNamesSkipsSoftDeleted(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.DestroyDelay = time.Minute })
+	ctx := ctxT(t)
+	mustCreate(t, p, "keep")
+	gone := mustCreate(t, p, "gone")
+	if err := p.Destroy(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	names, err := p.ListAllNames(ctx)
+	if err != nil || len(names) != 1 || names[0] != "keep" {
+		t.Fatalf("ListAllNames = %q, %v; want [keep]", names, err)
+	}
+	// The name is free again at once.
+	mustCreate(t, p, "gone")
+	_ = srv
+}

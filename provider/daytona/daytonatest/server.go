@@ -78,6 +78,15 @@ type Server struct {
 	ConflictStatus int
 	// PageSize caps list pages below the asked limit; zero means no cap.
 	PageSize int
+	// Hold bounds how long POST /sandbox and POST …/start hold the request
+	// while the sandbox is still starting (the API waits up to 30 s for
+	// "started", sandbox.controller.ts waitForSandboxStarted, then answers
+	// with the record as it is); zero means 30 s.
+	Hold time.Duration
+	// DestroyDelay keeps a deleted sandbox "destroying" this long: it is
+	// renamed DESTROYED_<name>_<ms> at once (its name is free again, and a
+	// GET by name is 404) but still listed, with desiredState "destroyed".
+	DestroyDelay time.Duration
 	// StartDelay keeps a started sandbox "starting" this long, and
 	// StopDelay a stopped one "stopping" (start then answers 409).
 	StartDelay, StopDelay time.Duration
@@ -113,6 +122,7 @@ type Sandbox struct {
 	NetworkAllowList, DomainAllowList string
 	dir                               string
 	startedAt                         time.Time
+	destroyedAt                       time.Time
 	stoppedAt                         time.Time
 	sessions                          map[string]*session
 	sessionOrder                      []string
@@ -406,10 +416,19 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		s.create(w, r)
 	case len(parts) == 0 && r.Method == http.MethodGet:
 		s.list(w, r)
+	case len(parts) == 1 && r.Method == http.MethodGet && parts[0] == "paginated":
+		// The deprecated paginated list owns this path: a sandbox named
+		// "paginated" cannot be read by name.
+		writeJSON(w, http.StatusOK, map[string]any{"items": []any{}, "total": 0, "page": 1, "totalPages": 0})
+	case len(parts) == 1 && r.Method == http.MethodGet && parts[0] == "for-runner":
+		apiError(w, http.StatusForbidden, "runner authentication required")
 	case len(parts) == 1 && r.Method == http.MethodGet:
 		s.mu.Lock()
 		sb := s.find(parts[0])
 		var rec map[string]any
+		if sb != nil && s.state(sb) == "destroyed" {
+			sb = nil
+		}
 		if sb != nil {
 			rec = s.record(sb)
 		}
@@ -420,21 +439,35 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		}
 		writeJSON(w, http.StatusOK, rec)
 	case len(parts) == 1 && r.Method == http.MethodDelete:
+		// A soft delete (sandbox.service.ts destroy, Sandbox
+		// getSoftDeleteUpdate): refused with 409 while a state change is
+		// in progress; otherwise the sandbox is renamed
+		// DESTROYED_<name>_<ms> with desiredState destroyed, and is
+		// "destroying" for DestroyDelay.
 		s.mu.Lock()
 		sb := s.find(parts[0])
-		if sb != nil {
-			s.killLocked(sb)
-			delete(s.sandboxes, sb.Name)
-			_ = os.RemoveAll(sb.dir)
-		}
-		s.mu.Unlock()
-		if sb == nil {
+		switch {
+		case sb == nil || sb.State == "destroyed":
+			s.mu.Unlock()
 			apiError(w, http.StatusNotFound, "Sandbox with ID or name "+parts[0]+" not found")
 			return
+		case s.pending(sb):
+			s.mu.Unlock()
+			apiError(w, http.StatusConflict, "Sandbox state change in progress")
+			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{})
+		s.killLocked(sb)
+		_ = os.RemoveAll(sb.dir)
+		delete(s.sandboxes, sb.Name)
+		sb.Name = fmt.Sprintf("DESTROYED_%s_%d", sb.Name, time.Now().UnixMilli())
+		sb.State, sb.destroyedAt = "destroyed", time.Now()
+		sb.sessions, sb.sessionOrder = map[string]*session{}, nil
+		s.sandboxes[sb.Name] = sb
+		rec := s.record(sb)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, rec)
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "start":
-		s.start(w, parts[0])
+		s.start(w, r, parts[0])
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "stop":
 		s.stop(w, parts[0])
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "network-settings":
@@ -474,11 +507,63 @@ func (s *Server) state(sb *Sandbox) string {
 	if sb.State == "stopped" && time.Since(sb.stoppedAt) < s.StopDelay {
 		return "stopping"
 	}
+	if sb.State == "destroyed" && time.Since(sb.destroyedAt) < s.DestroyDelay {
+		return "destroying"
+	}
 	return sb.State
 }
 
+// desired is the record's desiredState; s.mu held.
+func desired(sb *Sandbox) string {
+	switch sb.State {
+	case "destroyed":
+		return "destroyed"
+	case "stopped", "stopping":
+		return "stopped"
+	case "archived", "archiving":
+		return "archived"
+	}
+	return "started"
+}
+
+// pending reports a state change in progress, during which the API
+// refuses start, stop and delete with 409 (sandbox.service.ts,
+// StateChangeInProgressError); s.mu held.
+func (s *Server) pending(sb *Sandbox) bool {
+	switch s.state(sb) {
+	case "starting", "stopping", "archiving", "destroying", "creating":
+		return true
+	}
+	return false
+}
+
+// hold keeps a create or start request open while sb is starting, up to
+// Hold (30 s), as the API does.
+func (s *Server) hold(ctx context.Context, sb *Sandbox) {
+	max := s.Hold
+	if max <= 0 {
+		max = 30 * time.Second
+	}
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		st := s.state(sb)
+		s.mu.Unlock()
+		if st != "starting" {
+			return
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func (s *Server) record(sb *Sandbox) map[string]any {
-	m := map[string]any{"id": sb.ID, "name": sb.Name, "state": s.state(sb), "labels": sb.Labels,
+	m := map[string]any{"id": sb.ID, "name": sb.Name, "state": s.state(sb), "desiredState": desired(sb), "labels": sb.Labels,
 		"snapshot": sb.Snapshot, "user": "daytona", "organizationId": "org-daytonatest"}
 	if sb.ErrorReason != "" {
 		m["errorReason"] = sb.ErrorReason
@@ -524,9 +609,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			labels[k] = fmt.Sprint(v)
 		}
 	}
+	// The API's IsSafeDisplayString refuses URL-like names ("www." anywhere,
+	// any case) and control bytes (common/validators/is-safe-string.validator.ts).
+	if strings.Contains(strings.ToLower(name), "www.") || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f }) {
+		apiError(w, http.StatusBadRequest, "name must not contain HTML tags, URLs, or control characters")
+		return
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, exists := s.sandboxes[name]; exists {
+		s.mu.Unlock()
 		st := s.ConflictStatus
 		if st == 0 {
 			st = http.StatusConflict
@@ -537,6 +628,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	dir := filepath.Join(s.root, id)
 	for _, d := range []string{"home", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			s.mu.Unlock()
 			apiError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
@@ -544,7 +636,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb := &Sandbox{ID: id, Name: name, State: "started", Snapshot: snap, Labels: labels, Create: body,
 		dir: dir, startedAt: time.Now(), sessions: map[string]*session{}, procs: map[*exec.Cmd]bool{}}
 	s.sandboxes[name] = sb
-	writeJSON(w, http.StatusOK, s.record(sb))
+	s.mu.Unlock()
+	s.hold(r.Context(), sb)
+	s.mu.Lock()
+	rec := s.record(sb)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, rec)
 }
 
 func contains(list []string, s string) bool {
@@ -589,7 +686,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var all []*Sandbox
 	for _, sb := range s.sandboxes {
-		ok := true
+		// The search leaves out destroyed sandboxes, not destroying ones
+		// (adapters/sandbox-typeorm-search.adapter.ts).
+		ok := s.state(sb) != "destroyed"
 		for k, v := range want {
 			if sb.Labels[k] != v {
 				ok = false
@@ -612,28 +711,35 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) start(w http.ResponseWriter, key string) {
+func (s *Server) start(w http.ResponseWriter, r *http.Request, key string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	sb := s.find(key)
 	st := ""
 	if sb != nil {
 		st = s.state(sb)
 	}
 	switch {
-	case sb == nil:
+	case sb == nil || st == "destroyed":
+		s.mu.Unlock()
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
-	case st == "stopping" || st == "archiving" || st == "starting":
+	case s.pending(sb):
+		s.mu.Unlock()
 		apiError(w, http.StatusConflict, "Sandbox state change in progress")
 		return
 	case sb.State == "error" || sb.State == "build_failed":
+		s.mu.Unlock()
 		apiError(w, http.StatusBadRequest, "Sandbox is in an errored state")
 		return
 	case sb.State != "started":
 		sb.State, sb.startedAt = "started", time.Now()
 	}
-	writeJSON(w, http.StatusOK, s.record(sb))
+	s.mu.Unlock()
+	s.hold(r.Context(), sb)
+	s.mu.Lock()
+	rec := s.record(sb)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, rec)
 }
 
 func (s *Server) stop(w http.ResponseWriter, key string) {
@@ -641,8 +747,11 @@ func (s *Server) stop(w http.ResponseWriter, key string) {
 	defer s.mu.Unlock()
 	sb := s.find(key)
 	switch {
-	case sb == nil:
+	case sb == nil || s.state(sb) == "destroyed":
 		apiError(w, http.StatusNotFound, "sandbox not found")
+		return
+	case s.pending(sb):
+		apiError(w, http.StatusConflict, "Sandbox state change in progress")
 		return
 	case sb.State == "started":
 		// The machine stops: its processes die and the daemon forgets its
