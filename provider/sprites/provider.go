@@ -201,8 +201,10 @@ func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
 }
 
 // ListAllNames pages through the account following continuation tokens
-// while has_more is true and a non-empty token is given; when the 40th page
-// still indicates more, the answer is ErrTruncated.
+// while has_more is true; when the 40th page still indicates more, the
+// answer is ErrTruncated. A page that says has_more but gives no token to
+// go on with is ErrTruncated too: the names collected so far are a part
+// that would look whole.
 func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 	var names []string
 	token := ""
@@ -232,11 +234,11 @@ func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 		for _, s := range *body.Sprites {
 			names = append(names, s.Name)
 		}
-		if !body.HasMore || body.Next == "" {
+		if !body.HasMore {
 			sort.Strings(names)
 			return names, nil
 		}
-		if page >= maxPages {
+		if page >= maxPages || body.Next == "" {
 			return nil, sandbox.ErrTruncated
 		}
 		token = body.Next

@@ -201,11 +201,19 @@ func TestListAllNames(t *testing.T) {
 	if n := len(srv.Requests()); n != 40 {
 		t.Fatalf("%d pages fetched, want 40", n)
 	}
-	// has_more without a token stops there.
-	srv.Inject(spritestest.Fault{Method: "GET", Path: "/v1/sprites", Times: 1, Status: 200, Body: []byte(`{"sprites":[{"name":"a"}],"has_more":true}`)})
-	names, err = p.ListAllNames(ctx)
-	if err != nil || len(names) != 1 {
-		t.Fatalf("%v %v", names, err)
+	// has_more without a token (absent or empty) cannot go on: what was
+	// collected is a part, not the whole.
+	for _, body := range []string{`{"sprites":[{"name":"a"}],"has_more":true}`, `{"sprites":[{"name":"a"}],"has_more":true,"next_continuation_token":""}`} {
+		srv.Inject(spritestest.Fault{Method: "GET", Path: "/v1/sprites", Times: 1, Status: 200, Body: []byte(body)})
+		names, err = p.ListAllNames(ctx)
+		if !errors.Is(err, sandbox.ErrTruncated) {
+			t.Fatalf("has_more with no token: %v %v, want ErrTruncated", names, err)
+		}
+	}
+	// has_more false with a stray token is the end.
+	srv.Inject(spritestest.Fault{Method: "GET", Path: "/v1/sprites", Times: 1, Status: 200, Body: []byte(`{"sprites":[{"name":"a"}],"has_more":false,"next_continuation_token":"x"}`)})
+	if names, err = p.ListAllNames(ctx); err != nil || len(names) != 1 {
+		t.Fatalf("has_more false: %v %v", names, err)
 	}
 	srv.Inject(spritestest.Fault{Method: "GET", Path: "/v1/sprites", Times: 1, Status: 503})
 	_, err = p.ListAllNames(ctx)
