@@ -6,9 +6,21 @@ require (
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/elastic/go-seccomp-bpf v1.6.0
+	github.com/google/go-containerregistry v0.22.1
+	github.com/klauspost/compress v1.20.4
 	github.com/landlock-lsm/go-landlock v0.11.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.41.0
 	golang.org/x/sys v0.50.0
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
+)
+
+require (
+	github.com/docker/cli v29.7.2+incompatible // indirect
+	github.com/docker/docker-credential-helpers v0.9.3 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/sirupsen/logrus v1.9.4 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 )

@@ -1,0 +1,40 @@
+// Package image gives local sandboxes the software they run on: OCI
+// images from any registry (Docker Hub, GHCR, a private one with the
+// credentials of the usual docker config), pulled with
+// go-containerregistry, verified by digest and unpacked once into a
+// content-addressed cache under the state directory (Store), whose roots
+// every sandbox of an image shares read-only.
+//
+//	s, err := image.Open(filepath.Join(stateDir, "images"))
+//	img, err := s.Ensure(ctx, "debian:12", image.PullOptions{})
+//	// img.Root is the unpacked root; img.Config its Env, WorkingDir,
+//	// User, Entrypoint and Cmd.
+//
+// What is verified: every layer blob against its digest as it downloads
+// (a mismatch is refused and the blob deleted: DigestError), each
+// layer's uncompressed stream against the config's diff_id as it
+// unpacks, and the manifest and config by the library. What is refused
+// while unpacking (LayerError, and no root is published): entry names
+// with a ".." element, hard links to anything outside the root,
+// whiteouts of nothing. Device nodes are skipped (Image.Skipped counts
+// them). Every path is resolved by the kernel with openat2's
+// RESOLVE_IN_ROOT against the root being unpacked, so a symlink an image
+// plants, absolute or relative, in the same layer or an earlier one, is
+// followed inside the root, never out of it. This is written here on the
+// kernel's own primitive rather than with a library: go-containerregistry
+// only flattens layers into one tar stream (mutate.Extract), and the
+// unpackers that write to disk (moby's archive, containerd's) bring a
+// container engine's dependencies with them.
+//
+// Whiteouts (".wh.name", ".wh..wh..opq") are applied while unpacking:
+// the cache holds each image's merged tree, and a sandbox's own writes
+// go into an upper layer of its own (overlayfs, in the mechanism).
+// Concurrent pulls of one image, in one process or several sharing the
+// directory, download each layer once (a lock per digest); a pull cut
+// short leaves only a tmp/ entry that no sandbox can see and that Prune
+// removes.
+//
+// Errors are in the sandbox taxonomy: an unknown repository or tag is
+// not_found naming the reference (NotFoundError), a registry's 401 or 403
+// is denied, a malformed reference invalid.
+package image
