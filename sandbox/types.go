@@ -209,6 +209,13 @@ type CreateOptions struct {
 	// as the CLI refuse them for the others rather than drop them.
 	Env []string
 	Dir string
+	// Image is an OCI image reference ("debian:12", "ghcr.io/o/r:tag",
+	// "repo@sha256:..."): the sandbox runs on the image's root instead
+	// of the host's, with the image's Env, WorkingDir and User (Env and
+	// Dir above override them). Empty keeps the host's runtime. Only
+	// providers that run images honour it (provider/local); callers such
+	// as the CLI refuse it for the others rather than drop it.
+	Image string
 }
 
 // Limits are resource limits applied when a sandbox is launched. A zero
