@@ -59,6 +59,22 @@ type Spec struct {
 	// before ExecOptions.Env). The managing process's environment is never
 	// inherited.
 	Env []string
+	// Image, when set, is the root the sandbox runs on instead of the
+	// host's runtime: an unpacked image shared read-only by every sandbox
+	// on it, under a writable layer of the sandbox's own.
+	Image *ImageRoot `json:",omitempty"`
+}
+
+// ImageRoot is an unpacked OCI image a sandbox runs on (package image).
+type ImageRoot struct {
+	// Dir is the unpacked root (absolute); never written.
+	Dir string
+	// Ref and Digest name the image, for reports.
+	Ref, Digest string
+	// UID and GID are the image's user, resolved against its own
+	// /etc/passwd. A mechanism that cannot give the workload uid 0 of
+	// the sandbox runs it as its default uid when UID is 0.
+	UID, GID int
 }
 
 // Validate reports an *InvalidError for a malformed Spec.
@@ -76,6 +92,10 @@ func (s Spec) Validate() error {
 		return Invalid("Limits.WallClock", "negative")
 	case s.HomeDir != "" && !filepath.IsAbs(s.HomeDir):
 		return Invalid("HomeDir", "not an absolute path")
+	case s.Image != nil && !filepath.IsAbs(s.Image.Dir):
+		return Invalid("Image.Dir", "not an absolute path")
+	case s.Image != nil && (s.Image.UID < 0 || s.Image.GID < 0):
+		return Invalid("Image.UID", "negative")
 	}
 	for _, e := range s.Env {
 		if !strings.Contains(e, "=") {
