@@ -104,6 +104,8 @@ func mustExist(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) er
 func cmdRun(g *globals, fs *flag.FlagSet) action {
 	var lf limitFlags
 	lf.add(fs)
+	var ef envFlags
+	ef.add(fs)
 	name := fs.String("name", "", "sandbox name (default run-<random>)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
@@ -115,6 +117,13 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 		}
 		limits, err := lf.limits()
 		if err != nil {
+			return err
+		}
+		env, err := ef.environ()
+		if err != nil {
+			return err
+		}
+		if err := ef.checkUser(g); err != nil {
 			return err
 		}
 		g.ephemeral = true
@@ -163,7 +172,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			sctx, cancel = context.WithTimeout(ctx, limits.WallClock)
 			defer cancel()
 		}
-		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true}, false)
+		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir}, false)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return wrap("run", sandbox.ExecTimeout(limits.WallClock))
 		}
@@ -222,6 +231,8 @@ type minter interface {
 func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	var lf limitFlags
 	lf.add(fs)
+	var ef envFlags
+	ef.add(fs)
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -233,6 +244,17 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		limits, err := lf.limits()
 		if err != nil {
 			return err
+		}
+		env, err := ef.environ()
+		if err != nil {
+			return err
+		}
+		if err := ef.checkUser(g); err != nil {
+			return err
+		}
+		if (len(env) > 0 || ef.dir != "") && g.provider != "local" {
+			return &sandbox.InvalidError{Reason: "defaults", Msg: fmt.Sprintf(
+				"provider %s keeps no per-sandbox environment or working directory; give -e and -w to each exec instead", g.provider)}
 		}
 		reg, p, err := openProvider(g.provider)
 		if err != nil {
@@ -252,8 +274,14 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if err := sandbox.ValidateName(name); err != nil {
 			return usageError{msg: err.Error(), bare: true}
 		}
+		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir}
+		if len(pos) == 1 {
+			if err := createConflict(ctx, reg, sandbox.BuildHandle(p.Name(), name), fs, opts); err != nil {
+				return err
+			}
+		}
 		sp := startSpinner("creating sandbox " + name)
-		_, err = reg.Create(ctx, p.Name(), name, sandbox.CreateOptions{Limits: limits})
+		_, err = reg.Create(ctx, p.Name(), name, opts)
 		sp.Stop()
 		if err != nil {
 			return createErr(ctx, err)
@@ -264,9 +292,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 }
 
 func cmdExec(g *globals, fs *flag.FlagSet) action {
-	var env multiFlag
-	fs.Var(&env, "env", "an environment variable `KEY=VALUE` (repeatable)")
-	dir := fs.String("dir", "", "working directory")
+	var ef envFlags
+	ef.add(fs)
 	timeout := fs.Duration("timeout", 0, "budget for the whole command")
 	return func(ctx context.Context, args []string) error {
 		pos, argv, err := positionals(fs, args, 1, "NAME")
@@ -276,10 +303,12 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 		if len(argv) == 0 {
 			return usageError{msg: "missing CMD"}
 		}
-		for _, e := range env {
-			if !strings.Contains(e, "=") {
-				return usageError{msg: fmt.Sprintf("--env %q is not KEY=VALUE", e)}
-			}
+		env, err := ef.environ()
+		if err != nil {
+			return err
+		}
+		if err := ef.checkUser(g); err != nil {
+			return err
 		}
 		reg, h, err := handleFor(g, pos[0])
 		if err != nil {
@@ -295,7 +324,7 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 			defer cancel()
 		}
 		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
-			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: *dir}, true)
+			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir}, true)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			return wrap("exec", sandbox.ExecTimeout(*timeout))
@@ -311,9 +340,8 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 
 func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 	detach := fs.Bool("detach", false, "print the session id and leave it running")
-	var env multiFlag
-	fs.Var(&env, "env", "an environment variable `KEY=VALUE` (repeatable)")
-	dir := fs.String("dir", "", "working directory")
+	var ef envFlags
+	ef.add(fs)
 	return func(ctx context.Context, args []string) error {
 		pos, argv, err := positionals(fs, args, 1, "NAME")
 		if err != nil {
@@ -321,6 +349,13 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 		}
 		if len(argv) == 0 {
 			return usageError{msg: "missing CMD"}
+		}
+		env, err := ef.environ()
+		if err != nil {
+			return err
+		}
+		if err := ef.checkUser(g); err != nil {
+			return err
 		}
 		reg, h, err := handleFor(g, pos[0])
 		if err != nil {
@@ -330,7 +365,7 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 			return err
 		}
 		c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
-		cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: *dir})
+		cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: ef.dir})
 		if err != nil {
 			return wrap("spawn", err)
 		}
@@ -582,6 +617,8 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 }
 
 func cmdRm(g *globals, fs *flag.FlagSet) action {
+	force := fs.Bool("f", false, "destroy a sandbox even while sessions run in it (they are killed)")
+	fs.BoolVar(force, "force", false, "the same as -f")
 	return func(ctx context.Context, args []string) error {
 		pos, _, err := positionals(fs, args, -1, "NAME")
 		if err != nil {
@@ -603,6 +640,12 @@ func cmdRm(g *globals, fs *flag.FlagSet) action {
 		var errs []error
 		for _, t := range ts {
 			err := mustExist(ctx, t.reg, t.h)
+			if err == nil && !*force {
+				if ids := runningSessions(ctx, t.reg, t.h); len(ids) > 0 {
+					err = &sandbox.InvalidError{Reason: "sessions_running", Msg: fmt.Sprintf(
+						"sandbox %q has running sessions (%s); terminate them, or rm -f kills them with the sandbox", t.h.Name, strings.Join(ids, ", "))}
+				}
+			}
 			if err == nil {
 				err = wrap("rm "+t.h.Name, t.reg.Destroy(ctx, t.h))
 			}
@@ -724,19 +767,6 @@ func cmdCp(g *globals, fs *flag.FlagSet) action {
 			return os.WriteFile(dst, data, 0o644)
 		}
 		return usageError{msg: "exactly one of SRC and DST must be NAME:/path"}
-	}
-}
-
-func cmdVersion(g *globals, fs *flag.FlagSet) action {
-	return func(ctx context.Context, args []string) error {
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if err := noMore(fs.Args()); err != nil {
-			return err
-		}
-		fmt.Println("managoat", version)
-		return nil
 	}
 }
 

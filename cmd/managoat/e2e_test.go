@@ -278,7 +278,7 @@ func TestRunBudgetSpentBeforeTheStart(t *testing.T) {
 	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
 	for _, d := range []string{"1ns", "1us"} {
 		_, e, code := managoatEnv(t, env, "run", "--timeout", d, "--", "true")
-		if code != exitCouldNotRun || !strings.Contains(e, "exec_timeout") || strings.Contains(e, "init") {
+		if code != exitTimeout || !strings.Contains(e, "exec_timeout") || strings.Contains(e, "init") {
 			t.Errorf("run --timeout %s: exit %d: %s", d, code, e)
 		}
 	}

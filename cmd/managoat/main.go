@@ -37,9 +37,16 @@
 // urfave/cli) is clearly better for this CLI, and each would be one more
 // dependency initialised before every `run`.
 //
-// Exit codes: a command's own exit code is managoat's; 125 means managoat
-// could not run it (the error names the operation and the taxonomy kind);
-// 2 is a usage error; 130 after Ctrl-C detached from a session.
+// Exit codes, as docker's: a command's own exit code is managoat's; 125
+// means managoat itself failed; 126 the command cannot be invoked (not
+// executable), 127 it was not found (the library keeps both the error
+// Invalid{could_not_run}: the codes are only the CLI's rendering); 124 a
+// --timeout ended it; a command the memory limit killed ends 137, with a
+// line "managoat: out of memory" on its stderr; 2 is a usage error; 130
+// after Ctrl-C detached from a session. Each error is one line: what
+// failed, the taxonomy kind and reason in parentheses, and what to do next.
+//
+// MANAGOAT_PROVIDER names the default provider (--provider still wins).
 package main
 
 import (
@@ -54,8 +61,6 @@ import (
 	"sync"
 	"syscall"
 	"text/tabwriter"
-
-	"github.com/managoat/managoat/sandbox"
 )
 
 // Exit codes of managoat itself.
@@ -197,6 +202,7 @@ func globalHelpFlags() *flag.FlagSet {
 
 func run(args []string) int {
 	g := current
+	defaultsFromEnv(g)
 	fs := g.flagSet("managoat")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -321,7 +327,16 @@ func report(cmd string, err error) int {
 		fmt.Fprintf(os.Stderr, "managoat %s: %s\n", cmd, ue.msg)
 		return exitUsage
 	}
-	kind := sandbox.Kind(err)
-	fmt.Fprintf(os.Stderr, "managoat %s: %s (%s)\n", cmd, err, kind)
-	return exitCouldNotRun
+	// One line per error (rm of several sandboxes may fail on several).
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		code := 0
+		for _, e := range j.Unwrap() {
+			if c := report(cmd, e); code == 0 {
+				code = c
+			}
+		}
+		return code
+	}
+	fmt.Fprintln(os.Stderr, errorLine(cmd, err))
+	return exitCode(err)
 }

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "managoat")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-buildvcs=auto", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		panic(string(out))
 	}
@@ -161,7 +161,7 @@ func TestCommandsRefuseWhatIsNotTheirs(t *testing.T) {
 		{[]string{"terminate", "tb", "s99"}, exitCouldNotRun, `"s99"`},
 		{[]string{"policy", "nope", "--allow", ""}, exitCouldNotRun, `"nope"`},
 		{[]string{"cp", "nope:/home/sprite/f", t.TempDir() + "/f"}, exitCouldNotRun, `"nope"`},
-		{[]string{"run", "--timeout", "300ms", "--", "sh", "-c", "sleep 20"}, exitCouldNotRun, "exec_timeout"},
+		{[]string{"run", "--timeout", "300ms", "--", "sh", "-c", "sleep 20"}, exitTimeout, "exec_timeout"},
 	} {
 		errOut, code := mg(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
@@ -252,7 +252,7 @@ func TestUnknownSandboxIsOneLineNamingIt(t *testing.T) {
 // to fix: the error's kind is invalid, not unknown.
 func TestMisconfiguredProviderIsInvalid(t *testing.T) {
 	_, errOut, code := managoat(t, "", "--mechanism", "nope", "ls")
-	if code != exitCouldNotRun || !strings.Contains(errOut, "(invalid)") || !strings.Contains(errOut, "jail") {
+	if code != exitCouldNotRun || !strings.Contains(errOut, "(invalid provider_config)") || !strings.Contains(errOut, "jail") {
 		t.Fatalf("exit %d stderr %q", code, errOut)
 	}
 }

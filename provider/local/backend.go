@@ -89,8 +89,13 @@ func (p proc) Pid() int                        { return p.p.Pid() }
 func (p proc) Signal(sig syscall.Signal) error { return p.p.Signal(sig) }
 func (p proc) Wait() (int, int, error) {
 	st, err := p.p.Wait()
-	if err != nil && errors.Is(err, mechanism.ErrLimitExceeded) {
-		err = nil // the exit state is filled in; the code is the real one
+	var le *mechanism.LimitExceededError
+	if errors.As(err, &le) {
+		// The exit state is filled in; the code is the real one, and the
+		// supervisor says on the session's stderr which limit stopped it.
+		err = &supervisor.LimitError{Limit: string(le.Limit), Evidence: le.Evidence}
+	} else if err != nil && errors.Is(err, mechanism.ErrLimitExceeded) {
+		err = nil
 	}
 	return st.Code, int(st.Signal), err
 }

@@ -25,7 +25,8 @@ func hostPaths(m mechanism.Mechanism) bool {
 //     .bun/bin, then the default PATH, and npm_config_prefix is the home's
 //     .npm-global, so tools an agent installs there are found.
 //
-// The caller's env comes last and overrides both.
+// The sandbox's own Env (CreateOptions) comes next, and the caller's env
+// last, overriding all.
 func (p *Provider) command(r *record, m mechanism.Mechanism, argv, env []string) ([]string, []string) {
 	home := mechanism.Home
 	if hostPaths(m) {
@@ -41,5 +42,5 @@ func (p *Provider) command(r *record, m mechanism.Mechanism, argv, env []string)
 			path.Join(home, ".bun/bin"), mechanism.DefaultPath}, ":"),
 		"npm_config_prefix=" + path.Join(home, ".npm-global"),
 	}
-	return argv, append(base, env...)
+	return argv, append(append(base, r.Env...), env...)
 }

@@ -61,7 +61,7 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 		outW.Close()
 		return nil, sandbox.Unavailable("pipe", err)
 	}
-	spec := mechanism.ProcessSpec{Argv: argv, Env: env, Dir: opts.Dir, Stdout: outW, Stderr: errW}
+	spec := mechanism.ProcessSpec{Argv: argv, Env: env, Dir: r.dir(opts.Dir), Stdout: outW, Stderr: errW}
 	var inR, inW *os.File
 	if opts.Stdin {
 		if inR, inW, err = os.Pipe(); err != nil {
@@ -137,8 +137,11 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 			budget.Stop()
 		}
 		wg.Wait()
+		var le *mechanism.LimitExceededError
 		if overtime.Load() {
 			stream.Stderr([]byte(supervisor.BudgetMessage(r.Limits.WallClock)))
+		} else if errors.As(err, &le) && le.Limit != mechanism.LimitWallClock {
+			stream.Stderr([]byte(supervisor.LimitMessage(string(le.Limit), le.Evidence)))
 		}
 		ds.closeStdin()
 		if errors.Is(err, mechanism.ErrInterrupted) {

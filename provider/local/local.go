@@ -337,6 +337,17 @@ type record struct {
 	CreatedAt  time.Time      `json:"created_at"`
 	// Lazy: created without a supervisor (Config.LazySupervisor).
 	Lazy bool `json:"lazy,omitempty"`
+	// Env and Dir are the defaults of every command (CreateOptions).
+	Env []string `json:"env,omitempty"`
+	Dir string   `json:"dir,omitempty"`
+}
+
+// dir is the working directory of a command asked to run in d.
+func (r *record) dir(d string) string {
+	if d == "" {
+		return r.Dir
+	}
+	return d
 }
 
 func (p *Provider) sandboxDir(name string) string { return filepath.Join(p.state, "sandboxes", name) }
@@ -388,7 +399,12 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if _, _, err := p.load(name); err == nil {
 		return sandbox.BuildHandle(Name, name), nil
 	}
-	h, err := p.create(ctx, name, opts.Limits, false)
+	for _, e := range opts.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return nil, sandbox.Invalid("env", fmt.Sprintf("%q is not KEY=VALUE", e))
+		}
+	}
+	h, err := p.create(ctx, name, opts, false)
 	if errors.Is(err, sandbox.ErrAlreadyExists) {
 		return sandbox.BuildHandle(Name, name), nil
 	}
@@ -412,7 +428,7 @@ func (p *Provider) CreateNew(ctx context.Context, name string, opts sandbox.Crea
 	if _, _, err := p.load(name); err == nil {
 		return nil, sandbox.ErrAlreadyExists
 	}
-	return p.create(ctx, name, sandbox.Limits{}, true)
+	return p.create(ctx, name, sandbox.CreateOptions{}, true)
 }
 
 // limitsJSON is a sandbox's limits for Get's raw info (zero ones left out).
@@ -441,7 +457,8 @@ func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
 		CPUMillis: int64(l.CPUMillis), WallClock: l.WallClock}, HomeDir: home}, nil
 }
 
-func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limits, fresh bool) (*sandbox.Handle, error) {
+func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateOptions, fresh bool) (*sandbox.Handle, error) {
+	limits := opts.Limits
 	if limits.Pids == 0 {
 		limits.Pids = p.defaults.Pids
 	}
@@ -487,7 +504,8 @@ func (p *Provider) create(ctx context.Context, name string, limits sandbox.Limit
 		undo()
 		return nil, mechErr("provision", err)
 	}
-	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy}
+	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
+		Env: opts.Env, Dir: opts.Dir}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
@@ -570,6 +588,12 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 		return sandbox.Info{}, err
 	}
 	raw := map[string]any{"name": r.Name, "mechanism": r.Mechanism, "created_at": r.CreatedAt, "limits": limitsJSON(r.Limits)}
+	if len(r.Env) > 0 {
+		raw["env"] = r.Env
+	}
+	if r.Dir != "" {
+		raw["dir"] = r.Dir
+	}
 	if r.Fresh {
 		raw["id"] = r.InstanceID
 	}
@@ -927,7 +951,7 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 		return nil, err
 	}
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
-	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: opts.Dir, Stdin: opts.Stdin, Command: c.String(),
+	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: r.dir(opts.Dir), Stdin: opts.Stdin, Command: c.String(),
 		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols, Budget: r.Limits.WallClock})
 	if err != nil {
 		return nil, supErr(err)
@@ -1046,6 +1070,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	out := make([]sandbox.Session, 0, len(ms))
 	for _, m := range ms {
 		s := sandbox.Session{ID: m.ID, Command: m.Command, CreatedAt: m.CreatedAt, TTY: m.TTY}
+		s.State, s.ExitCode = supervisor.SessionState(dir, m.ID)
 		if st, err := os.Stat(supervisor.JournalPath(dir, m.ID)); err == nil {
 			s.LastActivityAt = st.ModTime().UTC()
 		}
@@ -1140,7 +1165,7 @@ func (p *Provider) exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	defer cancel()
 	cmd, stream := sandbox.NewCommand(p, "", nil)
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
-	eo := mechanism.ExecOptions{Env: env, Dir: opts.Dir, LimitBytes: 1,
+	eo := mechanism.ExecOptions{Env: env, Dir: r.dir(opts.Dir), LimitBytes: 1,
 		OnOutput: func(s mechanism.Stream, chunk []byte) {
 			if s == mechanism.Stderr {
 				stream.Stderr(chunk)

@@ -94,6 +94,26 @@ func BudgetMessage(budget time.Duration) string {
 	return fmt.Sprintf("\nmanagoat: killed: the command ran out of its budget of %v (the sandbox's WallClock limit, --timeout)\n", budget)
 }
 
+// A LimitError, returned by Process.Wait with the exit status filled in,
+// says which of the sandbox's limits stopped the command (memory: the
+// kernel's OOM killer; pids: a fork refused), from the kernel's counters.
+// The session gets LimitMessage on its stderr and ends with its real code.
+type LimitError struct {
+	Limit    string // "memory" or "pids"
+	Evidence string // the counter that moved
+}
+
+func (e *LimitError) Error() string { return "limit " + e.Limit + " exceeded: " + e.Evidence }
+
+// LimitMessage is what a command stopped by a limit gets on its stderr,
+// after its own output.
+func LimitMessage(limit, evidence string) string {
+	if limit == "memory" {
+		return fmt.Sprintf("\nmanagoat: out of memory: the sandbox's memory limit (--memory) killed a process (%s)\n", evidence)
+	}
+	return fmt.Sprintf("\nmanagoat: the sandbox's %s limit stopped the command (%s)\n", limit, evidence)
+}
+
 func (m SessionMeta) marshal() []byte {
 	b, _ := json.Marshal(m)
 	return b

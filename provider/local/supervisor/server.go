@@ -750,6 +750,10 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
 	}
 	code, sig, err := sess.proc.Wait()
+	var limit *LimitError
+	if errors.As(err, &limit) {
+		err = nil // the exit status is the real one
+	}
 	if sess.budget != nil {
 		sess.budget.Stop()
 	}
@@ -802,6 +806,12 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 			k = journal.KindStdout
 		}
 		_, _ = sess.w.Append(k, []byte(BudgetMessage(sess.meta.Budget)))
+	} else if limit != nil {
+		k := journal.KindStderr
+		if sess.tty {
+			k = journal.KindStdout
+		}
+		_, _ = sess.w.Append(k, []byte(LimitMessage(limit.Limit, limit.Evidence)))
 	}
 	if lost {
 		_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte("lost")) // ended: nothing to reap
@@ -1093,6 +1103,8 @@ func (s *server) reapOrphans() {
 			continue
 		}
 		killOrphan(d)
+		// Ended with no exit status: listed as lost, not running.
+		_ = writeFileAtomic(filepath.Join(d, exitName), []byte("lost"))
 	}
 }
 
@@ -1173,6 +1185,20 @@ func ReadSessions(dir string) ([]SessionMeta, error) {
 		return a < b
 	})
 	return out, nil
+}
+
+// SessionState is session id's state under a sandbox directory, from its
+// exit mark: running (no mark yet), exited with its code, or lost (it
+// ended with no exit status: its supervisor or the sandbox's init died).
+func SessionState(dir, id string) (state string, code int) {
+	b, err := os.ReadFile(filepath.Join(dir, SessionsDir, id, exitName))
+	if err != nil {
+		return "running", 0
+	}
+	if c, err := strconv.Atoi(string(b)); err == nil {
+		return "exited", c
+	}
+	return "lost", 0
 }
 
 // JournalPath is the journal file of session id under a sandbox directory.

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/managoat/managoat/internal/testenv"
+)
+
+// TestExitCodesAsUsersKnowThem: 127 for a command that is not there, 126
+// for one that cannot be run, 124 when --timeout ended it, 137 with a line
+// saying "out of memory" when the memory limit killed it, 125 when
+// managoat itself failed; each error is one line naming the taxonomy kind
+// and what to do next, with no prefix twice.
+func TestExitCodesAsUsersKnowThem(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run", "--", "no-such-command"}, 127, "(invalid could_not_run); check the command's name"},
+		{[]string{"run", "--", "/etc/passwd"}, 126, "permission denied (invalid could_not_run); make it executable"},
+		{[]string{"run", "--timeout", "300ms", "--", "sleep", "5"}, 124, "(unavailable exec_timeout); give it a longer --timeout"},
+		{[]string{"exec", "nope", "--", "true"}, 125, `sandbox "nope": not found (not_found); managoat ls lists`},
+		{[]string{"--provider", "bogus", "ls"}, 125, "(invalid provider); pick one with --provider or MANAGOAT_PROVIDER"},
+	} {
+		out, e, code := managoatEnv(t, env, tc.args...)
+		if code != tc.code || out != "" || strings.Count(e, "\n") != 1 || !strings.Contains(e, tc.want) {
+			t.Errorf("%v: exit %d stdout %q stderr %q, want %d and one line with %q", tc.args, code, out, e, tc.code, tc.want)
+		}
+		if regexp.MustCompile(`sandbox: |mechanism: |managoat \w+: \w+: \w+: `).MatchString(e) {
+			t.Errorf("%v: a prefix repeats in %q", tc.args, e)
+		}
+	}
+	// The memory limit kills: the real 137, and the line says why, on the
+	// direct path (run) and through a sandbox's supervisor (exec).
+	// tail(1) keeps the last line of what it reads: /dev/zero has no end of
+	// line, so it holds all it reads.
+	_, e, code := managoatEnv(t, env, "run", "--memory", "32M", "--", "tail", "/dev/zero")
+	if code != 137 || !strings.Contains(e, "managoat: out of memory") {
+		t.Errorf("run --memory 32M of a hog: exit %d stderr %q", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "create", "--memory", "32M", "oom"); code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "oom") })
+	_, e, code = managoatEnv(t, env, "exec", "oom", "--", "tail", "/dev/zero")
+	if code != 137 || !strings.Contains(e, "managoat: out of memory") {
+		t.Errorf("exec of a hog under --memory 32M: exit %d stderr %q", code, e)
+	}
+}
+
+// TestEnvironmentFlags: -e, --env-file (docker's format), -w and -u on
+// run, as the sandbox's defaults on create, and overridden per exec and
+// spawn; a -u the sandbox cannot honour is refused, never dropped.
+func TestEnvironmentFlags(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir(), "HOSTV=from-managoat"}
+	file := filepath.Join(t.TempDir(), "env")
+	if err := os.WriteFile(file, []byte("# a comment\nFROMFILE=1\nA=file\n\nHOSTV\nQ=\"kept as is\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := managoatEnv(t, env, "run", "--env-file", file, "-e", "A=flag", "-w", "/tmp", "-u", "sprite", "--",
+		"sh", "-c", `echo "$FROMFILE $A $HOSTV $Q"; pwd; id -un`)
+	if code != 0 || out != "1 flag from-managoat \"kept as is\"\n/tmp\nsprite\n" {
+		t.Fatalf("run -e/--env-file/-w/-u: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if _, e, code := managoatEnv(t, env, "create", "-e", "D=default", "--dir", "/tmp", "defaults"); code != 0 {
+		t.Fatalf("create -e -w: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "defaults") })
+	if out, e, code := managoatEnv(t, env, "exec", "defaults", "--", "sh", "-c", "echo $D; pwd"); code != 0 || out != "default\n/tmp\n" {
+		t.Errorf("exec with the sandbox's defaults: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "exec", "-e", "D=mine", "-w", "/", "defaults", "--", "sh", "-c", "echo $D; pwd"); code != 0 || out != "mine\n/\n" {
+		t.Errorf("exec -e -w over the defaults: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "spawn", "--env", "D=spawned", "-w", "/", "defaults", "--", "sh", "-c", "echo $D; pwd"); code != 0 || out != "spawned\n/\n" {
+		t.Errorf("spawn --env -w: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if _, e, code := managoatEnv(t, env, "exec", "-u", "root", "defaults", "--", "id"); code != exitCouldNotRun || !strings.Contains(e, "(invalid user)") {
+		t.Errorf("exec -u root: exit %d stderr %q, want %d and invalid user", code, e, exitCouldNotRun)
+	}
+	if _, e, code := managoatEnv(t, env, "run", "-e", "=x", "--", "true"); code != exitUsage {
+		t.Errorf("run -e =x: exit %d stderr %q", code, e)
+	}
+}
+
+// TestSafety: create with options that differ from the existing sandbox's
+// is refused naming the difference (the same options, or none, adopt it);
+// rm of a sandbox with a running session needs -f; version prints the VCS
+// revision; completion prints a script for each shell naming every
+// command; MANAGOAT_PROVIDER is the default provider.
+func TestSafety(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "--memory", "100M", "safe"); code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "safe") })
+	_, e, code := managoatEnv(t, env, "create", "--memory", "200M", "--pids", "7", "safe")
+	if code != exitCouldNotRun || !strings.Contains(e, "(already_exists)") || !strings.Contains(e, "memory bytes 209715200 asked, the existing one has 104857600") ||
+		!strings.Contains(e, "pids 7 asked") {
+		t.Errorf("create with another --memory: exit %d stderr %q", code, e)
+	}
+	for _, args := range [][]string{{"create", "safe"}, {"create", "--memory", "100M", "safe"}} {
+		if out, e, code := managoatEnv(t, env, args...); code != 0 || out != "safe\n" {
+			t.Errorf("%v: exit %d stdout %q stderr %q", args, code, out, e)
+		}
+	}
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "safe", "--", "sleep", "100")
+	if code != 0 {
+		t.Fatalf("spawn: %s", e)
+	}
+	_, e, code = managoatEnv(t, env, "rm", "safe")
+	if code != exitCouldNotRun || !strings.Contains(e, "running sessions ("+strings.TrimSpace(id)+")") || !strings.Contains(e, "rm -f") {
+		t.Errorf("rm with a running session: exit %d stderr %q", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "rm", "-f", "safe"); code != 0 {
+		t.Errorf("rm -f: exit %d stderr %q", code, e)
+	}
+	if out, _, _ := managoatEnv(t, env, "ls"); strings.Contains(out, "safe") {
+		t.Errorf("ls after rm -f: %q", out)
+	}
+
+	out, _, code := managoatEnv(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "managoat ") {
+		t.Errorf("version: exit %d %q", code, out)
+	}
+	// Built from a git checkout (with git installed), the build info holds
+	// the revision, a commit of this repository.
+	if _, err := exec.LookPath("git"); err == nil && exec.Command("git", "rev-parse", "HEAD").Run() == nil {
+		m := regexp.MustCompile(`\(revision ([0-9a-f]{12})`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("version %q names no revision", out)
+		} else if typ, err := exec.Command("git", "cat-file", "-t", m[1]).Output(); err != nil || string(typ) != "commit\n" {
+			t.Errorf("version %q: %s is not a commit here (%v)", out, m[1], err)
+		}
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, e, code := managoatEnv(t, nil, "completion", sh)
+		if code != 0 {
+			t.Fatalf("completion %s: %s", sh, e)
+		}
+		for _, c := range commands {
+			if !strings.Contains(out, " "+c.name) {
+				t.Errorf("completion %s does not name %s", sh, c.name)
+			}
+		}
+	}
+	if bash, err := exec.LookPath("bash"); err == nil {
+		script, _, _ := managoatEnv(t, nil, "completion", "bash")
+		c := exec.Command(bash, "-c", script+"\nCOMP_WORDS=(managoat exe); COMP_CWORD=1; _managoat; echo \"${COMPREPLY[@]}\"\n"+
+			"COMP_WORDS=(managoat rm --f); COMP_CWORD=2; _managoat; echo \"${COMPREPLY[@]}\"")
+		if out, err := c.Output(); err != nil || string(out) != "exec\n--force\n" {
+			t.Errorf("bash completion: %v %q", err, out)
+		}
+	}
+	if _, e, code := managoatEnv(t, nil, "completion", "tcsh"); code != exitUsage {
+		t.Errorf("completion tcsh: exit %d %s", code, e)
+	}
+	// MANAGOAT_PROVIDER: the fake has no sandbox nope; --provider still wins.
+	if _, e, code := managoatEnv(t, append(env, "MANAGOAT_PROVIDER=fake"), "exec", "nope", "--", "emit"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Errorf("MANAGOAT_PROVIDER=fake exec nope: exit %d %s", code, e)
+	}
+	if _, e, code := managoatEnv(t, append(env, "MANAGOAT_PROVIDER=nosuch"), "ls"); !strings.Contains(e, `unknown provider "nosuch"`) {
+		t.Errorf("MANAGOAT_PROVIDER=nosuch ls: exit %d %s", code, e)
+	}
+	if _, e, code := managoatEnv(t, append(env, "MANAGOAT_PROVIDER=nosuch"), "--provider", "fake", "ls"); code != 0 {
+		t.Errorf("MANAGOAT_PROVIDER=nosuch --provider fake ls: exit %d %s", code, e)
+	}
+}
