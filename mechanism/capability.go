@@ -82,7 +82,7 @@ func LimitCapabilities(spec Spec) []Capability {
 	if spec.WallClock > 0 {
 		cs = append(cs, TimeBudget)
 	}
-	if len(spec.Egress) > 0 {
+	if len(spec.Egress) > 0 || spec.Network == NetworkEgress {
 		cs = append(cs, EgressAllowlist)
 	}
 	return cs

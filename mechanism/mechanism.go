@@ -46,12 +46,24 @@ type Limits struct {
 	WallClock   time.Duration // budget of each Execute (time_budget)
 }
 
+// The values of Spec.Network.
+const (
+	NetworkEgress = "egress" // the outside world, through the mechanism's egress proxy
+	NetworkNone   = "none"   // only lo: no egress at all
+)
+
 // Spec is what Provision builds a sandbox from.
 type Spec struct {
 	Limits
-	// Egress is the network egress allowlist ("host:port" or "ip:port"
-	// entries). Empty means deny-all, the default.
+	// Egress is the initial egress allow list of a sandbox whose Network
+	// is egress (domains, *.domains, addresses and CIDRs, each optionally
+	// with ":port"; see mechanism/egress). Empty: no list, every public
+	// destination is reachable until UpdateEgress sets one.
 	Egress []string
+	// Network is NetworkEgress (the outside world through the
+	// mechanism's egress proxy), NetworkNone (only lo), or "" for the
+	// mechanism's default: egress where it provides it, else none.
+	Network string `json:",omitempty"`
 	// HomeDir is the host directory mounted at Home. Empty lets the
 	// mechanism create one in its own state. It must be absolute.
 	HomeDir string
