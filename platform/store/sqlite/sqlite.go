@@ -1,0 +1,447 @@
+// Package sqlite is the platform's embedded store: one SQLite file in the
+// state directory, through modernc.org/sqlite (pure Go, so the binary stays
+// cgo-free), in WAL mode with a busy timeout, so a restarted `managoat
+// serve` finds every record where it left it.
+//
+//	st, err := sqlite.Open(ctx, filepath.Join(stateDir, "platform.db"))
+//
+// Migrations are the numbered SQL statements of this file, applied in
+// order inside one transaction each and recorded in schema_migrations; they
+// are a few statements, so a migration library (goose, migrate) would add
+// more than it saves. Times are Unix nanoseconds in UTC.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// migrations are applied in order; never edit one that shipped, add one.
+var migrations = []string{
+	`CREATE TABLE accounts (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL
+	);
+	CREATE TABLE api_keys (
+		id TEXT PRIMARY KEY,
+		account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+		hash BLOB NOT NULL,
+		label TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		revoked_at INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX api_keys_account ON api_keys(account_id);
+	CREATE TABLE sandboxes (
+		account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+		name TEXT NOT NULL,
+		provider TEXT NOT NULL,
+		provider_name TEXT NOT NULL,
+		instance_id TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		url TEXT NOT NULL DEFAULT '',
+		mem_bytes INTEGER NOT NULL DEFAULT 0,
+		pids INTEGER NOT NULL DEFAULT 0,
+		cpu_millis INTEGER NOT NULL DEFAULT 0,
+		wall_clock_ns INTEGER NOT NULL DEFAULT 0,
+		created_at INTEGER NOT NULL,
+		last_activity INTEGER NOT NULL,
+		parked_at INTEGER NOT NULL DEFAULT 0,
+		parked_by TEXT NOT NULL DEFAULT '',
+		version INTEGER NOT NULL,
+		PRIMARY KEY (account_id, name),
+		UNIQUE (provider, provider_name)
+	);
+	CREATE TABLE intents (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		account_id TEXT NOT NULL,
+		name TEXT NOT NULL,
+		op TEXT NOT NULL,
+		provider TEXT NOT NULL,
+		provider_name TEXT NOT NULL,
+		instance_id TEXT NOT NULL DEFAULT '',
+		arg TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		detail TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	);
+	CREATE INDEX intents_open ON intents(state) WHERE state IN ('pending', 'uncertain');`,
+}
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	db *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating it 0600 if missing) the database at path and
+// applies the migrations it lacks.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, err
+	} else {
+		f.Close()
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(10000)", "foreign_keys(1)", "synchronous(NORMAL)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(4)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	for i, m := range migrations {
+		v := i + 1
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func tm(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code()
+		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// CreateAccount implements store.Store.
+func (s *Store) CreateAccount(ctx context.Context, name string) (store.Account, error) {
+	a := store.Account{ID: newID("acct"), Name: name, CreatedAt: time.Now().UTC()}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO accounts (id, name, created_at) VALUES (?, ?, ?)`, a.ID, a.Name, ns(a.CreatedAt))
+	if isUnique(err) {
+		return store.Account{}, fmt.Errorf("account %q: %w", name, store.ErrAlreadyExists)
+	}
+	return a, err
+}
+
+func (s *Store) account(ctx context.Context, where string, arg string) (store.Account, error) {
+	var a store.Account
+	var c int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, name, created_at FROM accounts WHERE `+where+` = ?`, arg).Scan(&a.ID, &a.Name, &c)
+	a.CreatedAt = tm(c)
+	return a, notFound(err)
+}
+
+// AccountByName implements store.Store.
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	return s.account(ctx, "name", name)
+}
+
+// AccountByID implements store.Store.
+func (s *Store) AccountByID(ctx context.Context, id string) (store.Account, error) {
+	return s.account(ctx, "id", id)
+}
+
+// ListAccounts implements store.Store.
+func (s *Store) ListAccounts(ctx context.Context) ([]store.Account, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, created_at FROM accounts ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Account
+	for rows.Next() {
+		var a store.Account
+		var c int64
+		if err := rows.Scan(&a.ID, &a.Name, &c); err != nil {
+			return nil, err
+		}
+		a.CreatedAt = tm(c)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// AddKey implements store.Store.
+func (s *Store) AddKey(ctx context.Context, k store.Key) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, account_id, hash, label, created_at) VALUES (?, ?, ?, ?, ?)`,
+		k.ID, k.AccountID, k.Hash, k.Label, ns(k.CreatedAt))
+	if isUnique(err) {
+		return fmt.Errorf("key %q: %w", k.ID, store.ErrAlreadyExists)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+		return fmt.Errorf("account %q: %w", k.AccountID, store.ErrNotFound)
+	}
+	return err
+}
+
+const keyCols = `id, account_id, hash, label, created_at, revoked_at`
+
+func scanKey(sc interface{ Scan(...any) error }) (store.Key, error) {
+	var k store.Key
+	var c, r int64
+	err := sc.Scan(&k.ID, &k.AccountID, &k.Hash, &k.Label, &c, &r)
+	k.CreatedAt, k.RevokedAt = tm(c), tm(r)
+	return k, err
+}
+
+// KeyByID implements store.Store.
+func (s *Store) KeyByID(ctx context.Context, id string) (store.Key, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = ?`, id))
+	return k, notFound(err)
+}
+
+// ListKeys implements store.Store.
+func (s *Store) ListKeys(ctx context.Context, accountID string) ([]store.Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE account_id = ? ORDER BY created_at, id`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeKey implements store.Store.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, ns(at), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		if _, err := s.KeyByID(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const sbCols = `account_id, name, provider, provider_name, instance_id, state, url, mem_bytes, pids, cpu_millis, wall_clock_ns,
+	created_at, last_activity, parked_at, parked_by, version`
+
+func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
+	var b store.Sandbox
+	var c, la, pa, wc int64
+	err := sc.Scan(&b.AccountID, &b.Name, &b.Provider, &b.ProviderName, &b.InstanceID, &b.State, &b.URL,
+		&b.Limits.MemoryBytes, &b.Limits.Pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version)
+	b.Limits.WallClock = time.Duration(wc)
+	b.CreatedAt, b.LastActivity, b.ParkedAt = tm(c), tm(la), tm(pa)
+	return b, err
+}
+
+// InsertSandbox implements store.Store.
+func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
+		b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
+		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy)
+	if isUnique(err) {
+		return fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+		return fmt.Errorf("account %q: %w", b.AccountID, store.ErrNotFound)
+	}
+	return err
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, accountID, name string) (store.Sandbox, error) {
+	b, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE account_id = ? AND name = ?`, accountID, name))
+	return b, notFound(err)
+}
+
+// ListSandboxes implements store.Store.
+func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sandbox, error) {
+	q, args := `SELECT `+sbCols+` FROM sandboxes ORDER BY account_id, name`, []any(nil)
+	if accountID != "" {
+		q, args = `SELECT `+sbCols+` FROM sandboxes WHERE account_id = ? ORDER BY name`, []any{accountID}
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Sandbox{}
+	for rows.Next() {
+		b, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// UpdateSandbox implements store.Store.
+func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
+	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET provider_name = ?, instance_id = ?, state = ?, url = ?,
+		mem_bytes = ?, pids = ?, cpu_millis = ?, wall_clock_ns = ?, last_activity = max(last_activity, ?), parked_at = ?, parked_by = ?,
+		version = version + 1 WHERE account_id = ? AND name = ? AND version = ?`,
+		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
+		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.AccountID, b.Name, b.Version)
+	if isUnique(err) {
+		return b, fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
+	}
+	if err != nil {
+		return b, err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		if _, err := s.GetSandbox(ctx, b.AccountID, b.Name); err != nil {
+			return b, err
+		}
+		return b, store.ErrConflict
+	}
+	return s.GetSandbox(ctx, b.AccountID, b.Name)
+}
+
+// TouchSandbox implements store.Store.
+func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_activity = max(last_activity, ?) WHERE account_id = ? AND name = ?`, ns(at), accountID, name)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// DeleteSandbox implements store.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE account_id = ? AND name = ?`, accountID, name)
+	return err
+}
+
+// AddIntent implements store.Store.
+func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
+	now := time.Now().UnixNano()
+	if in.State == "" {
+		in.State = store.IntentPending
+	}
+	r, err := s.db.ExecContext(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, in.AccountID, in.Name, in.Op, in.Provider, in.ProviderName, in.InstanceID, in.Arg, in.State, in.Detail, now, now)
+	if err != nil {
+		return 0, err
+	}
+	return r.LastInsertId()
+}
+
+// SetIntent implements store.Store.
+func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE intents SET state = ?, detail = ?, updated_at = ? WHERE id = ?`, state, detail, time.Now().UnixNano(), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// OpenIntents implements store.Store.
+func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
+		FROM intents WHERE state IN ('pending', 'uncertain') ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Intent
+	for rows.Next() {
+		var in store.Intent
+		var c, u int64
+		if err := rows.Scan(&in.ID, &in.AccountID, &in.Name, &in.Op, &in.Provider, &in.ProviderName, &in.InstanceID, &in.Arg, &in.State, &in.Detail, &c, &u); err != nil {
+			return nil, err
+		}
+		in.CreatedAt, in.UpdatedAt = tm(c), tm(u)
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+func newID(prefix string) string { return prefix + "_" + strings.ToLower(sandbox.NewRef()) }

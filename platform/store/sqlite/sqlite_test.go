@@ -1,0 +1,90 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/platform/store/sqlite"
+	"github.com/managoat/managoat/platform/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, filepath.Join(t.TempDir(), "p.db")) })
+}
+
+// TestReopenLosesNothing: what one process wrote, the next one reads, and
+// the migrations are not applied twice.
+func TestReopenLosesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "platform.db")
+	ctx := context.Background()
+	s := open(t, path)
+	a, err := s.CreateAccount(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := s.InsertSandbox(ctx, store.Sandbox{AccountID: a.ID, Name: "x", Provider: "local", ProviderName: "px", State: store.StateRunning, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := s.AddIntent(ctx, store.Intent{AccountID: a.ID, Name: "x", Op: store.OpDestroyOnce, Provider: "local", ProviderName: "px"})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	defer s.Close()
+	if got, err := s.GetSandbox(ctx, a.ID, "x"); err != nil || got.ProviderName != "px" || !got.CreatedAt.Equal(now) {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+	if in, err := s.OpenIntents(ctx); err != nil || len(in) != 1 || in[0].ID != id {
+		t.Fatalf("intents after reopen: %+v, %v", in, err)
+	}
+}
+
+func seed(b *testing.B, s *sqlite.Store, n int) store.Account {
+	ctx := context.Background()
+	a, err := s.CreateAccount(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for i := range n {
+		if err := s.InsertSandbox(ctx, store.Sandbox{AccountID: a.ID, Name: fmt.Sprintf("sb-%05d", i), Provider: "local",
+			ProviderName: fmt.Sprintf("p-%05d", i), State: store.StateRunning, CreatedAt: now, LastActivity: now}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return a
+}
+
+// BenchmarkList10k lists 10,000 records of one account (target: under
+// 20 ms an op).
+func BenchmarkList10k(b *testing.B) {
+	s := open(b, filepath.Join(b.TempDir(), "p.db"))
+	defer s.Close()
+	a := seed(b, s, 10000)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		l, err := s.ListSandboxes(ctx, a.ID)
+		if err != nil || len(l) != 10000 {
+			b.Fatal(len(l), err)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+// Package store is the platform's record keeping: accounts, their API keys
+// (hashed), their sandboxes (which provider each lives on, its
+// provider-side name and instance, state, URL, activity, parking) and the
+// intents of bounded operations. Store is the interface the platform uses;
+// store/sqlite is the embedded default, and a Postgres store meets the same
+// interface and passes the same kit, store/storetest.
+//
+// The interface is shaped for several replicas on one database: InsertSandbox
+// is the one arbiter of a name (two replicas creating the same name: one
+// insert wins, the other gets ErrAlreadyExists and adopts the winner's
+// record), and UpdateSandbox is compare-and-set on Version, so a replica
+// never overwrites what another wrote after it read (ErrConflict: read
+// again). Every method is safe for concurrent use.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Errors. ErrNotFound and ErrAlreadyExists are the sandbox taxonomy's, so a
+// record's absence or conflict maps to the API's 404 and 409 directly.
+var (
+	ErrNotFound      = sandbox.ErrNotFound
+	ErrAlreadyExists = sandbox.ErrAlreadyExists
+	// ErrConflict: UpdateSandbox lost a race (the record's Version moved).
+	ErrConflict = errors.New("store: the record changed since it was read")
+)
+
+// Account owns API keys, sandboxes and runners.
+type Account struct {
+	ID        string
+	Name      string // unique
+	CreatedAt time.Time
+}
+
+// Key is an API key's record: the secret itself is stored nowhere, only
+// its SHA-256 (a key is 32 random bytes, so a slow hash adds nothing).
+type Key struct {
+	ID        string // public part of the key, unique
+	AccountID string
+	Hash      []byte // SHA-256 of the secret part
+	Label     string
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while valid
+}
+
+// Sandbox states the platform records.
+const (
+	StateCreating  = "creating"  // the record exists, the provider's create is under way or was cut short
+	StateRunning   = "running"   // the provider said so, or the last call on it succeeded
+	StateSuspended = "suspended" // suspended by its user
+	StateParked    = "parked"    // parked for idleness (ParkedBy says how); the next use wakes it
+	StateUnknown   = "unknown"   // the provider's status is unrecognised
+)
+
+// Parking methods.
+const (
+	ParkSuspend = "suspend" // the provider suspended it, disk kept
+	ParkDestroy = "destroy" // the provider has no suspend: it was destroyed; a wake creates it anew
+)
+
+// Sandbox is one sandbox's record.
+type Sandbox struct {
+	AccountID    string
+	Name         string // the account's name for it, unique per account
+	Provider     string // the provider that created it; never changes
+	ProviderName string // its name on the provider (unique per provider)
+	InstanceID   string // the provider's incarnation id, when known
+	State        string
+	URL          string // real or empty
+	Limits       sandbox.Limits
+	CreatedAt    time.Time
+	LastActivity time.Time
+	ParkedAt     time.Time // zero unless parked
+	ParkedBy     string    // ParkSuspend or ParkDestroy when parked
+	// Version is bumped by every update; UpdateSandbox matches on it.
+	Version int64
+}
+
+// Intent states.
+const (
+	IntentPending   = "pending"   // recorded before the call; the outcome is not known yet
+	IntentConfirmed = "confirmed" // the provider confirmed the outcome
+	IntentUncertain = "uncertain" // the call failed in a way that leaves the outcome unknown
+	IntentResolved  = "resolved"  // an uncertain intent reconciled later (Detail says how)
+)
+
+// Intent operations.
+const (
+	OpCreateNew        = "create_new"
+	OpDestroyOnce      = "destroy_once"
+	OpCheckpointOnce   = "create_checkpoint_once"
+	OpTerminateSession = "terminate_session"
+)
+
+// Intent records a bounded write before it is made, and its outcome after.
+type Intent struct {
+	ID           int64
+	AccountID    string
+	Name         string // the account's sandbox name
+	Op           string
+	Provider     string
+	ProviderName string
+	InstanceID   string
+	Arg          string // the operation's own key (session id, operation id)
+	State        string
+	Detail       string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Store keeps the records.
+type Store interface {
+	CreateAccount(ctx context.Context, name string) (Account, error) // ErrAlreadyExists for a taken name
+	AccountByName(ctx context.Context, name string) (Account, error)
+	AccountByID(ctx context.Context, id string) (Account, error)
+	ListAccounts(ctx context.Context) ([]Account, error)
+
+	AddKey(ctx context.Context, k Key) error // ErrAlreadyExists for a taken ID
+	KeyByID(ctx context.Context, id string) (Key, error)
+	ListKeys(ctx context.Context, accountID string) ([]Key, error)
+	RevokeKey(ctx context.Context, id string, at time.Time) error
+
+	// InsertSandbox adds a record with Version 1; ErrAlreadyExists when the
+	// account has a sandbox of that name (the one arbiter of concurrent
+	// creates) or the provider has one of that ProviderName.
+	InsertSandbox(ctx context.Context, s Sandbox) error
+	GetSandbox(ctx context.Context, accountID, name string) (Sandbox, error)
+	// ListSandboxes lists an account's records ("" lists every account's),
+	// ordered by account then name.
+	ListSandboxes(ctx context.Context, accountID string) ([]Sandbox, error)
+	// UpdateSandbox writes s if the stored Version is s.Version, and
+	// returns the record with its new Version; ErrConflict otherwise,
+	// ErrNotFound when it is gone.
+	UpdateSandbox(ctx context.Context, s Sandbox) (Sandbox, error)
+	// TouchSandbox moves LastActivity forward to at (never back), without
+	// a version check: activity is not a state change.
+	TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error
+	// DeleteSandbox removes the record; nil when it is already gone.
+	DeleteSandbox(ctx context.Context, accountID, name string) error
+
+	// AddIntent records an intent (State pending) and returns its ID.
+	AddIntent(ctx context.Context, in Intent) (int64, error)
+	// SetIntent records an intent's outcome.
+	SetIntent(ctx context.Context, id int64, state, detail string) error
+	// OpenIntents lists the intents still pending or uncertain, oldest first.
+	OpenIntents(ctx context.Context) ([]Intent, error)
+
+	Close() error
+}

@@ -1,0 +1,371 @@
+// Package storetest is the conformance kit of store.Store: the embedded
+// SQLite store runs it, and so must any other (a Postgres store), so the
+// platform may count on the same answers from each:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return openFresh(t) })
+//	}
+//
+// open must return an empty store that the kit may close.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Run runs every case, each on a fresh store from open.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	for _, c := range []struct {
+		name string
+		f    func(t *testing.T, s store.Store)
+	}{
+		{"Accounts", accounts},
+		{"Keys", keys},
+		{"SandboxRoundTrip", roundTrip},
+		{"SandboxesAreAccountScoped", scoped},
+		{"ConcurrentInsertHasOneWinner", oneWinner},
+		{"ProviderNameIsUnique", providerNameUnique},
+		{"UpdateIsCompareAndSet", compareAndSet},
+		{"TouchNeverGoesBack", touch},
+		{"DeleteIsTolerant", deleteTolerant},
+		{"Intents", intents},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { _ = s.Close() })
+			c.f(t, s)
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func mustAccount(t *testing.T, s store.Store, name string) store.Account {
+	t.Helper()
+	a, err := s.CreateAccount(ctx(t), name)
+	if err != nil {
+		t.Fatalf("CreateAccount(%q): %v", name, err)
+	}
+	return a
+}
+
+// now is a time every store keeps exactly (microseconds, UTC).
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+func sb(a store.Account, name string) store.Sandbox {
+	t := now()
+	return store.Sandbox{AccountID: a.ID, Name: name, Provider: "local", ProviderName: "p-" + a.ID + "-" + name,
+		State: store.StateCreating, CreatedAt: t, LastActivity: t}
+}
+
+func accounts(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	if a.ID == "" || a.CreatedAt.IsZero() {
+		t.Fatalf("account %+v lacks an ID or a creation time", a)
+	}
+	if _, err := s.CreateAccount(c, "alice"); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second alice = %v, want ErrAlreadyExists", err)
+	}
+	b := mustAccount(t, s, "bob")
+	if a.ID == b.ID {
+		t.Fatal("two accounts share an ID")
+	}
+	if got, err := s.AccountByName(c, "bob"); err != nil || got.ID != b.ID {
+		t.Fatalf("AccountByName(bob) = %+v, %v", got, err)
+	}
+	if got, err := s.AccountByID(c, a.ID); err != nil || got.Name != "alice" {
+		t.Fatalf("AccountByID = %+v, %v", got, err)
+	}
+	if _, err := s.AccountByName(c, "carol"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("AccountByName(carol) = %v, want ErrNotFound", err)
+	}
+	all, err := s.ListAccounts(c)
+	if err != nil || len(all) != 2 || all[0].Name != "alice" || all[1].Name != "bob" {
+		t.Fatalf("ListAccounts = %+v, %v", all, err)
+	}
+}
+
+func keys(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	k := store.Key{ID: "k1", AccountID: a.ID, Hash: []byte{1, 2, 3, 0, 255}, Label: "laptop", CreatedAt: now()}
+	if err := s.AddKey(c, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddKey(c, k); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second AddKey = %v, want ErrAlreadyExists", err)
+	}
+	if err := s.AddKey(c, store.Key{ID: "k9", AccountID: "no-such-account", Hash: []byte{1}, CreatedAt: now()}); err == nil {
+		t.Fatal("AddKey for an account that does not exist succeeded")
+	}
+	got, err := s.KeyByID(c, "k1")
+	if err != nil || got.AccountID != a.ID || string(got.Hash) != string(k.Hash) || got.Label != "laptop" || !got.CreatedAt.Equal(k.CreatedAt) || !got.RevokedAt.IsZero() {
+		t.Fatalf("KeyByID = %+v, %v", got, err)
+	}
+	if _, err := s.KeyByID(c, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("KeyByID(nope) = %v", err)
+	}
+	at := now()
+	if err := s.RevokeKey(c, "k1", at); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.KeyByID(c, "k1"); !got.RevokedAt.Equal(at) {
+		t.Fatalf("revoked at %v, want %v", got.RevokedAt, at)
+	}
+	if err := s.RevokeKey(c, "nope", at); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RevokeKey(nope) = %v", err)
+	}
+	ks, err := s.ListKeys(c, a.ID)
+	if err != nil || len(ks) != 1 {
+		t.Fatalf("ListKeys = %+v, %v", ks, err)
+	}
+}
+
+func roundTrip(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	in := sb(a, "box")
+	in.InstanceID, in.URL, in.State = "inst-1", "https://box.example", store.StateRunning
+	in.Limits = sandbox.Limits{MemoryBytes: 1 << 30, Pids: 64, CPUMillis: 500, WallClock: 3 * time.Second}
+	if err := s.InsertSandbox(c, in); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(c, a.ID, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 1 {
+		t.Errorf("Version = %d, want 1", got.Version)
+	}
+	in.Version = 1
+	if fmt.Sprint(got) != fmt.Sprint(in) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, in)
+	}
+	got.State, got.ParkedAt, got.ParkedBy = store.StateParked, now(), store.ParkSuspend
+	up, err := s.UpdateSandbox(c, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Version != 2 || up.State != store.StateParked || !up.ParkedAt.Equal(got.ParkedAt) || up.ParkedBy != store.ParkSuspend {
+		t.Fatalf("after update %+v", up)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "other"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetSandbox(other) = %v", err)
+	}
+}
+
+func scoped(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a, b := mustAccount(t, s, "alice"), mustAccount(t, s, "bob")
+	for _, n := range []string{"y", "x"} {
+		if err := s.InsertSandbox(c, sb(a, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same name in another account is another sandbox.
+	if err := s.InsertSandbox(c, sb(b, "x")); err != nil {
+		t.Fatalf("bob's x: %v", err)
+	}
+	la, err := s.ListSandboxes(c, a.ID)
+	if err != nil || len(la) != 2 || la[0].Name != "x" || la[1].Name != "y" || la[0].AccountID != a.ID {
+		t.Fatalf("alice's list = %+v, %v", la, err)
+	}
+	lb, _ := s.ListSandboxes(c, b.ID)
+	if len(lb) != 1 || lb[0].AccountID != b.ID {
+		t.Fatalf("bob's list = %+v", lb)
+	}
+	all, _ := s.ListSandboxes(c, "")
+	if len(all) != 3 {
+		t.Fatalf("all = %d records, want 3", len(all))
+	}
+	if err := s.DeleteSandbox(c, b.ID, "y"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "y"); err != nil {
+		t.Fatalf("bob's delete of y removed alice's: %v", err)
+	}
+}
+
+func oneWinner(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := sb(a, "race")
+			r.ProviderName = fmt.Sprintf("replica-%d", i)
+			errs[i] = s.InsertSandbox(c, r)
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, store.ErrAlreadyExists):
+			t.Errorf("a losing insert = %v, want ErrAlreadyExists", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d inserts of one name won, want 1 (%v)", wins, errs)
+	}
+}
+
+func providerNameUnique(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a, b := mustAccount(t, s, "alice"), mustAccount(t, s, "bob")
+	x := sb(a, "x")
+	if err := s.InsertSandbox(c, x); err != nil {
+		t.Fatal(err)
+	}
+	y := sb(b, "y")
+	y.ProviderName = x.ProviderName
+	if err := s.InsertSandbox(c, y); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("a second record of one provider sandbox = %v, want ErrAlreadyExists", err)
+	}
+	y.Provider = "sprites" // another provider's namespace
+	if err := s.InsertSandbox(c, y); err != nil {
+		t.Fatalf("the same name on another provider: %v", err)
+	}
+}
+
+func compareAndSet(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	if err := s.InsertSandbox(c, sb(a, "x")); err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := s.GetSandbox(c, a.ID, "x")
+	r2 := r1
+	r1.State = store.StateRunning
+	if _, err := s.UpdateSandbox(c, r1); err != nil {
+		t.Fatal(err)
+	}
+	r2.State = store.StateSuspended
+	if _, err := s.UpdateSandbox(c, r2); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a stale update = %v, want ErrConflict", err)
+	}
+	if got, _ := s.GetSandbox(c, a.ID, "x"); got.State != store.StateRunning {
+		t.Fatalf("a stale update overwrote: %s", got.State)
+	}
+	// Concurrent updates from one version: exactly one wins.
+	base, _ := s.GetSandbox(c, a.ID, "x")
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			r := base
+			r.URL = fmt.Sprint("https://", i)
+			_, errs[i] = s.UpdateSandbox(c, r)
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		if err == nil {
+			wins++
+		} else if !errors.Is(err, store.ErrConflict) {
+			t.Errorf("a losing update = %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d concurrent updates of one version won, want 1", wins)
+	}
+	if err := s.DeleteSandbox(c, a.ID, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateSandbox(c, base); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of a deleted record = %v, want ErrNotFound", err)
+	}
+}
+
+func touch(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	r := sb(a, "x")
+	if err := s.InsertSandbox(c, r); err != nil {
+		t.Fatal(err)
+	}
+	later := r.LastActivity.Add(time.Minute)
+	if err := s.TouchSandbox(c, a.ID, "x", later); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TouchSandbox(c, a.ID, "x", r.LastActivity); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.GetSandbox(c, a.ID, "x")
+	if !got.LastActivity.Equal(later) {
+		t.Fatalf("LastActivity = %v, want %v (never back)", got.LastActivity, later)
+	}
+	if got.Version != 1 {
+		t.Fatalf("a touch bumped the version to %d", got.Version)
+	}
+	if err := s.TouchSandbox(c, a.ID, "nope", later); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("TouchSandbox(nope) = %v", err)
+	}
+}
+
+func deleteTolerant(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	if err := s.DeleteSandbox(c, a.ID, "never"); err != nil {
+		t.Fatalf("delete of an absent record = %v", err)
+	}
+	if err := s.InsertSandbox(c, sb(a, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(c, a.ID, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "x"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.InsertSandbox(c, sb(a, "x")); err != nil {
+		t.Fatalf("the name is free again: %v", err)
+	}
+}
+
+func intents(t *testing.T, s store.Store) {
+	c := ctx(t)
+	id1, err := s.AddIntent(c, store.Intent{AccountID: "a", Name: "x", Op: store.OpCreateNew, Provider: "sprites", ProviderName: "px"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, _ := s.AddIntent(c, store.Intent{AccountID: "a", Name: "y", Op: store.OpDestroyOnce, Provider: "sprites", ProviderName: "py", InstanceID: "i"})
+	id3, _ := s.AddIntent(c, store.Intent{AccountID: "a", Name: "y", Op: store.OpTerminateSession, Provider: "sprites", ProviderName: "py", Arg: "s1"})
+	if id1 == id2 || id2 == id3 {
+		t.Fatal("intent ids repeat")
+	}
+	if err := s.SetIntent(c, id1, store.IntentConfirmed, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetIntent(c, id2, store.IntentUncertain, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	open, err := s.OpenIntents(c)
+	if err != nil || len(open) != 2 || open[0].ID != id2 || open[1].ID != id3 {
+		t.Fatalf("OpenIntents = %+v, %v", open, err)
+	}
+	if open[0].State != store.IntentUncertain || open[0].Detail != "timeout" || open[0].InstanceID != "i" || open[1].Arg != "s1" || open[1].State != store.IntentPending {
+		t.Fatalf("intents read back: %+v", open)
+	}
+	if err := s.SetIntent(c, 999999, store.IntentResolved, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SetIntent(unknown) = %v", err)
+	}
+}
