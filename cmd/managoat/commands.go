@@ -370,9 +370,12 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 			return wrap("spawn", err)
 		}
 		defer func() { _ = cmd.Stop() }()
+		// The id is the one the provider read from the service, never a
+		// guess from a listing (which may not show the session yet, or
+		// shows older sessions of the same command).
 		id := cmd.SessionID
-		if id == "" {
-			id = newestSession(ctx, reg, h, c)
+		if id == "" && *detach {
+			return errors.New("spawn --detach: the provider named no session id, so the command (left running) cannot be attached to")
 		}
 		if *detach {
 			fmt.Println(id)
@@ -380,22 +383,6 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 		}
 		return follow(ctx, h, id, cmd, true)
 	}
-}
-
-// newestSession finds the id of the newest session running c.
-func newestSession(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd) string {
-	ss, err := reg.ListSessions(ctx, h)
-	if err != nil {
-		return ""
-	}
-	id := ""
-	var newest time.Time
-	for _, s := range ss {
-		if s.Command == c.String() && (id == "" || !s.CreatedAt.Before(newest)) {
-			id, newest = s.ID, s.CreatedAt
-		}
-	}
-	return id
 }
 
 // follow streams an attached or spawned session; Ctrl-C detaches. With

@@ -20,7 +20,20 @@
 // force_terminate_session, create_new and destroy_once; checkpoint and
 // create_checkpoint_once only when Config.CheckpointCreationEnabled.
 // Only detachable spawns survive their WebSocket; pass
-// SpawnOptions.Detachable for a session you mean to attach to later.
+// SpawnOptions.Detachable for a session you mean to attach to later. Such a
+// spawn asks for max_run_after_disconnect=0 (forever); without it Sprites
+// keeps a non-TTY process 10 s after its socket goes, and a TTY process
+// forever (the exec API reference; the detachable parameter older clients
+// sent is no longer documented).
+//
+// A session's id is the one Sprites announces in the session_info message
+// that opens every exec socket (it is the process's PID): Spawn waits for
+// it (at most 10 s) and sets Command.SessionID, and Attach sets the id it
+// was given, as sprites-go's wsCmd.SessionID does. Nothing finds its
+// session by listing, which shows a session only once its process exists.
+// A socket that ends before announcing one returns a Command without an id
+// whose stream says how it ended; a detachable spawn whose socket stays
+// silent past the bound fails Unavailable{no_session_info}.
 //
 // The four bounded operations — CreateNew, DestroyOnce, TerminateSession
 // and CreateCheckpointOnce — follow the contract's algorithms exactly: one
@@ -59,6 +72,8 @@
 //     and no more of it is read; WebSocket frames are capped at 8 MiB.
 //   - DestroyOnce's confirming GET gets only the time left, like the
 //     checkpoint's listing (the original gave it the full timeout again).
+//   - A listing page that says has_more without a continuation token is
+//     ErrTruncated: the names so far are a part that would look whole.
 //   - Attach tries the path form /exec/{id} and falls back once to ?id= on
 //     a 404, so both server generations work.
 //   - Config, Provider and the handles' private state never print the

@@ -31,7 +31,14 @@ const (
 	writeTimeout = 30 * time.Second // one stdin frame
 	readLimit    = 8 << 20          // largest frame accepted from Sprites
 	closeGrace   = time.Second      // after the exit, as the SDK's stop grace
+	// infoTimeout bounds Spawn's wait for session_info, which Sprites
+	// sends first on every exec socket (sprites-go waits 30 s for it).
+	infoTimeout = 10 * time.Second
 )
+
+// ReasonNoSessionInfo is the UnavailableError reason of a detachable
+// Spawn whose socket announced no session id within the bound.
+const ReasonNoSessionInfo = "no_session_info"
 
 // wsCommand is a Command's Private state: the socket and what the
 // session_info control message said.
@@ -40,6 +47,9 @@ type wsCommand struct {
 	stream *sandbox.Stream
 	cancel context.CancelFunc // ends the reader
 	done   chan struct{}      // closed when the reader returned
+
+	info     chan struct{} // closed at the first session_info, or at the exit
+	infoOnce sync.Once
 
 	mu        sync.Mutex
 	tty       bool
@@ -146,7 +156,11 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 		q.Set("cols", strconv.Itoa(cols))
 	}
 	if opts.Detachable {
-		q.Set("detachable", "true")
+		// Sprites keeps a non-TTY process 10 s after its socket goes
+		// unless told otherwise; 0 is "forever", what a session that
+		// must outlive its client needs (the exec API reference; the
+		// detachable parameter is no longer documented).
+		q.Set("max_run_after_disconnect", "0")
 	}
 	conn, err := p.dial(ctx, p.wsURL(p.spritePath(h.Name, "exec"), q))
 	if err != nil {
@@ -157,6 +171,26 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 		// Like the SDKs: a command without stdin gets its EOF at once.
 		_ = p.send(cmd, []byte{streamStdinEOF})
 	}
+	// The session id is the process's PID, announced in session_info;
+	// it is read, never guessed from a listing (which shows the session
+	// only once the process exists).
+	w := cmd.Private.(*wsCommand)
+	t := time.NewTimer(infoTimeout)
+	defer t.Stop()
+	select {
+	case <-w.info:
+	case <-w.done: // ended before announcing itself: the stream says how
+	case <-t.C:
+		if opts.Detachable {
+			_ = p.StopCommand(cmd)
+			return nil, &sandbox.UnavailableError{Reason: ReasonNoSessionInfo,
+				Err: errors.New("Sprites announced no session id within " + infoTimeout.String())}
+		}
+	case <-ctx.Done():
+		_ = p.StopCommand(cmd)
+		return nil, ctx.Err()
+	}
+	cmd.SessionID = SessionID(cmd)
 	return cmd, nil
 }
 
@@ -181,13 +215,15 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	}
 	// The session's TTY mode arrives in its session_info message, before
 	// any replayed output.
-	return p.start(conn, false), nil
+	cmd := p.start(conn, false)
+	cmd.SessionID = sessionID
+	return cmd, nil
 }
 
 // start wraps an open socket in a Command and runs its reader.
 func (p *Provider) start(conn *websocket.Conn, tty bool) *sandbox.Command {
 	rctx, cancel := context.WithCancel(context.Background())
-	w := &wsCommand{conn: conn, cancel: cancel, done: make(chan struct{}), tty: tty}
+	w := &wsCommand{conn: conn, cancel: cancel, done: make(chan struct{}), info: make(chan struct{}), tty: tty}
 	cmd, stream := sandbox.NewCommand(p, "", w)
 	w.stream = stream
 	go w.read(rctx)
@@ -253,6 +289,7 @@ func (w *wsCommand) read(ctx context.Context) {
 // frame is answered by Read) for at most closeGrace before closing it.
 func (w *wsCommand) finish(ctx context.Context, code int) {
 	w.stream.Exit(code)
+	w.infoOnce.Do(func() { close(w.info) }) // no session_info comes after the exit
 	ctx, cancel := context.WithTimeout(ctx, closeGrace)
 	defer cancel()
 	for {
@@ -287,9 +324,10 @@ func (w *wsCommand) control(data []byte) (int, bool) {
 		if json.Unmarshal(m.SessionID, &s) == nil {
 			w.sessionID = s
 		} else if len(m.SessionID) > 0 && m.SessionID[0] != 'n' {
-			w.sessionID = string(m.SessionID)
+			w.sessionID = string(m.SessionID) // a number: the PID
 		}
 		w.mu.Unlock()
+		w.infoOnce.Do(func() { close(w.info) })
 	case "exit":
 		switch {
 		case m.ExitCode != nil:

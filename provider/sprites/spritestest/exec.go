@@ -42,12 +42,14 @@ type frame struct {
 // which every connection (the spawner and each attacher) reads from byte
 // zero at its own pace.
 type session struct {
-	id         string
-	command    string
-	workdir    string
-	created    time.Time
-	tty        bool
-	detachable bool
+	id      string
+	command string
+	workdir string
+	created time.Time
+	tty     bool
+	// grace is max_run_after_disconnect: how long the process may run once
+	// its creator's connection is gone; 0 is forever.
+	grace time.Duration
 
 	mu      sync.Mutex
 	log     []frame
@@ -179,7 +181,6 @@ type startReq struct {
 	stdin      bool
 	tty        bool
 	rows, cols int
-	detachable bool
 }
 
 // start launches the session's process (or the built-in drop command).
@@ -288,6 +289,16 @@ func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
 
 // execWS serves the exec WebSocket: a new command, or an attach by
 // /exec/{id}, ?session_id= or ?id=.
+//
+// A new command's session is Sprites': its id is its process's PID, so it
+// exists (is listed, can be attached or killed) only once the process has
+// started, which is after the upgrade; its first message is session_info
+// with that id. Options.StartDelay widens the gap between the upgrade and
+// the process. max_run_after_disconnect (a duration; 0 is forever) bounds
+// how long the process runs once its creator's connection is gone; a TTY
+// session runs forever by default, any other for
+// Options.MaxRunAfterDisconnect (10 s). The retired detachable parameter is
+// ignored.
 func (s *Server) execWS(w http.ResponseWriter, r *http.Request, sp *sprite, pathID string) {
 	q := r.URL.Query()
 	id := pathID
@@ -299,6 +310,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, sp *sprite, path
 	}
 	stdin := q.Get("stdin") == "true"
 	var ss *session
+	var req startReq
 	creator := false
 	if id != "" {
 		s.mu.Lock()
@@ -325,26 +337,60 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, sp *sprite, path
 		if cols <= 0 {
 			cols = 80
 		}
-		req := startReq{argv: argv, dir: q.Get("dir"), env: q["env"], stdin: stdin, tty: q.Get("tty") == "true",
-			rows: rows, cols: cols, detachable: q.Get("detachable") == "true"}
+		req = startReq{argv: argv, dir: q.Get("dir"), env: q["env"], stdin: stdin, tty: q.Get("tty") == "true",
+			rows: rows, cols: cols}
+		grace := s.opts.MaxRunAfterDisconnect
+		if req.tty {
+			grace = 0
+		}
+		if v := q.Get("max_run_after_disconnect"); v != "" {
+			d, err := parseGrace(v)
+			if err != nil {
+				apiError(w, http.StatusBadRequest, "invalid_request", "bad max_run_after_disconnect")
+				return
+			}
+			grace = d
+		}
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
 			apiError(w, http.StatusServiceUnavailable, "unavailable", "shutting down")
 			return
 		}
-		s.nextSess++
-		ss = newSession(strconv.Itoa(s.nextSess))
+		ss = newSession("")
 		ss.command = strings.Join(req.argv, " ")
-		ss.tty, ss.detachable = req.tty, req.detachable
+		ss.tty, ss.grace = req.tty, grace
 		ss.viewers++ // counted before the process can end, so the session stays listed
-		sp.sessions[ss.id] = ss
-		s.mu.Unlock()
 		creator = true
-		s.start(sp, ss, req)
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
-	if !creator {
+	if creator {
+		if err != nil {
+			return // never started
+		}
+		if d := s.opts.StartDelay; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-s.ctx.Done():
+			}
+		}
+		s.start(sp, ss, req)
+		ss.mu.Lock()
+		pid := ss.pid
+		ss.mu.Unlock()
+		s.mu.Lock()
+		if pid > 0 {
+			ss.id = strconv.Itoa(pid)
+		} else {
+			// The built-in drop command, or a command that could not
+			// start: no process, an id no PID takes.
+			s.nextSess++
+			ss.id = strconv.Itoa(noPID + s.nextSess)
+		}
+		sp.sessions[ss.id] = ss
+		s.mu.Unlock()
+	} else {
 		ss.mu.Lock()
 		ss.viewers++
 		ss.mu.Unlock()
@@ -362,40 +408,82 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request, sp *sprite, path
 		defer cancel()
 		s.readClient(ctx, conn, ss, stdin)
 	}()
-	s.view(ctx, conn, ss)
+	s.view(ctx, conn, ss, creator)
 	cancel()
 	_ = conn.CloseNow()
 	<-readDone
 }
 
-// leave drops a connection; the creator's leaving kills a session that was
-// not detachable, and an ended non-detachable session is forgotten.
+// noPID is above Linux's largest pid_max: ids from here on are never a
+// process's.
+const noPID = 1 << 22
+
+// parseGrace parses max_run_after_disconnect: a Go duration, or a bare
+// number of seconds ("0" is forever).
+func parseGrace(v string) (time.Duration, error) {
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, errors.New("bad duration")
+	}
+	return d, nil
+}
+
+// leave drops a connection. When the creator's connection goes, a session
+// with a grace (max_run_after_disconnect) is killed once the grace has
+// passed, and forgotten once it ended; a session without one runs on and
+// stays listed.
 func (s *Server) leave(sp *sprite, ss *session, creator bool) {
 	ss.mu.Lock()
 	ss.viewers--
-	ended, detachable := ss.ended, ss.detachable
+	ended, grace := ss.ended, ss.grace
 	ss.mu.Unlock()
-	if !creator || detachable {
+	if !creator || grace == 0 {
 		return
 	}
-	if !ended {
-		ss.kill()
+	forget := func() {
+		s.mu.Lock()
+		if sp.sessions[ss.id] == ss {
+			delete(sp.sessions, ss.id)
+		}
+		s.mu.Unlock()
+	}
+	if ended {
+		forget()
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(grace)
+		defer t.Stop()
 		select {
 		case <-ss.exited:
-		case <-time.After(5 * time.Second):
+		case <-t.C:
+			ss.kill()
+			select {
+			case <-ss.exited:
+			case <-time.After(5 * time.Second):
+			}
+		case <-s.ctx.Done():
+			return
 		}
-	}
-	s.mu.Lock()
-	if sp.sessions[ss.id] == ss {
-		delete(sp.sessions, ss.id)
-	}
-	s.mu.Unlock()
+		forget()
+	}()
 }
 
 // view sends session_info, then the log from byte zero, then tails it;
 // at the end it sends the exit (or, for a dropped session, only closes).
-func (s *Server) view(ctx context.Context, conn *websocket.Conn, ss *session) {
-	info, _ := json.Marshal(map[string]any{"type": "session_info", "session_id": ss.id, "command": ss.command, "tty": ss.tty})
+func (s *Server) view(ctx context.Context, conn *websocket.Conn, ss *session, owner bool) {
+	// session_id is the process's PID, a JSON number, as Sprites sends it.
+	var sid any = ss.id
+	if n, err := strconv.Atoi(ss.id); err == nil {
+		sid = n
+	}
+	info, _ := json.Marshal(map[string]any{"type": "session_info", "session_id": sid, "command": ss.command,
+		"created": ss.created.Unix(), "is_owner": owner, "tty": ss.tty})
 	if conn.Write(ctx, websocket.MessageText, info) != nil {
 		return
 	}

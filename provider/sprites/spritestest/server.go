@@ -10,7 +10,13 @@
 // Commands run as real processes on this machine (the fake is not a
 // sandbox): argv is executed directly, with its working directory in the
 // sprite's own temporary directory unless the request names an existing
-// absolute directory. Output, scrollback, attach replay from byte zero,
+// absolute directory. A session's id is its process's PID, so it is
+// listed only once the process has started, which is after the exec
+// socket's upgrade (Options.StartDelay widens the gap); session_info
+// announces it first on every socket. max_run_after_disconnect bounds how
+// long a process runs once its creator's socket is gone (default: TTY
+// forever, otherwise Options.MaxRunAfterDisconnect, 10 s); the retired
+// detachable parameter is ignored. Output, scrollback, attach replay from byte zero,
 // stdin, EOF, TTYs (a real PTY) and exit codes are real streams. One
 // built-in command exists: `spritestest-drop WORDS...` prints WORDS and then
 // closes every connection of its session without an exit, as a transport
@@ -56,6 +62,15 @@ type Options struct {
 	Token string
 	// PageSize is the number of sprites per listing page. Default 50.
 	PageSize int
+	// MaxRunAfterDisconnect is how long a non-TTY session's process runs
+	// after its creator's connection is gone when the request names no
+	// max_run_after_disconnect. Default 10 s, as Sprites documents.
+	MaxRunAfterDisconnect time.Duration
+	// StartDelay is the time between a new exec's WebSocket upgrade and
+	// its process's start. A session is listed only once its process
+	// exists (its id is the PID), so a client that looks for its session
+	// by listing right after the upgrade finds nothing.
+	StartDelay time.Duration
 }
 
 // Server is the fake Sprites API. Create it with NewServer and Close it.
@@ -126,6 +141,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 50
+	}
+	if opts.MaxRunAfterDisconnect <= 0 {
+		opts.MaxRunAfterDisconnect = 10 * time.Second
 	}
 	root, err := os.MkdirTemp("", "spritestest-")
 	if err != nil {
