@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -669,14 +670,14 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if cid == "" {
 		return nil, &sandbox.ProviderError{Provider: Name, Reason: "no_command_id", Err: fmt.Errorf("session exec answered %s", clip(string(r.body), 200))}
 	}
-	return p.stream(tb, tag, cid, base, opts.Stdin), nil
+	return p.stream(tb, tag, cid, base, opts.Stdin, true), nil
 }
 
-func (p *Provider) stream(tb, session, cid, base string, stdin bool) *sandbox.Command {
+func (p *Provider) stream(tb, session, cid, base string, stdin, files bool) *sandbox.Command {
 	st := &cmdState{tb: tb, session: session, cmdID: cid, base: base, stdin: stdin}
 	cmd, s := sandbox.NewCommand(p, "", st)
 	cmd.SessionID = session
-	st.ls = p.startLogStream(tb, session, cid, base, s)
+	st.ls = p.startLogStream(tb, session, cid, base, files, s)
 	return cmd
 }
 
@@ -814,6 +815,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 		return nil, err
 	}
 	out := []sandbox.Session{}
+	seen := map[string]bool{}
 	for _, r := range recs {
 		if !strings.HasPrefix(r.SessionID, sessionPrefix) {
 			continue
@@ -822,6 +824,33 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 		if n := len(r.Commands); n > 0 {
 			s.Command = displayCommand(r.Commands[n-1].Command)
 		}
+		seen[s.ID] = true
+		out = append(out, s)
+	}
+	// Finished sessions whose daemon session was deleted live on in the
+	// shim's files.
+	res, code, err := p.execute(ctx, tb, listScript(shimDirExpr(p.cfg.ShimDir)), 30)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, &sandbox.ProviderError{Provider: Name, Reason: "session_list_failed", Err: fmt.Errorf("exit %d: %s", code, clip(res, 200))}
+	}
+	for _, line := range strings.Split(res, "\n") {
+		id, b64, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || seen[id] || sandbox.ValidateSessionID(id) != nil {
+			continue
+		}
+		s := sandbox.Session{ID: id}
+		if b, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			s.Command = string(b)
+		}
+		for i, o := range out {
+			if o.ID == id {
+				out[i].Command = s.Command
+			}
+		}
+		seen[id] = true
 		out = append(out, s)
 	}
 	return out, nil
@@ -841,6 +870,15 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	if err != nil {
 		return nil, err
 	}
+	base := shimBase(p.cfg.ShimDir, sessionID)
+	res, code, err := p.execute(ctx, tb, hasFilesScript(base), 30)
+	if err != nil {
+		return nil, err
+	}
+	if code == 0 && strings.Contains(res, markOK) {
+		return p.stream(tb, sessionID, "", base, opts.Stdin, true), nil
+	}
+	// A session of an older shim: its output is only the daemon's log.
 	recs, err := p.sessions(ctx, tb)
 	if err != nil {
 		return nil, err
@@ -860,7 +898,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 		if cid == "" {
 			return nil, sandbox.ErrNotFound
 		}
-		return p.stream(tb, sessionID, cid, shimBase(p.cfg.ShimDir, sessionID), opts.Stdin), nil
+		return p.stream(tb, sessionID, cid, base, opts.Stdin, false), nil
 	}
 	return nil, sandbox.ErrNotFound
 }

@@ -397,8 +397,8 @@ func TestCommandWithoutStateIsTotal(t *testing.T) {
 }
 
 // TestLogStreamThroughFaults spawns a command whose output crosses polls
-// (multi-byte characters, stderr, pauses) while the journal endpoint
-// answers 429, 503, stalls, cut bodies and short journals: what arrives is
+// (multi-byte characters, stderr, pauses) while the endpoint the polls use
+// answers 429, 503, stalls, cut bodies and short answers: what arrives is
 // exactly what the command wrote, each byte once.
 func TestLogStreamThroughFaults(t *testing.T) {
 	srv, p := fakeProvider(t, nil)
@@ -410,11 +410,11 @@ func TestLogStreamThroughFaults(t *testing.T) {
 		wantErr += fmt.Sprintf("😀%d", i)
 	}
 	wantOut += "\xffend"
-	srv.Inject("GET", "/logs", 2, daytonatest.Fault{Status: 429, Body: `{"retryAfter":1}`})
-	srv.Inject("GET", "/logs", 2, daytonatest.Fault{Status: 503})
-	srv.Inject("GET", "/logs", 3, daytonatest.Fault{Truncate: true})
-	srv.Inject("GET", "/logs", 3, daytonatest.Fault{Short: true})
-	srv.Inject("GET", "/logs", 1, daytonatest.Fault{Stall: 100 * time.Millisecond})
+	srv.Inject("POST", "/process/execute", 2, daytonatest.Fault{Status: 429, Body: `{"retryAfter":1}`})
+	srv.Inject("POST", "/process/execute", 2, daytonatest.Fault{Status: 503})
+	srv.Inject("POST", "/process/execute", 3, daytonatest.Fault{Truncate: true})
+	srv.Inject("POST", "/process/execute", 3, daytonatest.Fault{Short: true})
+	srv.Inject("POST", "/process/execute", 1, daytonatest.Fault{Stall: 100 * time.Millisecond})
 	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", script}}, sandbox.SpawnOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -424,11 +424,11 @@ func TestLogStreamThroughFaults(t *testing.T) {
 		t.Fatalf("got out %q err %q %v %d; want %q %q", out, errs, term.Kind, term.Code, wantOut, wantErr)
 	}
 	// An attach replays the same bytes from zero, through more faults.
-	srv.Inject("GET", "/logs", 2, daytonatest.Fault{Short: true})
 	a, err := p.Attach(ctxT(t), h, c.SessionID, sandbox.AttachOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Inject("POST", "/process/execute", 2, daytonatest.Fault{Short: true})
 	out, errs, term = collect(t, a)
 	if string(out) != wantOut || string(errs) != wantErr || term.Code != 0 {
 		t.Fatalf("attach: out %q err %q %v %d", out, errs, term.Kind, term.Code)
@@ -442,7 +442,7 @@ func TestLogStreamUnreachableIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Inject("GET", "/logs", -1, daytonatest.Fault{Status: 502})
+	srv.Inject("POST", "/process/execute", -1, daytonatest.Fault{Status: 502})
 	_, _, term := collect(t, c)
 	var un *sandbox.UnavailableError
 	if term.Kind != sandbox.Error || !errors.As(term.Err, &un) || un.Reason != "log_stream_unreachable" {

@@ -24,9 +24,30 @@
 //     started (§6.3.3 of the contract spec).
 //   - Exec is one /process/execute. Spawn creates a toolbox session
 //     (managoat-<random hex>) and runs the command in it asynchronously
-//     under a shim; its output is the session's journal, which a LogStream
-//     polls and replays from byte zero — which is also all Attach needs.
-//     Every spawn is therefore detachable.
+//     under a shim that sends the command's stdout and stderr into files of
+//     its own (<ShimDir>/<session>.out and .err) and its status into a
+//     sentinel. A LogStream reads those files by offset, with the shim's
+//     liveness and sentinel, in one /process/execute per poll, and replays
+//     from byte zero — which is also all Attach needs; every spawn is
+//     therefore detachable. The files, not the daemon's log of the session
+//     command, because the daemon labels that log line by line with a shell
+//     read loop (daemon pkg/session/execute.go): a partial line (a prompt)
+//     would show only when its newline comes, the last line would gain a
+//     newline, and NUL bytes would be lost. Each stream is byte-exact; the
+//     order between stdout and stderr is kept only to within one poll.
+//   - A finished spawn's toolbox session is deleted once its output is
+//     drained (each session holds a shell in the sandbox); ListSessions and
+//     Attach go on finding it through the shim's files. Deleting the
+//     session ends its process group (daemon pkg/session/delete.go): a
+//     process the command left running in the background ends with it.
+//     Only a LogStream that sees the end deletes, so the session of a
+//     command nobody watched to its end keeps its shell until the sandbox
+//     stops.
+//   - A session left by an older shim, without those files, is attached
+//     through the daemon's log, read with X-Daytona-Split-Output: true —
+//     without it the daemon strips the stdout/stderr markers and stderr
+//     would arrive as stdout (daemon pkg/session/common.go,
+//     IsCombinedOutput).
 //   - Stdin is a FIFO fed by `tail -f` of a file that WriteStdin appends
 //     to; CloseStdin is a real EOF. The exit code comes from the command
 //     record when the daemon keeps one, else from the shim's sentinel file.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -119,6 +120,7 @@ type logStream struct {
 	p            *Provider
 	tb, sid, cid string
 	base         string
+	files        bool // read the shim's output files, not the daemon's log
 	s            *sandbox.Stream
 	cur          cursor
 	ctx          context.Context
@@ -127,6 +129,7 @@ type logStream struct {
 	stopOnce     sync.Once
 	maxFailures  int
 	goneConfirm  int
+	recordCode   *int // the record's exit code, seen while the shim had no pid
 }
 
 // splitOutput asks the daemon to keep the 01 01 01 / 02 02 02 markers in a
@@ -139,12 +142,139 @@ var splitOutput = http.Header{"X-Daytona-Split-Output": {"true"}}
 // more ends the stream with Unavailable{log_stream_unreachable}.
 const maxLogFailures = 30
 
-func (p *Provider) startLogStream(tb, sid, cid, base string, s *sandbox.Stream) *logStream {
+func (p *Provider) startLogStream(tb, sid, cid, base string, files bool, s *sandbox.Stream) *logStream {
 	ctx, cancel := context.WithCancel(context.Background())
-	ls := &logStream{p: p, tb: tb, sid: sid, cid: cid, base: base, s: s, ctx: ctx, cancel: cancel,
+	ls := &logStream{p: p, tb: tb, sid: sid, cid: cid, base: base, files: files, s: s, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), maxFailures: maxLogFailures}
-	go ls.run()
+	if files {
+		go ls.runFiles()
+	} else {
+		go ls.run()
+	}
 	return ls
+}
+
+// readChunk is the most bytes of each stream one poll of the output files
+// reads; a poll that reads that much polls again at once.
+const readChunk = 512 << 10
+
+// runFiles polls the shim's output files and its verdict in one
+// /process/execute per poll: the output is delivered byte-exact, as
+// written, and the verdict only once a read that saw it also read the
+// output to its end.
+func (ls *logStream) runFiles() {
+	defer close(ls.done)
+	defer ls.cancel()
+	interval := ls.p.cfg.PollMin
+	failures := 0
+	for {
+		fresh, done, err := ls.pollFiles()
+		switch {
+		case done:
+			ls.endSession()
+			return
+		case err != nil:
+			if ls.ctx.Err() != nil {
+				return
+			}
+			failures++
+			if failures%10 == 0 {
+				ls.p.cfg.Logger.Warn("daytona: session output unreachable", "session", ls.sid, "failures", failures, "err", err)
+			}
+			if failures > ls.maxFailures {
+				ls.s.Fail(sandbox.Unavailable("log_stream_unreachable", err))
+				return
+			}
+		default:
+			failures = 0
+		}
+		if fresh {
+			interval = ls.p.cfg.PollMin
+		} else if interval *= 2; interval > ls.p.cfg.PollMax {
+			interval = ls.p.cfg.PollMax
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ls.ctx.Done():
+			t.Stop()
+			return
+		case <-ls.s.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pollFiles reads what is new and, when the read saw the verdict and the
+// output to its end, produces the terminal event (done).
+func (ls *logStream) pollFiles() (fresh, done bool, err error) {
+	res, code, err := ls.p.execute(ls.ctx, ls.tb, readScript(ls.base, ls.cur.delivered, readChunk), 30)
+	if err != nil {
+		return false, false, err
+	}
+	if code != 0 {
+		return false, false, &sandbox.ProviderError{Provider: Name, Reason: "session_read_failed", Err: fmt.Errorf("exit %d: %s", code, clip(res, 200))}
+	}
+	state, sentinel, out, errs, err := parseRead(res)
+	if err != nil {
+		return false, false, &sandbox.ProviderError{Provider: Name, Reason: "session_read_undecodable", Err: err}
+	}
+	if len(out) > 0 {
+		ls.cur.delivered[chOut] += len(out)
+		ls.s.Stdout(out)
+	}
+	if len(errs) > 0 {
+		ls.cur.delivered[chErr] += len(errs)
+		ls.s.Stderr(errs)
+	}
+	fresh = len(out) > 0 || len(errs) > 0
+	if len(out) == readChunk || len(errs) == readChunk {
+		return true, false, nil // more to read before any verdict
+	}
+	if n, err := strconv.Atoi(sentinel); err == nil {
+		ls.s.Exit(n)
+		return fresh, true, nil
+	}
+	switch state {
+	case "dead":
+		ls.s.Fail(sandbox.ClosedBeforeExit())
+		return fresh, true, nil
+	case "nopid":
+		// The shim has not started, or its files are gone: the daemon's
+		// record decides (an exit code there, e.g. a shim that could not
+		// create its directory; or a session the daemon no longer knows).
+		if ls.recordCode != nil {
+			// A second read still finds no shim: it never ran.
+			ls.s.Exit(*ls.recordCode)
+			return fresh, true, nil
+		}
+		code, ok, gone := ls.recordExit()
+		switch {
+		case ok:
+			// The shim may have run and ended since this read began:
+			// read again (now) before believing the record.
+			ls.recordCode = &code
+			return true, false, nil
+		case gone:
+			if ls.goneConfirm++; ls.goneConfirm >= 3 {
+				ls.s.Fail(sandbox.ClosedBeforeExit())
+				return fresh, true, nil
+			}
+		default:
+			ls.goneConfirm = 0
+		}
+	}
+	return fresh, false, nil
+}
+
+// endSession deletes the daemon's session of a finished command: each
+// session holds a shell in the sandbox, and the output and verdict live on
+// in the shim's files (ListSessions and Attach read them). Best effort.
+func (ls *logStream) endSession() {
+	ctx, cancel := context.WithTimeout(context.Background(), ls.p.cfg.Timeout)
+	defer cancel()
+	_, _ = ls.p.c.call(ctx, http.MethodDelete, ls.tb+"/process/session/"+url.PathEscape(ls.sid), nil)
 }
 
 // stop ends the poller (a local detach) and waits for it, at most 1 s.

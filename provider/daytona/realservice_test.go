@@ -4,6 +4,7 @@ package daytona_test
 // (issue 21); each names the public source (release v0.190.0) that decided it.
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -218,4 +219,136 @@ func TestListAllNamesSkipsSoftDeleted(t *testing.T) {
 	// The name is free again at once.
 	mustCreate(t, p, "gone")
 	_ = srv
+}
+
+// The daemon's wrapper labels session output line by line with a shell
+// read loop (apps/daemon pkg/session/execute.go, cmdWrapperFormat): a
+// prompt without a newline would show only when its line ends, a final
+// line would gain a newline and NUL bytes would vanish. Spawn's output must
+// be the command's bytes, exactly and without waiting for a newline.
+func TestSpawnOutputIsByteExact(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "exact")
+	ctx := ctxT(t)
+	script := `printf 'prompt> '; read x; printf 'got %s' "$x"; printf 'a\000b\r' >&2`
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", script}}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	deadline := time.After(10 * time.Second)
+	for string(out) != "prompt> " {
+		select {
+		case ev := <-c.Events():
+			if ev.Kind != sandbox.Stdout {
+				t.Fatalf("event %v before the prompt (stdout %q)", ev.Kind, out)
+			}
+			out = append(out, ev.Data...)
+		case <-deadline:
+			_ = c.Stop()
+			t.Fatalf("the prompt %q never arrived (stdout %q)", "prompt> ", out)
+		}
+	}
+	if err := p.WriteStdin(ctx, c, []byte("yes\n")); err != nil {
+		t.Fatal(err)
+	}
+	rest, errs, term := collect(t, c)
+	if got := string(out) + string(rest); got != "prompt> got yes" || string(errs) != "a\x00b\r" || term.Kind != sandbox.Exit || term.Code != 0 {
+		t.Fatalf("stdout %q stderr %q terminal %v %d", got, errs, term.Kind, term.Code)
+	}
+	ss, err := p.ListSessions(ctx, h)
+	if err != nil || len(ss) != 1 || ss[0].Command != (sandbox.Cmd{Name: "sh", Args: []string{"-c", script}}).String() {
+		t.Fatalf("ListSessions = %+v, %v", ss, err)
+	}
+	a, err := p.Attach(ctx, h, ss[0].ID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, errs, term := collect(t, a)
+	if string(all) != "prompt> got yes" || string(errs) != "a\x00b\r" || term.Kind != sandbox.Exit || term.Code != 0 {
+		t.Fatalf("attach: stdout %q stderr %q terminal %v %d", all, errs, term.Kind, term.Code)
+	}
+	_ = srv
+}
+
+// oldSession starts, straight through the toolbox, a session command the
+// way an older adapter's shim left it: output only in the daemon's log.
+func oldSession(t *testing.T, srv *daytonatest.Server, name, sid, script string) {
+	t.Helper()
+	sb, ok := srv.Lookup(name)
+	if !ok {
+		t.Fatalf("no sandbox %q", name)
+	}
+	tb := strings.TrimSuffix(srv.URL, "/api") + "/toolbox/" + sb.ID
+	for _, rq := range []struct{ url, body string }{
+		{tb + "/process/session", `{"sessionId":"` + sid + `"}`},
+		{tb + "/process/session/" + sid + "/exec", `{"command":` + strconvQuote(script) + `,"runAsync":true}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, rq.url, strings.NewReader(rq.body))
+		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		r, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode >= 300 {
+			t.Fatalf("%s: %d", rq.url, r.StatusCode)
+		}
+	}
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// Attach to a session an older shim left (output only in the daemon's log)
+// reads the log, asking for split output (daemon pkg/session/common.go,
+// IsCombinedOutput): stderr stays stderr.
+func TestAttachToAnOlderSessionKeepsStderrApart(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.RecordExitCodes = true })
+	h := mustCreate(t, p, "older")
+	oldSession(t, srv, "older", "managoat-0ld", `sh -c 'echo out; echo err >&2; exit 3'`)
+	a, err := p.Attach(ctxT(t), h, "managoat-0ld", sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, term := collect(t, a)
+	if string(out) != "out\n" || string(errs) != "err\n" || term.Kind != sandbox.Exit || term.Code != 3 {
+		t.Fatalf("stdout %q stderr %q terminal %v %d", out, errs, term.Kind, term.Code)
+	}
+}
+
+// Every toolbox session holds a shell in the sandbox (apps/daemon
+// pkg/session/create.go); a finished spawn's session is deleted once its
+// output is drained, and the session stays listable and replayable from
+// the shim's files.
+func TestFinishedSessionsAreDeleted(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "tidy")
+	ctx := ctxT(t)
+	cmd := sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo hi; exit 4"}}
+	c, err := p.Spawn(ctx, h, cmd, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, term := collect(t, c); term.Code != 4 {
+		t.Fatalf("terminal %v %d", term.Kind, term.Code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Sessions("tidy") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d daemon sessions left after the command finished", srv.Sessions("tidy"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ss, err := p.ListSessions(ctx, h)
+	if err != nil || len(ss) != 1 || ss[0].ID != c.SessionID || ss[0].Command != cmd.String() {
+		t.Fatalf("ListSessions = %+v, %v", ss, err)
+	}
+	a, err := p.Attach(ctx, h, c.SessionID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, term := collect(t, a); string(out) != "hi\n" || term.Kind != sandbox.Exit || term.Code != 4 {
+		t.Fatalf("attach: %q %v %d", out, term.Kind, term.Code)
+	}
 }

@@ -192,6 +192,14 @@ func shimBase(dir, tag string) string {
 	return quote(strings.TrimRight(dir, "/") + "/" + tag)
 }
 
+// shimDirExpr is the shell expression of the shims' directory.
+func shimDirExpr(dir string) string {
+	if dir == "" {
+		return `"${TMPDIR:-/tmp}/managoat"`
+	}
+	return quote(strings.TrimRight(dir, "/"))
+}
+
 // execScript runs line with stdin from /dev/null, captures its output
 // (stderr merged or dropped) in a temporary file, and prints the marker then
 // the output base64-encoded, so every byte survives JSON; it exits with the
@@ -226,9 +234,15 @@ func decodeExecResult(result string) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(payload)
 }
 
-// spawnScript is the session shim. It records its pid (so a shim that
-// died without a verdict is detectable), runs line, and writes the status
-// to <base>.code (atomically, via rename) before exiting with it.
+// spawnScript is the session shim. It records the user's command line
+// (its base64 form is the envelope's $1) in <base>.cmd and its own pid (so
+// a shim that died without a verdict is detectable), runs line with its
+// stdout and stderr going straight into <base>.out and <base>.err, and
+// writes the status to <base>.code (atomically, via rename) before exiting
+// with it. The LogStream reads the two files by offset: the daemon's own
+// log of a session command is labelled line by line by a shell read loop,
+// which holds back a partial line, adds a newline to the last one and
+// drops NUL bytes — the files keep every byte, as it is written.
 //
 // With stdin, line reads a FIFO <base>.p fed by `tail -c +1 -f <base>.in`
 // (WriteStdin appends to <base>.in). Where tail supports --pid (GNU), the
@@ -240,7 +254,8 @@ func decodeExecResult(result string) ([]byte, error) {
 func spawnScript(base, line string, stdin bool) string {
 	var b strings.Builder
 	b.WriteString("B=" + base + "\n")
-	b.WriteString(`mkdir -p "${B%/*}" || exit 125` + "\n")
+	b.WriteString(`mkdir -p "${B%/*}" && : >"$B.out" && : >"$B.err" || exit 125` + "\n")
+	b.WriteString(`printf '%s\n' "$1" >"$B.cmd"` + "\n")
 	b.WriteString(`echo $$ >"$B.pid"` + "\n")
 	if stdin {
 		b.WriteString(`[ -p "$B.p" ] || mkfifo "$B.p" || exit 125
@@ -257,12 +272,12 @@ fi
 t=$!
 echo $t >"$B.tailpid"
 if [ -e "$B.eof" ]; then kill ${h:-$t} 2>/dev/null; fi
-( ` + line + ` ) <"$B.p"
+( ` + line + ` ) <"$B.p" >>"$B.out" 2>>"$B.err"
 c=$?
 kill $t $h 2>/dev/null
 `)
 	} else {
-		b.WriteString(`( ` + line + ` ) </dev/null
+		b.WriteString(`( ` + line + ` ) </dev/null >>"$B.out" 2>>"$B.err"
 c=$?
 `)
 	}
@@ -303,6 +318,72 @@ s=nopid
 if [ -f "$B.pid" ]; then if kill -0 "$(cat "$B.pid")" 2>/dev/null; then s=alive; else s=dead; fi; fi
 echo $s
 cat "$B.code" 2>/dev/null
+exit 0
+`
+}
+
+// readScript is one poll of a session: its first line is the shim's
+// liveness (alive, dead or nopid) and the sentinel's content (or "-"),
+// read in that order and before the output, so that a verdict seen here
+// comes with all the output written before it; then, after a markOut line
+// each, the bytes of <base>.out and <base>.err from the given offsets, at
+// most max of each, base64-encoded.
+func readScript(base string, off [2]int, max int) string {
+	return "B=" + base + `
+s=nopid
+if [ -f "$B.pid" ]; then if kill -0 "$(cat "$B.pid")" 2>/dev/null; then s=alive; else s=dead; fi; fi
+c=$(cat "$B.code" 2>/dev/null)
+echo "$s ${c:--}"
+echo ` + markOut + `
+tail -c +` + fmt.Sprint(off[0]+1) + ` "$B.out" 2>/dev/null | head -c ` + fmt.Sprint(max) + ` | base64
+echo ` + markOut + `
+tail -c +` + fmt.Sprint(off[1]+1) + ` "$B.err" 2>/dev/null | head -c ` + fmt.Sprint(max) + ` | base64
+exit 0
+`
+}
+
+// parseRead splits readScript's result.
+func parseRead(res string) (state, code string, out, errs []byte, err error) {
+	parts := strings.Split(res, markOut+"\n")
+	if len(parts) != 3 {
+		return "", "", nil, nil, fmt.Errorf("session read has %d sections, want 3", len(parts))
+	}
+	state, code, _ = strings.Cut(strings.TrimSpace(parts[0]), " ")
+	dec := func(s string) ([]byte, error) {
+		return base64.StdEncoding.DecodeString(strings.Map(func(r rune) rune {
+			if r == '\n' || r == '\r' || r == ' ' {
+				return -1
+			}
+			return r
+		}, s))
+	}
+	if out, err = dec(parts[1]); err != nil {
+		return "", "", nil, nil, err
+	}
+	if errs, err = dec(parts[2]); err != nil {
+		return "", "", nil, nil, err
+	}
+	return state, code, out, errs, nil
+}
+
+// hasFilesScript prints markOK when the session has this shim's output
+// files (an older shim's session has only the daemon's log).
+func hasFilesScript(base string) string {
+	return "B=" + base + `
+if [ -f "$B.out" ] && [ -f "$B.err" ]; then echo ` + markOK + `; fi
+exit 0
+`
+}
+
+// listScript prints "<tag> <base64 command line>" for every session whose
+// shim recorded its command in the shim directory.
+func listScript(dirExpr string) string {
+	return "D=" + dirExpr + `
+for f in "$D"/` + sessionPrefix + `*.cmd; do
+  [ -f "$f" ] || continue
+  n=${f##*/}
+  printf '%s %s\n' "${n%.cmd}" "$(cat "$f")"
+done
 exit 0
 `
 }

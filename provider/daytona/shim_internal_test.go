@@ -1,7 +1,9 @@
 package daytona
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -163,8 +165,10 @@ func TestShimHonoursEarlyStdinAndClose(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
-	out, err := exec.Command("sh", "-c", spawnScript(base, `'cat'`, true)).Output()
-	if err != nil || string(out) != "early\x00\xff" {
+	if out, err := exec.Command("sh", "-c", spawnScript(base, `'cat'`, true)).CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("shim printed %q, %v (its output belongs in its files)", out, err)
+	}
+	if out, err := os.ReadFile(filepath.Join(dir, "managoat-early.out")); err != nil || string(out) != "early\x00\xff" {
 		t.Fatalf("shim output %q, %v", out, err)
 	}
 	probe, err := exec.Command("sh", "-c", probeScript(base)).Output()

@@ -136,8 +136,10 @@ type session struct {
 
 type command struct {
 	id, line string
+	proc     *exec.Cmd
 	mu       sync.Mutex
 	journal  []byte
+	pending  [2][]byte // a line not yet ended, per stream
 	out      [2][]byte // the stdout and stderr bytes, for tests
 	exit     *int
 	done     chan struct{}
@@ -1109,7 +1111,14 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 	}
 	switch {
 	case len(parts) == 1 && r.Method == http.MethodDelete:
+		// The daemon ends the session's shell and its process group
+		// (pkg/session/delete.go) and removes its logs.
 		s.mu.Lock()
+		for _, c := range se.cmds {
+			if c.proc != nil && c.proc.Process != nil && sb.procs[c.proc] {
+				_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
+			}
+		}
 		delete(sb.sessions, se.id)
 		for i, id := range sb.sessionOrder {
 			if id == se.id {
@@ -1147,8 +1156,14 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 	}
 }
 
-// journalWriter appends one stream's chunks to the command's journal, each
-// behind its channel marker.
+// journalWriter appends one stream to the command's journal the way the
+// daemon's command wrapper does (apps/daemon pkg/session/execute.go,
+// cmdWrapperFormat): a shell loop `while IFS= read -r line || [ -n "$line" ];
+// do printf '<marker>%s\n' "$line"; done` per stream. So output reaches the
+// journal only line by line — a partial line (a prompt) appears when its
+// newline comes or the stream ends —, every line carries its own marker, a
+// final line without a newline gets one, and NUL bytes are dropped (the
+// shell's read drops them).
 type journalWriter struct {
 	c  *command
 	ch int
@@ -1157,11 +1172,50 @@ type journalWriter struct {
 func (jw journalWriter) Write(b []byte) (int, error) {
 	jw.c.mu.Lock()
 	defer jw.c.mu.Unlock()
-	m := byte(1 + jw.ch)
-	jw.c.journal = append(jw.c.journal, m, m, m)
-	jw.c.journal = append(jw.c.journal, b...)
 	jw.c.out[jw.ch] = append(jw.c.out[jw.ch], b...)
+	p := append(jw.c.pending[jw.ch], bytes.ReplaceAll(b, []byte{0}, nil)...)
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
+		}
+		jw.c.appendLine(jw.ch, p[:i])
+		p = p[i+1:]
+	}
+	jw.c.pending[jw.ch] = append([]byte(nil), p...)
 	return len(b), nil
+}
+
+// appendLine adds one labelled line; c.mu held.
+func (c *command) appendLine(ch int, line []byte) {
+	m := byte(1 + ch)
+	c.journal = append(c.journal, m, m, m)
+	c.journal = append(c.journal, line...)
+	c.journal = append(c.journal, '\n')
+}
+
+// flushPartial ends the streams: an unterminated last line is written
+// with a newline added, as the read loop's `|| [ -n "$line" ]` does.
+func (c *command) flushPartial() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ch := range c.pending {
+		if len(c.pending[ch]) > 0 {
+			c.appendLine(ch, c.pending[ch])
+			c.pending[ch] = nil
+		}
+	}
+}
+
+// Sessions counts the named sandbox's toolbox sessions; each holds a
+// shell in the real daemon.
+func (s *Server) Sessions(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.sandboxes[name]; ok {
+		return len(sb.sessions)
+	}
+	return 0
 }
 
 func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox, se *session) {
@@ -1180,6 +1234,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 	}
 	cmd := &command{id: newID(), line: req.Command, done: make(chan struct{})}
 	c := exec.Command(shell, "-c", req.Command)
+	cmd.proc = c
 	c.Dir = filepath.Join(sb.dir, "home")
 	c.Env = sb.environ(nil)
 	c.Stdout, c.Stderr = journalWriter{cmd, 0}, journalWriter{cmd, 1}
@@ -1201,8 +1256,10 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 		defer s.untrack(sb, c)
 		_ = c.Wait()
 		// A command killed by a signal takes the recording shell with it
-		// (the daemon's wrapper shares its process group): no exit code.
+		// (the daemon's wrapper shares its process group): no exit code,
+		// and the labellers die with their partial lines.
 		if ws, ok := c.ProcessState.Sys().(syscall.WaitStatus); ok && !ws.Signaled() {
+			cmd.flushPartial()
 			code := ws.ExitStatus()
 			cmd.mu.Lock()
 			cmd.exit = &code
