@@ -19,12 +19,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/managoat/managoat/provider/fake"
+	"github.com/managoat/managoat/provider/local"
 	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 )
 
 func TestMain(m *testing.M) {
+	local.MaybeRunSupervisorWith(openTrusted)
 	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }

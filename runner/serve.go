@@ -258,7 +258,7 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			err = s.up.CloseStdin(ctx)
+			err = s.closeStdin(ctx)
 			if s.isDropped() {
 				continue
 			}
@@ -289,7 +289,11 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 				return nil, err
 			}
 			res, _ := marshal(map[string]string{"session_id": s.id})
-			if s.attach(c, req.ID, res) {
+			ok, err := s.attach(ctx, c, req.ID, res)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				return nil, errReplied
 			}
 		}
@@ -469,7 +473,9 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 		return sandbox.Unavailable("shutting_down", nil)
 	}
 	res, _ := marshal(map[string]string{"session_id": sid})
-	s.attach(c, req.ID, res)
+	if _, err := s.attach(c.ctx, c, req.ID, res); err != nil {
+		return err
+	}
 	d.prune(h.Name)
 	return errReplied
 }
@@ -490,7 +496,7 @@ func (d *Daemon) adopt(id, name, command string, up *sandbox.Command, durable bo
 	d.sessions[id] = s
 	d.wg.Add(1)
 	d.mu.Unlock()
-	go s.pump()
+	go s.pump(up, 0)
 	return s
 }
 
@@ -627,17 +633,47 @@ func (d *Daemon) prune(name string) {
 	d.mu.Unlock()
 }
 
+// maxJournal bounds the output a session keeps in the daemon's memory
+// while a listener is attached (a variable for tests). Past it, a durable
+// session's journal is dropped (the provider keeps the whole journal on
+// disk), and the next attach swaps in a fresh upstream from the provider's
+// Attach, which replays from byte zero (see session.attach); a session the
+// provider cannot give back keeps its first maxJournal bytes and refuses
+// a later attach with unavailable/replay_unavailable rather than replay a
+// part. So the daemon holds at most maxJournal bytes per attached session,
+// whatever the session writes (1.5 GB of output used to take 1.5 GB).
+var maxJournal = 8 << 20
+
 // session is one journaled upstream command.
+//
+// Output positions: live counts the output bytes (stdout and stderr as
+// one sequence) sent live so far. When a session's journal was trimmed and
+// another listener attaches, the daemon takes a new upstream from the
+// provider's Attach (generation gen+1) and ignores the old one's events
+// from then on; the new upstream replays from byte zero, and its bytes
+// below live, which every earlier listener already has, go to the new
+// listener alone (tagged replay_for its request, catchup), while its bytes
+// from live on are live for all. The provider's replay of a session is the
+// same byte sequence as its live output (provider/local reads both from
+// its journal), so nothing is lost or sent twice.
 type session struct {
-	d                   *Daemon
-	id, name, command   string
-	created             time.Time
-	up                  *sandbox.Command
-	stdinMu             sync.Mutex
-	mu                  sync.Mutex
-	journal             []sandbox.Event
-	out                 *conn // the attached connection, nil when detached
-	exited, ended, gone bool
+	d                 *Daemon
+	id, name, command string
+	created           time.Time
+	stdinMu           sync.Mutex
+	mu                sync.Mutex
+	up                *sandbox.Command // guarded by mu: a trimmed session's attach replaces it
+	gen               int              // which upstream's events count
+	upPos             int64            // output bytes the current upstream has delivered
+	live              int64            // output bytes sent live
+	catchup           int64            // request id whose replay the current upstream delivers, 0 when caught up
+	caughtUp          chan struct{}    // closed when catchup returns to 0
+	journal           []sandbox.Event
+	journalBytes      int
+	trimmed           bool  // the journal passed maxJournal and was dropped
+	out               *conn // the attached connection, nil when detached
+	exited, ended     bool
+	gone              bool
 	// durable: the provider can give this session back through Attach, so
 	// the daemon may drop it from memory while nobody listens (dropped).
 	durable, dropped    bool
@@ -651,35 +687,115 @@ func (s *session) finished() bool {
 	return s.ended
 }
 
-// pump journals the upstream's events and sends them live while attached.
-func (s *session) pump() {
+func (s *session) upstream() *sandbox.Command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up
+}
+
+// pump journals the events of upstream generation gen and sends them
+// while attached; events of a replaced upstream are ignored.
+func (s *session) pump(up *sandbox.Command, gen int) {
 	defer s.d.wg.Done()
 	var buf []byte
-	for ev := range s.up.Events() {
+	for ev := range up.Events() {
 		s.lastActivityUnixSec.Store(time.Now().Unix())
 		s.mu.Lock()
-		s.journal = append(s.journal, ev)
-		if ev.Kind == sandbox.Exit {
-			s.exited, s.code = true, ev.Code
-		}
-		if ev.Terminal() {
-			s.ended = true
-		}
-		if s.out != nil {
-			buf = s.emit(buf[:0], s.out, ev, 0)
+		if s.gen == gen {
+			buf = s.record(buf, ev)
 		}
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
-	gone := s.gone
+	current, gone := s.gen == gen, s.gone
+	if current {
+		s.caughtUpLocked()
+	}
 	s.mu.Unlock()
-	if gone {
+	if current && gone {
 		s.d.mu.Lock()
 		if s.d.sessions[s.id] == s {
 			delete(s.d.sessions, s.id)
 		}
 		s.d.mu.Unlock()
 	}
+}
+
+// caughtUpLocked ends a catch-up: the new listener has its replay.
+func (s *session) caughtUpLocked() {
+	s.catchup = 0
+	if s.caughtUp != nil {
+		close(s.caughtUp)
+		s.caughtUp = nil
+	}
+}
+
+// record handles one event of the current upstream, under s.mu.
+func (s *session) record(buf []byte, ev sandbox.Event) []byte {
+	switch {
+	case ev.Kind == sandbox.Stdout || ev.Kind == sandbox.Stderr:
+		data := ev.Data
+		start := s.upPos
+		s.upPos += int64(len(data))
+		if start < s.live {
+			// A swapped-in upstream's replay of what is already out.
+			k := min(int64(len(data)), s.live-start)
+			if s.catchup != 0 && s.out != nil {
+				buf = s.emit(buf, s.out, sandbox.Event{Kind: ev.Kind, Data: data[:k]}, s.catchup)
+			}
+			data = data[k:]
+			if len(data) == 0 {
+				if s.upPos == s.live && !s.ended {
+					// (An ended session's catch-up ends with its
+					// replayed terminal event.)
+					s.caughtUpLocked()
+				}
+				return buf
+			}
+		}
+		s.caughtUpLocked()
+		s.live += int64(len(data))
+		ev.Data = data
+		s.keep(ev)
+	case ev.Terminal():
+		if s.ended {
+			// The replayed end of a session that ended before the swap:
+			// only the new listener has not seen it.
+			if s.catchup != 0 && s.out != nil {
+				buf = s.emit(buf, s.out, ev, s.catchup)
+			}
+			s.caughtUpLocked()
+			return buf
+		}
+		s.caughtUpLocked()
+		if ev.Kind == sandbox.Exit {
+			s.exited, s.code = true, ev.Code
+		}
+		s.ended = true
+		s.journal = append(s.journal, ev)
+	default:
+		return buf
+	}
+	if s.out != nil {
+		buf = s.emit(buf[:0], s.out, ev, 0)
+	}
+	return buf
+}
+
+// keep journals an output event while the journal is under maxJournal.
+func (s *session) keep(ev sandbox.Event) {
+	if s.trimmed {
+		return
+	}
+	if s.journalBytes+len(ev.Data) > maxJournal {
+		s.trimmed = true
+		if s.durable {
+			s.journal, s.journalBytes = nil, 0
+		}
+		return
+	}
+	s.journal = append(s.journal, ev)
+	s.journalBytes += len(ev.Data)
 }
 
 // emit writes one event as frames (output split into MaxChunk pieces).
@@ -717,22 +833,104 @@ func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) [
 
 // attach writes the reply for request id, replays the journal tagged with
 // id, and binds live output to c, all under the session lock: nothing is
-// recorded in between, so nothing is missed or sent twice.
-func (s *session) attach(c *conn, id int64, reply []byte) bool {
+// recorded in between, so nothing is missed or sent twice. It reports
+// false for a session dropped meanwhile (the caller looks it up again).
+// A trimmed durable session is replayed by a fresh upstream from the
+// provider instead (see session); a trimmed session the provider cannot
+// give back is refused.
+func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dropped {
-		return false
+	trimmed := s.trimmed
+	s.mu.Unlock()
+	if !trimmed {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.dropped {
+			return false, nil
+		}
+		if c.write(wire.AppendOK(nil, id, reply)) != nil {
+			return true, nil
+		}
+		var buf []byte
+		for _, ev := range s.journal {
+			buf = s.emit(buf, c, ev, id)
+		}
+		s.out = c
+		return true, nil
 	}
-	if c.write(wire.AppendOK(nil, id, reply)) != nil {
-		return true
+	if !s.durable {
+		return false, sandbox.Unavailable("replay_unavailable", fmt.Errorf("the session wrote more than %d bytes and its provider cannot replay it", maxJournal))
 	}
-	var buf []byte
-	for _, ev := range s.journal {
-		buf = s.emit(buf, c, ev, id)
+	h, err := s.d.handle(s.name)
+	if err != nil {
+		return false, err
 	}
+	sid, err := providerSID(s.name, s.id)
+	if err != nil {
+		return false, err
+	}
+	for {
+		// One catch-up at a time: a second would cut the first one's replay.
+		s.mu.Lock()
+		wait := s.caughtUp
+		s.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
+		up, err := s.d.p.Attach(ctx, h, sid, sandbox.AttachOptions{Stdin: true})
+		if err != nil {
+			return false, err
+		}
+		if ok, again, err := s.swap(c, id, reply, up); !again {
+			return ok, err
+		}
+	}
+}
+
+// swap makes up, a fresh upstream from the provider's Attach, the
+// session's upstream, with request id's listener catching up from it (see
+// session). again: another catch-up began meanwhile; up was stopped.
+func (s *session) swap(c *conn, id int64, reply []byte, up *sandbox.Command) (ok, again bool, err error) {
+	// The new pump counts in the daemon's WaitGroup; take it before s.mu
+	// (forget locks d.mu, then a session's mu).
+	s.d.mu.Lock()
+	closed := s.d.closed
+	if !closed {
+		s.d.wg.Add(1)
+	}
+	s.d.mu.Unlock()
+	if closed {
+		_ = up.Stop()
+		return false, false, sandbox.Unavailable("shutting_down", nil)
+	}
+	// No stdin write is in flight while the upstream changes (one sent to
+	// the old upstream as it stops would be lost).
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	s.mu.Lock()
+	if s.dropped || s.caughtUp != nil || c.write(wire.AppendOK(nil, id, reply)) != nil {
+		dropped, racing := s.dropped, s.caughtUp != nil
+		s.mu.Unlock()
+		s.d.wg.Done()
+		_ = up.Stop()
+		// A dropped session is looked up again; a write that failed means
+		// the socket is gone, and so is the listener.
+		return !dropped, racing && !dropped, nil
+	}
+	old := s.up
+	s.gen++
+	s.up, s.upPos, s.catchup, s.caughtUp = up, 0, id, make(chan struct{})
 	s.out = c
-	return true
+	gen := s.gen
+	s.mu.Unlock()
+	go s.pump(up, gen)
+	_ = old.Stop()
+	return true, false, nil
 }
 
 // detach stops live output to c (the platform's last listener left). A
@@ -760,7 +958,7 @@ func (s *session) detach(c *conn) {
 		delete(s.d.sessions, s.id)
 	}
 	s.d.mu.Unlock()
-	_ = s.up.Stop()
+	_ = s.upstream().Stop()
 }
 
 func (s *session) isDropped() bool {
@@ -769,13 +967,19 @@ func (s *session) isDropped() bool {
 	return s.dropped
 }
 
+func (s *session) closeStdin(ctx context.Context) error {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	return s.upstream().CloseStdin(ctx)
+}
+
 func (s *session) writeStdin(ctx context.Context, data []byte) error {
 	s.stdinMu.Lock()
 	defer s.stdinMu.Unlock()
 	if s.finished() {
 		return sandbox.ErrCommandExited
 	}
-	err := s.up.WriteStdin(ctx, data)
+	err := s.upstream().WriteStdin(ctx, data)
 	if err != nil && s.finished() {
 		return sandbox.ErrCommandExited
 	}

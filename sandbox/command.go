@@ -211,6 +211,7 @@ type Stream struct {
 	queued   int // bytes of output in queue
 	limit    int // bound on queued; 0: none
 	wake     chan struct{}
+	drained  chan struct{} // a token after each event the reader took
 	term     bool
 	detached bool
 	done     chan struct{} // closed at terminal or detach
@@ -234,7 +235,7 @@ func (s *Stream) SetLimit(n int) {
 }
 
 func newStream(ref string) *Stream {
-	s := &Stream{ref: ref, out: make(chan Event), wake: make(chan struct{}, 1), limit: StreamLimit,
+	s := &Stream{ref: ref, out: make(chan Event), wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), limit: StreamLimit,
 		done: make(chan struct{}), detachC: make(chan struct{})}
 	go s.pump()
 	return s
@@ -262,6 +263,38 @@ func (s *Stream) pump() {
 		case s.out <- ev:
 		case <-s.detachC:
 			return
+		}
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// WaitRoom blocks until the reader has room for n more bytes of output
+// (the queue at most half the limit after them), for a producer that can
+// wait, such as one that reads a journal on disk: it then never drops its
+// reader as slow, and the journal is the buffer. It reports false when
+// ctx ends or the stream is detached or terminated; with no limit it does
+// not wait.
+func (s *Stream) WaitRoom(ctx context.Context, n int) bool {
+	for {
+		s.mu.Lock()
+		dead := s.term || s.detached
+		room := s.limit <= 0 || len(s.queue) == 0 || s.queued+n <= s.limit/2
+		s.mu.Unlock()
+		switch {
+		case dead:
+			return false
+		case room:
+			return true
+		}
+		select {
+		case <-s.drained:
+		case <-s.detachC:
+			return false
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

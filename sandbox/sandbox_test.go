@@ -215,6 +215,50 @@ func TestValidateTermination(t *testing.T) {
 	}
 }
 
+// TestStreamWaitRoom: a producer that waits for room before each send
+// never drops a slow reader, its queue stays within half the limit, and
+// every byte arrives; a detach releases a waiting producer.
+func TestStreamWaitRoom(t *testing.T) {
+	c, s := sandbox.NewCommand(nil, "", nil)
+	s.SetLimit(1000)
+	const n = 50
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := 0; i < n; i++ {
+			if !s.WaitRoom(context.Background(), 300) {
+				t.Error("WaitRoom refused a live stream")
+				return
+			}
+			s.Stdout(make([]byte, 300))
+		}
+		s.Exit(0)
+	}()
+	got := 0
+	for ev := range c.Events() {
+		if ev.Kind == sandbox.Error {
+			t.Fatalf("the reader was dropped: %v", ev.Err)
+		}
+		got += len(ev.Data)
+		time.Sleep(time.Millisecond) // a slow reader
+	}
+	<-produced
+	if got != n*300 {
+		t.Fatalf("got %d bytes, want %d", got, n*300)
+	}
+
+	c2, s2 := sandbox.NewCommand(nil, "", nil)
+	s2.SetLimit(1000)
+	s2.Stdout(make([]byte, 400))
+	s2.Stdout(make([]byte, 400)) // the reader takes nothing: no room for more
+	released := make(chan bool)
+	go func() { released <- s2.WaitRoom(context.Background(), 400) }()
+	_ = c2.Stop()
+	if <-released {
+		t.Fatal("WaitRoom reported room on a detached stream")
+	}
+}
+
 // TestStreamDropsASlowReader: output queued past the stream's limit drops
 // the reader with Unavailable{slow_reader} and frees the queue; the
 // producer learns it (its sends report false).

@@ -976,6 +976,11 @@ func (p *Provider) follow(dir, id string, stdin bool) *sandbox.Command {
 	go func() {
 		defer cancel()
 		out, err := supervisor.Client{Dir: dir}.Follow(ctx, id, func(r journal.Record) bool {
+			// The journal is the buffer: a reader that falls behind
+			// pauses the reading, never drops the reader as slow.
+			if !stream.WaitRoom(ctx, len(r.Data)) {
+				return false
+			}
 			if r.Kind == journal.KindStderr {
 				return stream.Stderr(r.Data)
 			}
