@@ -27,6 +27,7 @@ import (
 
 	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
 	"github.com/managoat/managoat/mechanism/internal/cgroups"
 )
 
@@ -54,6 +55,10 @@ type Config struct {
 	// 1000:1000, the "sprite" user of the sandbox's /etc/passwd). Without
 	// root the workload is uid 0 of a user namespace mapped to the caller.
 	UID, GID int
+	// Egress is how sandboxes whose network is egress reach the outside
+	// world (default: from this process's network namespace, through the
+	// host's resolvers; a test gives a stand-in, mechanism/egress/egresstest).
+	Egress egress.Config
 }
 
 // Jail is the native Linux jail mechanism. Safe for concurrent use, and
@@ -67,6 +72,7 @@ type Jail struct {
 
 	mu    sync.Mutex
 	reaps map[string]chan struct{} // inits started by this process, closed once reaped
+	nets  nets                     // egress proxies this process serves (network.go)
 }
 
 var (
@@ -138,18 +144,27 @@ func (j *Jail) RequiredCapabilities() []mechanism.Capability {
 	}
 }
 
-// ConstructedCapabilities: the wall-clock budget is enforced by the jail.
+// ConstructedCapabilities: the wall-clock budget is enforced by the jail,
+// and as root the egress allow list by its proxy (network.go).
 func (j *Jail) ConstructedCapabilities() []mechanism.Capability {
+	if !j.rootless {
+		return []mechanism.Capability{mechanism.TimeBudget, mechanism.EgressAllowlist}
+	}
 	return []mechanism.Capability{mechanism.TimeBudget}
 }
 
-// GuaranteedCapabilities: everything but disk quotas and egress allowlists.
+// GuaranteedCapabilities: everything but disk quotas, and egress allow
+// lists without root.
 func (j *Jail) GuaranteedCapabilities() []mechanism.Capability {
-	return []mechanism.Capability{
+	cs := []mechanism.Capability{
 		mechanism.ProcessSeparation, mechanism.FilesystemConfinement, mechanism.PrivilegeSeparation,
 		mechanism.NetworkRestriction, mechanism.SyscallFilter, mechanism.Landlock,
 		mechanism.ResourceLimits, mechanism.MemoryCap, mechanism.PidsCap, mechanism.CPUCap, mechanism.TimeBudget,
 	}
+	if !j.rootless {
+		cs = append(cs, mechanism.EgressAllowlist)
+	}
+	return cs
 }
 
 // Owner returns the host uid and gid the workload's files are owned by;
@@ -273,6 +288,9 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 		return err
 	}
 	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := validateNetwork(spec); err != nil {
 		return err
 	}
 	if err := mechanism.Gate(ctx, j, spec, j.cfg.Prober); err != nil {
@@ -733,6 +751,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	if born && j.bornStarts.Add(1) >= 2 {
 		j.tmpl.ensure(lc)
 	}
+	if err = j.startNetwork(st, pid, done); err != nil {
+		return err
+	}
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock
 	return nil
@@ -761,6 +782,7 @@ func (j *Jail) cleanup(ctx context.Context, st *state) {
 	if alive(st) {
 		_ = unix.Kill(st.InitPid, unix.SIGKILL)
 	}
+	j.stopNetwork(st.ID)
 	if g != nil {
 		g.Kill()
 	}
@@ -967,21 +989,4 @@ func (j *Jail) HostPath(id, sandboxPath string) (string, error) {
 		return "", err
 	}
 	return mechanism.ResolveHome(st.HomeDir, sandboxPath)
-}
-
-// UpdateEgress implements mechanism.EgressUpdater. The jail's network is a
-// namespace with only lo: an empty list (deny-all) is what is in force;
-// any allowed destination is refused, naming egress_allowlist.
-func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) error {
-	if s, err := j.Status(ctx, id); err != nil {
-		return err
-	} else if s != mechanism.StatusRunning {
-		return fmt.Errorf("%w: %s is %s", mechanism.ErrNotRunning, id, s)
-	}
-	if len(allow) == 0 {
-		return nil
-	}
-	return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
-		Name: mechanism.EgressAllowlist, Detail: "the jail's network namespace has only lo; it builds no egress proxy, so it can deny all but allow nothing",
-	}}}
 }

@@ -172,9 +172,9 @@ func TestRefusals(t *testing.T) {
 	if !errors.As(err, &u) || u.Missing[0].Name != mechanism.DiskQuota {
 		t.Fatalf("disk quota: %v", err)
 	}
-	err = j.Provision(ctx, "e", mechanism.Spec{Egress: []string{"example.org:443"}})
-	if !errors.As(err, &u) || u.Missing[0].Name != mechanism.EgressAllowlist {
-		t.Fatalf("egress: %v", err)
+	err = j.Provision(ctx, "e", mechanism.Spec{Egress: []string{"not a domain!"}})
+	if !errors.Is(err, mechanism.ErrInvalid) || !strings.Contains(err.Error(), "not a domain!") {
+		t.Fatalf("bad egress entry: %v", err)
 	}
 	if s, _ := j.Status(ctx, "d"); s != mechanism.StatusAbsent {
 		t.Fatalf("a refused provision left %s", s)
@@ -202,8 +202,15 @@ func TestRefusals(t *testing.T) {
 	if err := j.UpdateEgress(ctx, "ok", nil); err != nil {
 		t.Errorf("deny-all egress update: %v", err)
 	}
-	if err := j.UpdateEgress(ctx, "ok", []string{"1.1.1.1:443"}); !errors.Is(err, mechanism.ErrCapabilityUnavailable) {
+	if err := j.UpdateEgress(ctx, "ok", []string{"1.1.1.1:443"}); err != nil {
 		t.Errorf("allowlist egress update: %v", err)
+	}
+	started(t, j, "none", mechanism.Spec{Network: mechanism.NetworkNone})
+	if err := j.UpdateEgress(ctx, "none", nil); err != nil {
+		t.Errorf("deny-all egress update of a sandbox without network: %v", err)
+	}
+	if err := j.UpdateEgress(ctx, "none", []string{"1.1.1.1:443"}); !errors.Is(err, mechanism.ErrCapabilityUnavailable) {
+		t.Errorf("allowlist egress update of a sandbox without network: %v", err)
 	}
 	if err := j.Provision(ctx, "ok", mechanism.Spec{Limits: mechanism.Limits{Pids: 5}}); !errors.Is(err, mechanism.ErrExists) {
 		t.Errorf("reprovision with another spec: %v", err)

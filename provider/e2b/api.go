@@ -250,6 +250,19 @@ func (p *Provider) createRaw(ctx context.Context, name string) (string, error) {
 		"metadata":   map[string]string{MetaName: name, MetaMarker: "1"},
 	}
 	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
+	if isNotFound(err) {
+		// E2B answers an unknown template (or tag) with 404 "template
+		// '<id>' not found": a bad argument, not a missing sandbox.
+		msg := "template " + strconv.Quote(p.cfg.Template) + " not found"
+		var e struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Message != "" {
+			msg = clip(e.Message, 200)
+		}
+		return "", &sandbox.InvalidError{Reason: "template", Msg: msg,
+			HTTP: &sandbox.HTTPDetail{Status: http.StatusNotFound, Body: clip(string(b), 200)}}
+	}
 	if err != nil {
 		return "", err
 	}

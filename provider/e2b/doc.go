@@ -41,6 +41,8 @@
 //     it cannot be paused now, so Suspend is success only when a re-read
 //     of the listing says paused; otherwise the sandbox is still running
 //     and billing, and Suspend says so.
+//   - An unknown template is a 404 on create ("template '<id>' not found"):
+//     Invalid{template} with E2B's message, never ErrNotFound.
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //

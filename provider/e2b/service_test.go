@@ -265,3 +265,18 @@ func TestConflictIsATransition(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An unknown template is E2B's 404 on create: a bad argument, never
+// ErrNotFound (which a caller reads as "the sandbox is gone").
+func TestUnknownTemplate(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, func(c *e2b.Config) { c.Template = "no-such-template" })
+	_, err := e.p.Create(ctx(t), "tpl-1", sandbox.CreateOptions{})
+	var inv *sandbox.InvalidError
+	if errors.Is(err, sandbox.ErrNotFound) || !errors.As(err, &inv) || inv.Reason != "template" ||
+		!strings.Contains(inv.Msg, "template 'no-such-template' not found") {
+		t.Fatalf("Create with an unknown template = %v, want Invalid{template} with E2B's message", err)
+	}
+	if len(e.srv.Sandboxes()) != 0 {
+		t.Fatal("a sandbox was made")
+	}
+}

@@ -1,0 +1,99 @@
+// Package egress gives a sandbox's network namespace the outside world
+// under a policy: every TCP connection and every DNS query the sandbox
+// makes passes through Go code in the managing process that decides
+// whether it may leave.
+//
+//	p, err := egress.Attach(initPid, nil, egress.Config{}) // every public destination
+//	pol, err := egress.ParsePolicy([]string{"github.com", "*.pypi.org", "203.0.113.0/24:443"})
+//	p.SetPolicy(pol) // in force for new connections now; open ones it denies are cut
+//
+// # How
+//
+// The sandbox's namespace gets an eth0 whose peer is in the same
+// namespace (so nothing routes anywhere), a default route through it,
+// and an nftables ruleset (installed over netlink by
+// github.com/google/nftables) that the workload cannot change (it has
+// no CAP_NET_ADMIN, and seccomp refuses new namespaces):
+//
+//   - IPv4 TCP to a forbidden destination is reset at connect (the
+//     workload sees "connection refused"): loopback, link-local with the
+//     metadata address 169.254.169.254, this host's own addresses,
+//     multicast and reserved ranges, and the private ranges (10/8,
+//     100.64/10, 172.16/12, 192.168/16, 198.18/15) unless
+//     Config.AllowPrivate;
+//   - every other IPv4 TCP connection is redirected (NAT) to a port on the
+//     sandbox's loopback where this process listens: the listening socket
+//     was made in the sandbox's namespace, the connection to the outside
+//     is made from the host's (or Config.Dial's). The proxy reads the
+//     original destination (SO_ORIGINAL_DST), checks it again, applies the
+//     policy, dials, and relays (splice(2) between the two sockets);
+//   - UDP is rejected except to the sandbox's resolver, 127.0.0.53:53,
+//     also a socket of this process in the sandbox's namespace, which
+//     forwards allowed queries to the upstream resolvers
+//     (github.com/miekg/dns) and remembers which addresses each name
+//     resolved to for this sandbox; AAAA is answered empty and IPv6 TCP
+//     is reset (the sandbox has no IPv6 route);
+//   - anything else (ICMP, raw sockets' other protocols) is dropped.
+//
+// Other sandboxes are not reachable: they have no address the host
+// routes to (each one's eth0 is the same 10.0.2.15, inside its own
+// namespace), and what they publish on the host's loopback is loopback.
+// A sandbox whose proxy is gone (the process serving it died) fails
+// closed: its connections are reset and its queries go unanswered.
+//
+// This is a userspace proxy rather than NAT and forwarding because the
+// policy is about names, which only the resolver and the connection's
+// first bytes carry; and rather than a userspace TCP/IP stack on a TUN
+// device (gVisor's netstack is not served to this project) because the
+// kernel's own TCP in the sandbox's namespace and splice between two
+// kernel sockets cost less than parsing every packet in Go.
+//
+// # The guarantee of a policy
+//
+// With no policy (nil) every public destination is reachable. With an
+// allow list (ParsePolicy; `[]` allows nothing), a TCP connection to
+// addr:port leaves the host only when
+//
+//   - a CIDR or address entry contains addr (and its port, if it names
+//     one, is port), or
+//   - a domain entry allows the name N that the connection presents (the
+//     TLS ClientHello's SNI, or the HTTP request's Host, read before
+//     anything is sent on) on port, AND the sandbox resolved N to addr
+//     through its own resolver (127.0.0.53) earlier.
+//
+// So a raw IP of a denied host is refused (nothing resolved an allowed
+// name to it), so is an allowed name forged into the SNI or Host of a
+// connection to another address, and so is DNS to any other resolver
+// (UDP there is rejected; TCP there is an ordinary connection the list
+// must allow). A domain entry is exact ("example.com") or a wildcard
+// ("*.example.com": every subdomain, not example.com itself), on any port
+// or on one ("example.com:443"). A name the list does not allow is
+// answered REFUSED. A connection that only a domain entry could allow
+// and that presents no name (neither TLS nor HTTP, or a client that waits
+// for the server to speak first) is refused after Config.PeekTimeout.
+// SetPolicy (or Apply, from another process) puts a new list in force
+// for the next connection and cuts, before it returns, every open
+// connection the new list would not allow. Whatever the list, the
+// forbidden destinations above stay forbidden.
+//
+// Beside the hosted providers: E2B documents domain filtering for HTTP on
+// port 80 (Host) and TLS on 443 (SNI) only, other ports falling back to
+// CIDR rules, that a blocked TCP connection may look accepted from inside,
+// and that its default resolver 8.8.8.8 is allowed whenever a domain is;
+// here any port is filtered by name, a destination no entry can allow is
+// reset at connect, and no outside resolver is ever allowed implicitly.
+// Sprites documents DNS-based filtering by exact and wildcard domains,
+// changes that apply at once and terminate existing connections to newly
+// blocked domains, and REFUSED for denied lookups; here the same, and a
+// connection must also present an allowed name to an address its own
+// resolver gave for that name.
+//
+// # Limits
+//
+// A policy has at most MaxEntries entries; the resolver remembers at most
+// 65536 name/address pairs per sandbox; a sandbox has at most
+// Config.MaxConns (default 1024) connections open at once, past which a
+// new one is reset, and its resolver answers at most 64 UDP queries at
+// once, dropping the rest. Each sandbox has its own listening sockets
+// and goroutines, so one that floods them does not starve another's.
+package egress

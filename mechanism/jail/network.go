@@ -1,0 +1,182 @@
+package jail
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
+)
+
+// nets are the egress proxies this process serves, by sandbox id. A
+// proxy lives in the process that started the sandbox (a provider/local
+// sandbox's supervisor) and ends with the sandbox's init or with that
+// process: its sockets live in the sandbox's network namespace, so when
+// it is gone every connection the sandbox opens is reset and every
+// query goes unanswered (it fails closed), until a Start adopts the
+// sandbox again.
+type nets struct {
+	mu sync.Mutex
+	m  map[string]*egress.Proxy
+}
+
+// validateNetwork refuses a Spec whose allow list does not parse.
+func validateNetwork(spec mechanism.Spec) error {
+	if len(spec.Egress) > 0 {
+		if _, err := egress.ParsePolicy(spec.Egress); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// networkOf is the network the sandbox of spec gets from this jail.
+func (j *Jail) networkOf(spec mechanism.Spec) string {
+	if spec.Network == "" {
+		if j.rootless {
+			return mechanism.NetworkNone
+		}
+		return mechanism.NetworkEgress
+	}
+	return spec.Network
+}
+
+// policyPath holds the allow list last put in force by UpdateEgress.
+func (j *Jail) policyPath(id string) string { return filepath.Join(j.dir(id), "egress.json") }
+
+// egressSocket is the control socket of the proxy of id (in RunDir: its
+// path must stay short).
+func (j *Jail) egressSocket(id string) string {
+	sum := sha256.Sum256([]byte(j.dir(id)))
+	return filepath.Join(j.cfg.RunDir, hex.EncodeToString(sum[:8])+".egress")
+}
+
+// policyOf is the policy a starting sandbox is put under: the one
+// UpdateEgress recorded, else Spec.Egress, else none (every public
+// destination).
+func (j *Jail) policyOf(st *state) (*egress.Policy, error) {
+	b, err := os.ReadFile(j.policyPath(st.ID))
+	if err == nil {
+		var allow []string
+		if err := json.Unmarshal(b, &allow); err != nil {
+			return nil, fmt.Errorf("egress policy of %s: %w", st.ID, err)
+		}
+		return egress.ParsePolicy(allow)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if len(st.Spec.Egress) > 0 {
+		return egress.ParsePolicy(st.Spec.Egress)
+	}
+	return nil, nil
+}
+
+// startNetwork gives a started sandbox (its init is pid) its egress, when
+// its network is egress; the proxy ends when done is closed (the init was
+// reaped) or at cleanup.
+func (j *Jail) startNetwork(st *state, pid int, done <-chan struct{}) error {
+	if j.networkOf(st.Spec) != mechanism.NetworkEgress {
+		return nil
+	}
+	if j.rootless {
+		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
+			Name: mechanism.EgressAllowlist, Detail: "egress needs root (the proxy enters the sandbox's network namespace)"}}}
+	}
+	pol, err := j.policyOf(st)
+	if err != nil {
+		return err
+	}
+	p, err := egress.Attach(pid, pol, j.cfg.Egress)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if err := p.ServeControl(j.egressSocket(st.ID)); err != nil {
+		p.Close()
+		return fmt.Errorf("egress control socket: %w", err)
+	}
+	if done != nil {
+		p.CloseWhen(done)
+	}
+	j.nets.mu.Lock()
+	if j.nets.m == nil {
+		j.nets.m = map[string]*egress.Proxy{}
+	}
+	old := j.nets.m[st.ID]
+	j.nets.m[st.ID] = p
+	j.nets.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// stopNetwork ends the proxy this process serves for id, if any.
+func (j *Jail) stopNetwork(id string) {
+	j.nets.mu.Lock()
+	p := j.nets.m[id]
+	delete(j.nets.m, id)
+	j.nets.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+}
+
+// UpdateEgress implements mechanism.EgressUpdater. For a sandbox whose
+// network is egress it puts allow in force in its proxy (whichever
+// process serves it): new connections are checked against it at once
+// and the open connections it does not allow are cut before it returns;
+// the list is kept for the sandbox's next start. An empty list denies
+// all. A sandbox with no network (none) has nothing to open: the empty
+// list is what is in force, anything else is refused naming
+// egress_allowlist.
+func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) error {
+	if _, err := egress.ParsePolicy(allow); err != nil {
+		return err
+	}
+	if s, err := j.Status(ctx, id); err != nil {
+		return err
+	} else if s != mechanism.StatusRunning {
+		return fmt.Errorf("%w: %s is %s", mechanism.ErrNotRunning, id, s)
+	}
+	st, err := readState(j.dir(id))
+	if err != nil {
+		return err
+	}
+	if j.networkOf(st.Spec) != mechanism.NetworkEgress {
+		if len(allow) == 0 {
+			return nil
+		}
+		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
+			Name: mechanism.EgressAllowlist, Detail: "the sandbox was made with network none: it has only lo, so it can deny all but allow nothing",
+		}}}
+	}
+	if allow == nil {
+		allow = []string{}
+	}
+	b, _ := json.Marshal(allow)
+	tmp := j.policyPath(id) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, j.policyPath(id)); err != nil {
+		return err
+	}
+	j.nets.mu.Lock()
+	p := j.nets.m[id]
+	j.nets.mu.Unlock()
+	if p != nil {
+		pol, _ := egress.ParsePolicy(allow)
+		p.SetPolicy(pol)
+		return nil
+	}
+	return egress.Apply(ctx, j.egressSocket(id), allow)
+}

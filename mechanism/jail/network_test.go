@@ -1,0 +1,202 @@
+package jail_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
+	"github.com/managoat/managoat/mechanism/jail"
+)
+
+// netJail is a Jail whose sandboxes reach the fake internet in.
+func netJail(t *testing.T, in *egresstest.Internet) *jail.Jail {
+	t.Helper()
+	j, err := jail.New(jail.Config{StateDir: t.TempDir(), Egress: egress.Config{Dial: in.Dial, Resolvers: []string{in.DNS}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// curl fetches url inside sandbox id (CA trusted) and returns its
+// output, or "FAILED <exit>".
+func curl(t *testing.T, j *jail.Jail, id string, args ...string) string {
+	t.Helper()
+	argv := append([]string{"curl", "-sS", "--max-time", "5", "--cacert", "ca.pem"}, args...)
+	c, err := j.Execute(context.Background(), id, argv, mechanism.ExecOptions{})
+	if err != nil {
+		t.Fatalf("curl: %v", err)
+	}
+	if c.ExitStatus != 0 {
+		return fmt.Sprintf("FAILED %d %s", c.ExitStatus, strings.TrimSpace(string(c.Stderr)))
+	}
+	return strings.TrimSpace(string(c.Stdout))
+}
+
+func withCA(t *testing.T, j *jail.Jail, id string, in *egresstest.Internet) {
+	t.Helper()
+	p, err := j.HostPath(id, "ca.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, in.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasCurl(t *testing.T) {
+	t.Helper()
+	_, err := os.Stat("/usr/bin/curl")
+	testenv.Require(t, err == nil, "needs /usr/bin/curl (Debian package curl)")
+}
+
+func TestEgressByDefault(t *testing.T) {
+	testenv.RequireRoot(t)
+	hasCurl(t)
+	in := egresstest.New(t)
+	j := netJail(t, in)
+	started(t, j, "net", mechanism.Spec{})
+	withCA(t, j, "net", in)
+	if got := curl(t, j, "net", "http://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {
+		t.Errorf("http by name = %q", got)
+	}
+	if got := curl(t, j, "net", "https://"+egresstest.Denied+"/"); got != "hello from "+egresstest.Denied {
+		t.Errorf("https by name, no policy = %q", got)
+	}
+	// Never: the metadata address, this host's addresses.
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nhello from the host\n")
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	targets := []string{"169.254.169.254:80"}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			targets = append(targets, fmt.Sprintf("%s:%d", ipn.IP, port))
+		}
+	}
+	for _, a := range targets {
+		if got := curl(t, j, "net", "http://"+a+"/"); !strings.HasPrefix(got, "FAILED") {
+			t.Errorf("BREACHED: %s reached from the sandbox: %q", a, got)
+		}
+	}
+	// none: only lo, as before.
+	started(t, j, "off", mechanism.Spec{Network: mechanism.NetworkNone})
+	withCA(t, j, "off", in)
+	if got := curl(t, j, "off", "http://"+egresstest.Hosts[egresstest.Allowed].String()+"/"); !strings.HasPrefix(got, "FAILED") {
+		t.Errorf("BREACHED: a sandbox with network none reached out: %q", got)
+	}
+}
+
+func TestEgressPolicy(t *testing.T) {
+	testenv.RequireRoot(t)
+	hasCurl(t)
+	in := egresstest.New(t)
+	j := netJail(t, in)
+	started(t, j, "pol", mechanism.Spec{Egress: []string{egresstest.Allowed}})
+	withCA(t, j, "pol", in)
+	deniedIP := egresstest.Hosts[egresstest.Denied].String()
+	if got := curl(t, j, "pol", "https://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {
+		t.Errorf("allowed domain = %q", got)
+	}
+	for name, args := range map[string][]string{
+		"other domain":    {"https://" + egresstest.Denied + "/"},
+		"raw IP":          {"-k", "https://" + deniedIP + "/"},
+		"forged SNI":      {"--resolve", egresstest.Allowed + ":443:" + deniedIP, "https://" + egresstest.Allowed + "/"},
+		"forged Host":     {"-H", "Host: " + egresstest.Allowed, "http://" + deniedIP + "/"},
+		"metadata":        {"http://169.254.169.254/"},
+		"outside DNS":     {"--dns-servers", egresstest.Resolver, "https://" + egresstest.Denied + "/"},
+		"outside DoT/TCP": {"telnet://" + egresstest.Resolver},
+	} {
+		if got := curl(t, j, "pol", args...); !strings.HasPrefix(got, "FAILED") {
+			t.Errorf("BREACHED (%s): %q", name, got)
+		}
+	}
+	// A policy change: at once for new connections, and it cuts a live one.
+	sess := "exec 3<>/dev/tcp/" + egresstest.Hosts[egresstest.Allowed].String() + "/7 || exit 9; " +
+		"echo one >&3; read -t 3 l <&3; echo got:$l; read -t 20 go; echo two >&3; read -t 3 l <&3 && echo got:$l; echo end"
+	if err := j.UpdateEgress(context.Background(), "pol", []string{egresstest.Allowed, "198.51.100.0/24:7"}); err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	p, err := j.StartProcess(context.Background(), "pol", mechanism.ProcessSpec{Argv: []string{"bash", "-c", sess}, Stdin: inR, Stdout: outW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func() string {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "EOF"
+			}
+			return l
+		case <-time.After(10 * time.Second):
+			return "TIMEOUT"
+		}
+	}
+	if l := next(); l != "got:one" {
+		t.Fatalf("live connection before the change: %q", l)
+	}
+	if err := j.UpdateEgress(context.Background(), "pol", []string{egresstest.Allowed}); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(inW, "go\n")
+	var rest []string
+	for l := next(); l != "end" && l != "EOF" && l != "TIMEOUT"; l = next() {
+		rest = append(rest, l)
+	}
+	if slices.Contains(rest, "got:two") {
+		t.Errorf("BREACHED: a connection the new policy denies still carried data")
+	}
+	inW.Close()
+	outW.Close()
+	p.Wait()
+	if got := curl(t, j, "pol", "telnet://"+egresstest.Hosts[egresstest.Allowed].String()+":7"); !strings.HasPrefix(got, "FAILED") {
+		t.Errorf("BREACHED: a new connection the new policy denies: %q", got)
+	}
+	// The list is kept across a restart.
+	if err := j.Stop(context.Background(), "pol"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(context.Background(), "pol"); err != nil {
+		t.Fatal(err)
+	}
+	if got := curl(t, j, "pol", "-k", "https://"+deniedIP+"/"); !strings.HasPrefix(got, "FAILED") {
+		t.Errorf("BREACHED after a restart: %q", got)
+	}
+	if got := curl(t, j, "pol", "https://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {
+		t.Errorf("allowed domain after a restart = %q", got)
+	}
+}
