@@ -1,0 +1,160 @@
+// Package pgtest starts a throwaway PostgreSQL server for a test, from
+// Debian's postgresql package (which .ci/run installs): initdb into a
+// directory under the test's temporary directory, then postgres listening
+// only on a Unix socket in that directory (no TCP port, nothing another
+// test or host can reach), with trust authentication for the one role.
+// Cleanup stops the server and removes the cluster.
+//
+// Written here rather than taken from a library because the ones made for
+// the job start Postgres in Docker (no engine on these machines) or
+// download binaries (no network); this is the few lines that drive
+// Debian's own initdb and postgres.
+//
+// postgres refuses to run as root, so as root the server runs as the
+// package's postgres user, and the directories above the cluster are made
+// traversable (not listable) by it.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+)
+
+// Role is the superuser role of every cluster pgtest makes.
+const Role = "managoat"
+
+// Server is one running throwaway cluster.
+type Server struct {
+	Dir string // the cluster's directory; its socket is here too
+	cmd *exec.Cmd
+}
+
+// DSN is a connection string (libpq keyword form, which pgx reads) for
+// database db on s.
+func (s *Server) DSN(db string) string {
+	return fmt.Sprintf("host=%s port=5432 user=%s dbname=%s sslmode=disable", s.Dir, Role, db)
+}
+
+// binDir finds Debian's PostgreSQL server binaries, newest version first.
+func binDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server in /usr/lib/postgresql/*/bin (Debian package postgresql)")
+}
+
+// Start starts a cluster for tb, or skips it (fails under CI=true) when
+// the postgresql package is missing.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := binDir()
+	testenv.Require(tb, err == nil, fmt.Sprint(err))
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		testenv.Require(tb, err == nil, "as root, PostgreSQL needs the postgres user of Debian's postgresql package")
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	dir, err := os.MkdirTemp("", "pg-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if cred != nil {
+		if err := traversable(dir); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	run := func(name string, args ...string) *exec.Cmd {
+		c := exec.Command(filepath.Join(bin, name), args...)
+		c.Dir = dir
+		c.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "TZ=UTC"}
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+		return c
+	}
+	if out, err := run("initdb", "-D", data, "-U", Role, "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions").CombinedOutput(); err != nil {
+		tb.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	srv := &Server{Dir: dir}
+	srv.cmd = run("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
+		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
+	var log strings.Builder
+	srv.cmd.Stdout, srv.cmd.Stderr = &log, &log
+	if err := srv.cmd.Start(); err != nil {
+		tb.Fatalf("pgtest: postgres: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.cmd.Wait() }()
+	tb.Cleanup(func() {
+		// SIGQUIT: immediate shutdown; the cluster is thrown away.
+		_ = srv.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = srv.cmd.Process.Kill()
+			<-exited
+		}
+	})
+	sock := filepath.Join(dir, ".s.PGSQL.5432")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			// The socket exists before the server accepts; pg_isready says.
+			if run("pg_isready", "-h", dir, "-U", Role, "-q").Run() == nil {
+				return srv
+			}
+		}
+		select {
+		case err := <-exited:
+			tb.Fatalf("pgtest: postgres exited: %v\n%s", err, log.String())
+		case <-ctx.Done():
+			tb.Fatalf("pgtest: postgres did not start in 30 s\n%s", log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// traversable lets every user traverse (not list) each directory above
+// dir, so an unprivileged server can reach its cluster.
+func traversable(dir string) error {
+	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("pgtest: make %s traversable for the postgres user: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
