@@ -137,31 +137,42 @@ func httpError(r *response) error {
 	return sandbox.FromHTTPStatus(r.status, bodyText(r.body), ra)
 }
 
-// retryAfter reads Daytona's retryAfter body field (a non-negative integer
-// of seconds); when the body gives no valid value it falls back to the
-// standard Retry-After header (seconds or an HTTP date), which the original
-// never consulted.
+// retryAfter reads a 429's wait. Daytona's API names one header per
+// throttler that refused, Retry-After-<throttler> in seconds (NestJS named
+// throttlers: authenticated, sandbox-create, sandbox-lifecycle, …; apps/docs
+// limits.mdx): the longest of them is the wait, as every one must clear.
+// Without them, the standard Retry-After (seconds or an HTTP date), then a
+// retryAfter body field (the contract's original shape; Daytona's API sends
+// none).
 func retryAfter(body []byte, h http.Header) time.Duration {
+	var named time.Duration
+	for k, vs := range h {
+		if !strings.HasPrefix(strings.ToLower(k), "retry-after-") {
+			continue
+		}
+		for _, v := range vs {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				named = max(named, time.Duration(n)*time.Second)
+			}
+		}
+	}
+	if named > 0 {
+		return named
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			if n > 0 {
+				return time.Duration(n) * time.Second
+			}
+		} else if t, err := http.ParseTime(v); err == nil {
+			if d := time.Until(t); d > 0 {
+				return d.Round(time.Second)
+			}
+		}
+	}
 	var m map[string]any
 	if json.Unmarshal(body, &m) == nil {
-		if d := sandbox.RetryAfterFromJSON(m["retryAfter"]); d > 0 {
-			return d
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		if n < 0 {
-			return 0
-		}
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d.Round(time.Second)
-		}
+		return sandbox.RetryAfterFromJSON(m["retryAfter"])
 	}
 	return 0
 }

@@ -93,7 +93,7 @@ func stateRunning(s string) bool { return s == "started" || s == "starting" || s
 
 func stateSuspended(s string) bool {
 	switch s {
-	case "stopped", "stopping", "archived", "archiving", "pending_archive", "paused", "pausing":
+	case "stopped", "stopping", "archived", "archiving", "paused", "pausing":
 		return true
 	}
 	return false
@@ -113,6 +113,17 @@ func stateLeaving(s string) bool {
 func stateArriving(s string) bool {
 	switch s {
 	case "starting", "creating", "restoring", "resuming", "pulling_snapshot", "pending_build", "building_snapshot":
+		return true
+	}
+	return false
+}
+
+// stateTransient is a sandbox passing through an operation of the
+// platform's (apps/api enums/sandbox-state.enum.ts), or whose state the
+// platform lost for the moment: it is waited out before anything else.
+func stateTransient(s string) bool {
+	switch s {
+	case "resizing", "snapshotting", "forking", "unknown":
 		return true
 	}
 	return false
@@ -428,7 +439,8 @@ func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Hand
 
 // ensureStarted makes sure the sandbox serves its toolbox and returns the
 // toolbox URL: a parked sandbox (stopped, archived, paused) is started —
-// one that is still stopping is first waited for — and the wait then lasts
+// one that is still stopping, or is resizing, snapshotting, forking or in
+// state unknown, is first waited for — and the wait then lasts
 // until it reports "started" (the original returned at once, and the next
 // toolbox call failed with "is the sandbox started?"). A failed sandbox is
 // its state error.
@@ -457,8 +469,8 @@ func (p *Provider) ensureStarted(ctx context.Context, name string) (string, erro
 		}
 		return err
 	}
-	if stateLeaving(sb.State) {
-		if err := wait(func(b *sandboxBody) bool { return !stateLeaving(b.State) }); err != nil {
+	if stateTransient(sb.State) || stateLeaving(sb.State) {
+		if err := wait(func(b *sandboxBody) bool { return !stateTransient(b.State) && !stateLeaving(b.State) }); err != nil {
 			return "", err
 		}
 		if sb, _, err = p.getSandbox(ctx, name); err != nil {

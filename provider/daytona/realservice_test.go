@@ -352,3 +352,45 @@ func TestFinishedSessionsAreDeleted(t *testing.T) {
 		t.Fatalf("attach: %q %v %d", out, term.Kind, term.Code)
 	}
 }
+
+// resizing, snapshotting, forking and unknown are passing states
+// (apps/api enums/sandbox-state.enum.ts); the toolbox is not served
+// meanwhile, so an operation waits for the sandbox to settle rather than
+// fail. pending_archive is not a state at all.
+func TestTransientStatesAreWaitedOut(t *testing.T) {
+	for _, st := range []string{"resizing", "snapshotting", "forking", "unknown"} {
+		t.Run(st, func(t *testing.T) {
+			srv, p := fakeProvider(t, nil)
+			h := mustCreate(t, p, "busy-"+st)
+			srv.SetState(h.Name, st, "")
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				srv.SetState(h.Name, "started", "")
+			}()
+			res, err := p.Exec(ctxT(t), h, sandbox.Cmd{Name: "echo", Args: []string{"ok"}}, sandbox.ExecOptions{})
+			if err != nil || string(res.Output) != "ok\n" {
+				t.Fatalf("Exec while %s = %q, %v", st, res.Output, err)
+			}
+		})
+	}
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "not-a-state")
+	srv.SetState(h.Name, "pending_archive", "")
+	if info, err := p.Get(ctxT(t), h); err != nil || info.Status != sandbox.StatusUnknown {
+		t.Fatalf("Get of pending_archive = %v, %v; want unknown", info.Status, err)
+	}
+}
+
+// 429s carry one Retry-After-<throttler> header per throttler that
+// refused (apps/docs limits.mdx; NestJS named throttlers), not a body field.
+func TestRateLimitReadsTheThrottlersHeaders(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "throttled")
+	srv.Inject("GET", "/api/sandbox/throttled", 1, daytonatest.Fault{Status: 429,
+		Body:   `{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}`,
+		Header: http.Header{"Retry-After-Authenticated": {"4"}, "Retry-After-Sandbox-Lifecycle": {"9"}, "X-Ratelimit-Remaining-Authenticated": {"0"}}})
+	var rl *sandbox.RateLimitedError
+	if _, err := p.Get(ctxT(t), h); !errors.As(err, &rl) || rl.RetryAfter != 9*time.Second {
+		t.Fatalf("429 = %v, want RateLimited 9s (the longest throttler)", err)
+	}
+}
