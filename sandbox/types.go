@@ -216,7 +216,20 @@ type CreateOptions struct {
 	// providers that run images honour it (provider/local); callers such
 	// as the CLI refuse it for the others rather than drop it.
 	Image string
+	// Network is the sandbox's network where the provider lets the
+	// caller choose (provider/local): NetworkEgress, the default, reaches
+	// the outside world (under the list ApplyNetworkPolicy puts in force,
+	// once one is), NetworkNone has only loopback. Empty is the
+	// provider's default. Callers such as the CLI refuse it for the
+	// others rather than drop it.
+	Network string
 }
+
+// The values of CreateOptions.Network.
+const (
+	NetworkEgress = "egress"
+	NetworkNone   = "none"
+)
 
 // Limits are resource limits applied when a sandbox is launched. A zero
 // field means "no limit asked".
