@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/managoat/managoat/provider/local/journal"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -31,7 +32,7 @@ func init() {
 	register("resume", "[flags] NAME", "Wake a suspended sandbox", cmdResume)
 	register("policy", "[flags] NAME --allow DOMAIN,...", `Set a sandbox's egress allow list (--allow "" denies all egress)`, cmdPolicy)
 	register("url", "[flags] NAME", "Print a sandbox's public URL", cmdURL)
-	register("cp", "[flags] SRC DST", "Copy a file into or out of a sandbox (one of SRC and DST is NAME:/path)", cmdCp)
+	register("cp", "[flags] SRC DST", "Copy files or directories into or out of a sandbox (one of SRC and DST is NAME:PATH; - is a tar stream)", cmdCp)
 	register("version", "[flags]", "Print managoat's version", cmdVersion)
 	register("help", "[COMMAND]", "Print managoat's help, or a command's", cmdHelp)
 }
@@ -233,6 +234,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	lf.add(fs)
 	var ef envFlags
 	ef.add(fs)
+	jsize := fs.String("journal-max-size", "", "bound on all of the sandbox's session journals together, e.g. 256M; the oldest finished ones are pruned (default 1G, local provider)")
+	jage := fs.Duration("journal-max-age", 0, "prune a finished session's journal this long after it ended (default 168h, local provider)")
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -251,6 +254,23 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		}
 		if err := ef.checkUser(g); err != nil {
 			return err
+		}
+		if *jsize != "" || *jage != 0 {
+			r := journal.DefaultRetention
+			if *jsize != "" {
+				if r.MaxBytes, err = parseSize(*jsize); err != nil {
+					return usageError{msg: "--journal-max-size: " + err.Error()}
+				}
+			}
+			if *jage < 0 {
+				return usageError{msg: "--journal-max-age must not be negative"}
+			} else if *jage > 0 {
+				r.MaxAge = *jage
+			}
+			if g.provider != "local" {
+				return &sandbox.InvalidError{Reason: "journal_retention", Msg: fmt.Sprintf("provider %s keeps its sessions' output itself; --journal-max-size and --journal-max-age are the local provider's", g.provider)}
+			}
+			g.retention = &r
 		}
 		if (len(env) > 0 || ef.dir != "") && g.provider != "local" {
 			return &sandbox.InvalidError{Reason: "defaults", Msg: fmt.Sprintf(
@@ -419,36 +439,6 @@ func cmdAttach(g *globals, fs *flag.FlagSet) action {
 		}
 		defer func() { _ = cmd.Stop() }()
 		return follow(ctx, h, id, cmd, !*noStdin)
-	}
-}
-
-func cmdSessions(g *globals, fs *flag.FlagSet) action {
-	asJSON := fs.Bool("json", false, "print JSON")
-	return func(ctx context.Context, args []string) error {
-		reg, h, _, err := sandboxArgs(g, fs, args, 1, "NAME")
-		if err != nil {
-			return err
-		}
-		ss, err := reg.ListSessions(ctx, h)
-		if err != nil {
-			if errors.Is(err, sandbox.ErrNotFound) {
-				return fmt.Errorf("sandbox %q: %w", h.Name, err)
-			}
-			return wrap("sessions", err)
-		}
-		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(ss)
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SESSION\tCREATED\tCOMMAND")
-		for _, s := range ss {
-			created := "-"
-			if !s.CreatedAt.IsZero() {
-				created = s.CreatedAt.Local().Format(time.DateTime)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.ID, created, s.Command)
-		}
-		return tw.Flush()
 	}
 }
 
@@ -710,50 +700,6 @@ func cmdPolicy(g *globals, fs *flag.FlagSet) action {
 			return err
 		}
 		return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
-	}
-}
-
-func cmdCp(g *globals, fs *flag.FlagSet) action {
-	return func(ctx context.Context, args []string) error {
-		pos, rest, err := positionals(fs, args, 2, "SRC and DST")
-		if err != nil {
-			return err
-		}
-		if err := noMore(rest); err != nil {
-			return err
-		}
-		src, dst := pos[0], pos[1]
-		sName, sPath, sIn := strings.Cut(src, ":")
-		dName, dPath, dIn := strings.Cut(dst, ":")
-		switch {
-		case dIn && !sIn:
-			data, err := os.ReadFile(src)
-			if err != nil {
-				return err
-			}
-			reg, h, err := handleFor(g, dName)
-			if err != nil {
-				return err
-			}
-			if err := mustExist(ctx, reg, h); err != nil {
-				return err
-			}
-			return wrap("cp to "+dst, reg.WriteFile(ctx, h, dPath, data, sandbox.WriteFileOptions{}))
-		case sIn && !dIn:
-			reg, h, err := handleFor(g, sName)
-			if err != nil {
-				return err
-			}
-			if err := mustExist(ctx, reg, h); err != nil {
-				return err
-			}
-			data, err := reg.ReadFile(ctx, h, sPath)
-			if err != nil {
-				return wrap("cp from "+src, err)
-			}
-			return os.WriteFile(dst, data, 0o644)
-		}
-		return usageError{msg: "exactly one of SRC and DST must be NAME:/path"}
 	}
 }
 

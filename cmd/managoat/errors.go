@@ -74,16 +74,18 @@ func errorLine(cmd string, err error) string {
 	// The command's own name is already the line's prefix.
 	msg = strings.TrimPrefix(msg, cmd+": ")
 	line := fmt.Sprintf("managoat %s: %s (%s)", cmd, msg, tag)
-	if h := hint(err, kind); h != "" {
+	if h := hint(cmd, err, kind); h != "" {
 		line += "; " + h
 	}
 	return line
 }
 
 // hint says what to do next about err, of the given kind.
-func hint(err error, kind string) string {
+func hint(cmd string, err error, kind string) string {
 	var ie *sandbox.InvalidError
 	switch {
+	case cmd == "cp" && (kind == "denied" || kind == "invalid" || kind == "not_found" && !strings.Contains(err.Error(), "sandbox \"")):
+		return "check the path: the sandbox's user must be able to read it, or to write where it goes"
 	case sandbox.IsExecTimeout(err):
 		return "give it a longer --timeout"
 	case couldNotRun(err):

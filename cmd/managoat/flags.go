@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/managoat/managoat/provider/local/journal"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -19,6 +20,8 @@ type globals struct {
 	// ephemeral is set by run: the local provider then starts no
 	// supervisor unless the command needs one.
 	ephemeral bool
+	// retention is set by create's --journal-max-size/--journal-max-age.
+	retention *journal.Retention
 }
 
 // The global flags' defaults.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"archive/tar"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -174,5 +177,148 @@ func TestSafety(t *testing.T) {
 	}
 	if _, e, code := managoatEnv(t, append(env, "MANAGOAT_PROVIDER=nosuch"), "--provider", "fake", "ls"); code != 0 {
 		t.Errorf("MANAGOAT_PROVIDER=nosuch --provider fake ls: exit %d %s", code, e)
+	}
+}
+
+// TestLogsAndSessions: sessions shows each session's state, exit code and
+// start, newest last (and as JSON with snake_case keys); logs prints a
+// session's output (the newest's without SESSION), its last lines with
+// --tail, every session since T with --since, and tails with --follow;
+// the journals' size bound prunes the oldest finished session, whose
+// attach says it was pruned.
+func TestLogsAndSessions(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "--journal-max-size", "300K", "logbox"); code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "logbox") })
+	for i, args := range [][]string{
+		{"exec", "logbox", "--", "sh", "-c", "head -c 200000 /dev/zero; exit 3"},
+		{"exec", "logbox", "--", "head", "-c", "200000", "/dev/zero"},
+		{"exec", "logbox", "--", "sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done"},
+	} {
+		if _, e, code := managoatEnv(t, env, args...); code != []int{3, 0, 0}[i] {
+			t.Fatalf("%v: exit %d %s", args, code, e)
+		}
+	}
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "logbox", "--", "sh", "-c", "echo first; sleep 1; echo second")
+	if code != 0 || strings.TrimSpace(id) != "s4" {
+		t.Fatalf("spawn: %q %s", id, e)
+	}
+	out, e, code := managoatEnv(t, env, "sessions", "logbox")
+	if code != 0 || !regexp.MustCompile(`(?s)^SESSION\s+STATE\s+EXIT\s+STARTED\s+COMMAND\n`+
+		`s1\s+exited\s+3\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+sh -c head.*\n`+
+		`s2\s+exited\s+0\s.*\n`+
+		`s3\s+exited\s+0\s.*\n`+
+		`s4\s+running\s+-\s.*echo second\n$`).MatchString(out) {
+		t.Errorf("sessions: exit %d stderr %q:\n%s", code, e, out)
+	}
+	out, _, _ = managoatEnv(t, env, "sessions", "-o", "json", "logbox")
+	if !strings.Contains(out, `{"id":"s1","state":"exited","exit_code":3,"created_at":"`) {
+		t.Errorf("sessions -o json: %s", out)
+	}
+	// s1 and s2 held 400 KB together: the oldest went.
+	_, e, code = managoatEnv(t, env, "attach", "logbox", "s1")
+	if code != exitCouldNotRun || !strings.Contains(e, "pruned by the sandbox's journal retention") || !strings.Contains(e, "not_found") {
+		t.Errorf("attach of a pruned session: exit %d %q", code, e)
+	}
+	if out, _, code := managoatEnv(t, env, "logs", "logbox", "s2"); code != 0 || len(out) != 200000 {
+		t.Errorf("logs s2: exit %d, %d bytes", code, len(out))
+	}
+	if out, e, code := managoatEnv(t, env, "logs", "--tail", "2", "logbox", "s3"); code != 0 || out != "line 4\nline 5\n" {
+		t.Errorf("logs --tail 2: exit %d %q %s", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "logs", "-f", "logbox"); code != 0 || out != "first\nsecond\n" {
+		t.Errorf("logs -f of the newest: exit %d %q %s", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "logs", "--since", "1h", "--tail", "1", "logbox"); code != 0 ||
+		!strings.HasSuffix(out, "==> s3 <==\nline 5\n\n==> s4 <==\nsecond\n") || !strings.Contains(e, `session "s1"`) || !strings.Contains(e, "pruned") {
+		t.Errorf("logs --since 1h: exit %d %q %s", code, out, e)
+	}
+	if _, e, code := managoatEnv(t, env, "logs", "--since", "2999-01-01T00:00:00Z", "logbox"); code != exitCouldNotRun || !strings.Contains(e, "no session") {
+		t.Errorf("logs --since the future: exit %d %s", code, e)
+	}
+}
+
+// TestCpTrees: cp copies a directory in and out with modes, links and
+// modification times kept (an uploaded run.sh stays executable), renames
+// onto a path that is not a directory, reaches paths outside the home the
+// sandbox's user may write or read, and takes - for a tar stream on stdin
+// or stdout; what the user may not read is denied, one line.
+func TestCpTrees(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	src := filepath.Join(t.TempDir(), "src")
+	for _, d := range []string{src, src + "/sub"} {
+		if err := os.Mkdir(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(src+"/run.sh", []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src+"/sub/secret", []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("run.sh", src+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := managoatEnv(t, env, "create", "cpbox"); code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "cpbox") })
+	mg := func(args ...string) string {
+		t.Helper()
+		out, e, code := managoatEnv(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", args, code, e)
+		}
+		return out
+	}
+	mg("cp", src, "cpbox:/tmp/tree") // /tmp/tree does not exist: the copy is it
+	mg("cp", src+"/run.sh", "cpbox:")
+	out := mg("exec", "cpbox", "--", "sh", "-c", "/tmp/tree/run.sh && ./run.sh && stat -c '%n %a' /tmp/tree /tmp/tree/sub /tmp/tree/sub/secret && readlink /tmp/tree/link")
+	if out != "ran\nran\n/tmp/tree 750\n/tmp/tree/sub 750\n/tmp/tree/sub/secret 600\nrun.sh\n" {
+		t.Errorf("in the sandbox after cp:\n%s", out)
+	}
+	back := t.TempDir()
+	mg("cp", "cpbox:/tmp/tree", back) // an existing directory: into it
+	mg("cp", "cpbox:/etc/hostname", back+"/hostname")
+	for p, want := range map[string]fs.FileMode{"tree": fs.ModeDir | 0o750, "tree/run.sh": 0o755, "tree/sub/secret": 0o600, "hostname": 0o644} {
+		st, err := os.Lstat(filepath.Join(back, p))
+		if err != nil || st.Mode() != want {
+			t.Errorf("%s on the host: %v %v, want %v", p, err, st, want)
+		}
+	}
+	if l, err := os.Readlink(back + "/tree/link"); err != nil || l != "run.sh" {
+		t.Errorf("link on the host: %q %v", l, err)
+	}
+	// - is a tar stream: out to stdout, and back in from stdin.
+	stream := mg("cp", "cpbox:/tmp/tree", "-")
+	names := []string{}
+	tr := tar.NewReader(strings.NewReader(stream))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if !slices.Contains(names, "tree/sub/secret") || !slices.Contains(names, "tree/run.sh") {
+		t.Errorf("cp NAME:DIR - wrote a tar of %v", names)
+	}
+	mg("exec", "cpbox", "--", "mkdir", "/tmp/again")
+	if _, e, code := runBinary(t, strings.NewReader(stream), env, "cp", "-", "cpbox:/tmp/again"); code != 0 {
+		t.Fatalf("cp - NAME:DIR: %s", e)
+	}
+	if out := mg("exec", "cpbox", "--", "stat", "-c", "%a", "/tmp/again/tree/run.sh"); out != "755\n" {
+		t.Errorf("after cp -: %q", out)
+	}
+	if _, e, code := managoatEnv(t, env, "cp", "cpbox:/root", back+"/r"); code != exitCouldNotRun || !strings.Contains(e, "Permission denied (denied)") || strings.Count(e, "\n") != 1 {
+		t.Errorf("cp of /root: exit %d %q", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "cp", "cpbox:/nonexistent", back+"/n"); code != exitCouldNotRun || !strings.Contains(e, "(not_found)") {
+		t.Errorf("cp of /nonexistent: exit %d %q", code, e)
 	}
 }

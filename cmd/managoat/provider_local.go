@@ -19,7 +19,8 @@ var current = &globals{provider: defaultProvider, mechanism: defaultMechanism}
 
 func init() {
 	registerProvider("local", func() (sandbox.Provider, error) {
-		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral, Ephemeral: current.ephemeral})
+		return local.New(local.Config{MechanismName: current.mechanism, LazySupervisor: current.ephemeral, Ephemeral: current.ephemeral,
+			JournalRetention: current.retention})
 	})
 	register("doctor", "[flags]", "Show what this host can isolate, with the evidence", cmdDoctor)
 }

@@ -180,6 +180,11 @@ type Config struct {
 	// atomic). Only a power loss while such a sandbox exists can leave its
 	// record unreadable.
 	Ephemeral bool
+	// JournalRetention bounds the session journals of each sandbox this
+	// provider creates (size and age; see journal.Retention): finished
+	// sessions' journals are pruned, oldest first, and Attach of a pruned
+	// session says so. nil means journal.DefaultRetention.
+	JournalRetention *journal.Retention
 }
 
 // DefaultLimits are the limits a sandbox gets for each cap its create left
@@ -225,7 +230,8 @@ type Provider struct {
 	caps  sandbox.Capabilities
 	lazy  bool
 	// nosync: records are not fsynced (Config.Ephemeral).
-	nosync bool
+	nosync    bool
+	retention *journal.Retention
 	// supEnv is added to each supervisor's environment: EnvHook=main when
 	// the mechanism was the caller's own (Config.Mechanism).
 	supEnv []string
@@ -292,7 +298,7 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral, supEnv: supEnv}
+	p := &Provider{state: state, mech: m, log: log, lazy: cfg.LazySupervisor, nosync: cfg.Ephemeral, supEnv: supEnv, retention: cfg.JournalRetention}
 	d := DefaultLimits()
 	if cfg.DefaultLimits != nil {
 		d = *cfg.DefaultLimits
@@ -503,6 +509,13 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	if err := p.mech.Provision(ctx, iid, spec); err != nil {
 		undo()
 		return nil, mechErr("provision", err)
+	}
+	// Without the file, the supervisor applies journal.DefaultRetention.
+	if p.retention != nil {
+		if err := supervisor.WriteRetention(tmp, *p.retention); err != nil {
+			undo()
+			return nil, stateErr("create record", err)
+		}
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
 		Env: opts.Env, Dir: opts.Dir}
@@ -1095,6 +1108,9 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, id string, opt
 	}
 	if !supervisor.HasSession(dir, id) {
 		return nil, sandbox.ErrNotFound
+	}
+	if why, pruned := supervisor.Pruned(dir, id); pruned {
+		return nil, fmt.Errorf("session %s's output was pruned by the sandbox's journal retention (%s): %w", id, why, sandbox.ErrNotFound)
 	}
 	return p.follow(dir, id, opts.Stdin), nil
 }

@@ -222,6 +222,7 @@ func Serve(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	s.reapOrphans()
+	s.prune()
 	if _, err := os.Stat(filepath.Join(s.dir, SuspendedName)); err == nil {
 		s.suspended = true
 	}
@@ -826,6 +827,7 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 	close(sess.changed)
 	sess.changed = make(chan struct{})
 	sess.mu.Unlock()
+	s.prune()
 }
 
 // waitPoll is the longest a wait request is held without news.
