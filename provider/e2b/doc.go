@@ -43,6 +43,10 @@
 //     and billing, and Suspend says so.
 //   - An unknown template is a 404 on create ("template '<id>' not found"):
 //     Invalid{template} with E2B's message, never ErrNotFound.
+//   - envd starts a command without a process group of its own and SendSignal
+//     signals the pid alone, so an Exec that outlives its deadline is killed
+//     with its whole process tree (KillTreeScript, run through envd), not
+//     just its top process.
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //

@@ -311,17 +311,10 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		}
 		res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, normalize)
 		if sandbox.IsExecTimeout(err) {
-			p.kill9(id, srv)
+			p.killTree(id, srv)
 		}
 		return res, err
 	})
-}
-
-// kill9 best-effort kills an exec that outlived its deadline.
-func (p *Provider) kill9(sandboxID string, srv *cmdServer) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = p.unary(ctx, sandboxID, "SendSignal", map[string]any{"process": srv.selector(), "signal": "SIGNAL_SIGKILL"}, nil)
 }
 
 // Spawn starts c and returns once envd acknowledged it. A Detachable spawn

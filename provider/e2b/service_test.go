@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -279,4 +280,29 @@ func TestUnknownTemplate(t *testing.T) {
 	if len(e.srv.Sandboxes()) != 0 {
 		t.Fatal("a sandbox was made")
 	}
+}
+
+// envd signals a process alone; an exec killed at its deadline must not
+// leave its children running.
+func TestExecDeadlineKillsTheTree(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	h := e.create("tree-1")
+	_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 30 & echo $! > child.pid; sleep 30 & wait"}},
+		sandbox.ExecOptions{Timeout: 500 * time.Millisecond})
+	if !sandbox.IsExecTimeout(err) {
+		t.Fatalf("Exec = %v, want exec_timeout", err)
+	}
+	b, err := e.p.ReadFile(ctx(t), h, "/home/user/child.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	eventually(t, 5*time.Second, "the exec's child "+pid+" to die", func() bool {
+		st, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return true // gone
+		}
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	})
 }

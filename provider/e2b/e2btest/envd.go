@@ -540,7 +540,9 @@ func (s *Server) envdUnary(w http.ResponseWriter, r *http.Request, sb *sbx, meth
 		} else if v, ok := req.Signal.(float64); ok && v == 9 {
 			sig = syscall.SIGKILL
 		}
-		_ = syscall.Kill(-p.pid(), sig)
+		// envd signals the process alone, never a group: a command's
+		// children outlive a SendSignal to it.
+		_ = syscall.Kill(p.pid(), sig)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{})
 }

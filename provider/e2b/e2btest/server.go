@@ -6,7 +6,8 @@
 // connect, timeout and network. The envd plane (Basic-auth user, routed by
 // the E2b-Sandbox-Id header or a 49983-<id>. host) serves the Connect
 // process service (Start streams envelopes; List, SendInput, CloseStdin,
-// SendSignal are unary JSON) and the /files API. Commands run as real
+// SendSignal are unary JSON) and the /files API. SendSignal signals the
+// process alone, as envd does (its children live on). Commands run as real
 // processes on this machine, each in its own process group, with the
 // sandbox's scratch directory as HOME and default working directory.
 //

@@ -1,0 +1,69 @@
+package e2b
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+// KillTreeScript is the bash script that kills process pid and every
+// descendant it has. envd starts a command without a process group of its
+// own (it stays in envd's) and its SendSignal signals the pid alone
+// (e2b-dev/infra packages/envd/internal/services/process/handler), so
+// killing an exec at its deadline that way would leave its children (a
+// build's compilers, a backgrounded server) running. The script freezes
+// the tree (SIGSTOP) from the root down, walking parent links in
+// /proc/<pid>/status, repeats the walk until no new process appears (a
+// child forked between walks is caught next round), then SIGKILLs it.
+// It needs only bash and /proc. A process that left the tree before the
+// walk (a daemon that double-forked to init) is not found.
+func KillTreeScript(pid int) string {
+	return `root=` + strconv.Itoa(pid) + `
+declare -A seen
+walk() {
+  declare -A kids=()
+  local f p k v
+  for f in /proc/[0-9]*/status; do
+    p=${f#/proc/}; p=${p%/status}
+    while read -r k v; do
+      if [ "$k" = PPid: ]; then kids[$v]+=" $p"; break; fi
+    done <"$f" 2>/dev/null
+  done
+  local queue=($root) new=0 q c
+  while [ ${#queue[@]} -gt 0 ]; do
+    q=${queue[0]}; queue=("${queue[@]:1}")
+    if [ -z "${seen[$q]}" ]; then seen[$q]=1; new=1; kill -STOP "$q" 2>/dev/null; fi
+    for c in ${kids[$q]}; do queue+=("$c"); done
+  done
+  return $((1-new))
+}
+for i in 1 2 3 4 5; do walk || break; done
+kill -KILL ${!seen[@]} 2>/dev/null
+exit 0
+`
+}
+
+// killTree best-effort kills an exec that outlived its deadline: its whole
+// tree through KillTreeScript, then its pid through SendSignal in case the
+// script could not run.
+func (p *Provider) killTree(sandboxID string, srv *cmdServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.mu.Lock()
+	pid := srv.pid
+	srv.mu.Unlock()
+	if pid != 0 {
+		f := false
+		killer := &cmdServer{tag: newTag(execPrefix)}
+		if cmd, err := p.start(ctx, sandboxID, startRequest{
+			Process: processConfig{Cmd: "bash", Args: []string{"-c", KillTreeScript(int(pid))}},
+			Tag:     killer.tag, Stdin: &f,
+		}, killer); err == nil {
+			_, _ = sandbox.CollectExecMax(ctx, cmd, true, 10*time.Second, 64<<10, normalize)
+			_ = cmd.Stop()
+		}
+	}
+	_ = p.unary(ctx, sandboxID, "SendSignal", map[string]any{"process": srv.selector(), "signal": "SIGNAL_SIGKILL"}, nil)
+}
