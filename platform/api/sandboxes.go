@@ -1,0 +1,727 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/managoat/managoat/platform/policy"
+	"github.com/managoat/managoat/platform/store"
+	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// providerName mints a sandbox's name on its provider.
+func (s *Server) providerName(ctx context.Context, accountID string, p sandbox.Provider) (string, error) {
+	if rp, ok := p.(*runnerprov.Provider); ok {
+		return rp.Mint(ctx) // on the account's most recently connected online runner
+	}
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return NamePrefix + hex.EncodeToString(b[:]), nil
+}
+
+func handleOf(rec store.Sandbox) *sandbox.Handle {
+	h := sandbox.BuildHandle(rec.Provider, rec.ProviderName)
+	h.InstanceID = rec.InstanceID
+	return h
+}
+
+func recKey(accountID, name string) string { return accountID + "\x00" + name }
+
+// lock serialises the state changes of one record in this process (a
+// wake and a park of one sandbox must not interleave); the store's
+// compare-and-set covers other replicas.
+func (s *Server) lock(accountID, name string) func() {
+	k := recKey(accountID, name)
+	s.mu.Lock()
+	m := s.locks[k]
+	if m == nil {
+		m = &sync.Mutex{}
+		s.locks[k] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// view is the API's form of a record.
+func view(rec store.Sandbox) Sandbox {
+	v := Sandbox{Name: rec.Name, Provider: rec.Provider, State: rec.State, URL: rec.URL, InstanceID: rec.InstanceID,
+		Limits: FromLimits(rec.Limits), CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, ParkedBy: rec.ParkedBy}
+	if !rec.ParkedAt.IsZero() {
+		t := rec.ParkedAt
+		v.ParkedAt = &t
+	}
+	return v
+}
+
+// record loads the account's record of name: ErrNotFound for a name the
+// account does not have, whoever else has it.
+func (s *Server) record(ctx context.Context, k store.Key, name string) (store.Sandbox, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return store.Sandbox{}, err
+	}
+	return s.cfg.Store.GetSandbox(ctx, k.AccountID, name)
+}
+
+// Activity marks use of a record now; it is written at most once a second
+// per record.
+func (s *Server) activity(rec store.Sandbox) {
+	now := s.cfg.Now()
+	key := recKey(rec.AccountID, rec.Name)
+	s.mu.Lock()
+	last := s.touched[key]
+	if now.Sub(last) < time.Second {
+		s.mu.Unlock()
+		return
+	}
+	s.touched[key] = now
+	s.mu.Unlock()
+	_ = s.cfg.Store.TouchSandbox(context.WithoutCancel(context.Background()), rec.AccountID, rec.Name, now.UTC())
+}
+
+// Active reports whether the record has an open stream (an attached client
+// or a running spawn) in this process.
+func (s *Server) Active(accountID, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active[recKey(accountID, name)] > 0
+}
+
+// use loads a record for an operation on it: it is woken first when parked,
+// and its activity is recorded.
+func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandbox, sandbox.Provider, error) {
+	rec, err := s.record(ctx, k, name)
+	if err != nil {
+		return rec, nil, err
+	}
+	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return rec, nil, err
+	}
+	if rec.State == store.StateParked {
+		if rec, err = s.Wake(ctx, rec); err != nil {
+			return rec, nil, err
+		}
+	}
+	s.activity(rec)
+	return rec, p, nil
+}
+
+// Wake brings a parked sandbox back on the provider that made it: Resume
+// where it was suspended, a fresh Create of the same provider name where it
+// was destroyed for idleness. It is a no-op for a record not parked.
+func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
+	defer s.lock(rec.AccountID, rec.Name)()
+	rec, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+	if err != nil || rec.State != store.StateParked {
+		return rec, err
+	}
+	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return rec, err
+	}
+	reg := sandbox.NewRegistry(p)
+	h := handleOf(rec)
+	switch rec.ParkedBy {
+	case store.ParkDestroy:
+		nh, err := reg.Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: rec.Limits})
+		if err != nil {
+			return rec, err
+		}
+		rec.InstanceID = nh.InstanceID
+	default:
+		if _, err := reg.Resume(ctx, h); err != nil {
+			return rec, err
+		}
+	}
+	rec.State, rec.ParkedAt, rec.ParkedBy, rec.LastActivity = store.StateRunning, time.Time{}, "", s.cfg.Now().UTC()
+	return s.cfg.Store.UpdateSandbox(ctx, rec)
+}
+
+func (s *Server) setState(ctx context.Context, rec store.Sandbox, state string) {
+	for range 3 {
+		rec.State = state
+		if state != store.StateParked {
+			rec.ParkedAt, rec.ParkedBy = time.Time{}, ""
+		}
+		if _, err := s.cfg.Store.UpdateSandbox(ctx, rec); !errors.Is(err, store.ErrConflict) {
+			return
+		}
+		cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+		if err != nil {
+			return
+		}
+		rec = cur
+	}
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
+	var req CreateRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := sandbox.ValidateName(req.Name); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.TimeoutMS < 0 {
+		writeErr(w, badJSON("timeout_ms", "timeout_ms is negative"))
+		return
+	}
+	lim := req.Limits.ToSandbox()
+	if err := lim.Validate(); err != nil {
+		writeErr(w, err)
+		return
+	}
+	rec, created, err := s.Create(r.Context(), k.AccountID, req.Name, req.Provider, lim, req.CreateNew, time.Duration(req.TimeoutMS)*time.Millisecond)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, view(rec))
+}
+
+// Create makes (or, unless createNew, adopts) the account's sandbox name.
+// It reports whether it made a new record.
+func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sandbox.Limits, createNew bool, timeout time.Duration) (store.Sandbox, bool, error) {
+	for attempt := 0; ; attempt++ {
+		rec, err := s.cfg.Store.GetSandbox(ctx, accountID, name)
+		switch {
+		case err == nil:
+			if createNew {
+				return rec, false, fmt.Errorf("sandbox %q exists: %w", name, sandbox.ErrAlreadyExists)
+			}
+			if pin != "" && pin != rec.Provider {
+				return rec, false, fmt.Errorf("sandbox %q lives on provider %q, not %q: %w", name, rec.Provider, pin, sandbox.ErrAlreadyExists)
+			}
+			return s.adopt(ctx, rec, lim)
+		case !errors.Is(err, store.ErrNotFound):
+			return rec, false, err
+		}
+		prov, err := s.cfg.Policy.Choose(pin)
+		if err != nil {
+			return rec, false, err
+		}
+		p, err := s.providerFor(accountID, prov)
+		if err != nil {
+			return rec, false, err
+		}
+		if createNew && !p.Capabilities().Has(sandbox.CapCreateNew) {
+			return rec, false, sandbox.ErrNotSupported
+		}
+		pname, err := s.providerName(ctx, accountID, p)
+		if err != nil {
+			return rec, false, err
+		}
+		now := s.cfg.Now().UTC()
+		rec = store.Sandbox{AccountID: accountID, Name: name, Provider: prov, ProviderName: pname, State: store.StateCreating,
+			Limits: lim, CreatedAt: now, LastActivity: now}
+		err = s.cfg.Store.InsertSandbox(ctx, rec)
+		if errors.Is(err, store.ErrAlreadyExists) && attempt < 3 {
+			continue // another create of this name won: adopt its record, or refuse for create_new
+		}
+		if err != nil {
+			return rec, false, err
+		}
+		rec.Version = 1
+		reg := sandbox.NewRegistry(p)
+		var h *sandbox.Handle
+		if createNew {
+			id, _ := s.cfg.Store.AddIntent(ctx, store.Intent{AccountID: accountID, Name: name, Op: store.OpCreateNew, Provider: prov, ProviderName: pname})
+			h, err = reg.CreateNew(ctx, prov, pname, sandbox.CreateNewOptions{Timeout: timeout})
+			s.outcome(ctx, id, err)
+			if err != nil && sandbox.Transient(err) {
+				// Uncertain: the record stays "creating" for the
+				// reconciler, which asks the provider, never creates again.
+				return rec, false, err
+			}
+		} else {
+			h, err = reg.Create(ctx, prov, pname, sandbox.CreateOptions{Limits: lim})
+		}
+		if err != nil {
+			// The provider may hold a sandbox of pname (a create cut short):
+			// the reaper destroys such an orphan after its grace period.
+			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), accountID, name)
+			return rec, false, err
+		}
+		rec.InstanceID = h.InstanceID
+		rec.State = store.StateRunning
+		rec.URL = s.publicURL(ctx, p, h)
+		rec, err = s.cfg.Store.UpdateSandbox(ctx, rec)
+		return rec, true, err
+	}
+}
+
+// outcome records an intent's outcome: confirmed when the provider
+// answered (yes or a definitive no), uncertain on a transient failure.
+func (s *Server) outcome(ctx context.Context, id int64, err error) {
+	if id == 0 {
+		return
+	}
+	state, detail := store.IntentConfirmed, ""
+	if err != nil {
+		detail = sandbox.Kind(err) + ": " + err.Error()
+		if sandbox.Transient(err) {
+			state = store.IntentUncertain
+		}
+	}
+	_ = s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, state, detail)
+}
+
+// publicURL is the sandbox's URL where the provider advertises one, else "".
+func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.Handle) string {
+	if !p.Capabilities().Has(sandbox.CapPublicURL) {
+		return ""
+	}
+	u, err := p.PublicURL(ctx, h)
+	if err != nil {
+		return ""
+	}
+	return u
+}
+
+func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limits) (store.Sandbox, bool, error) {
+	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return rec, false, err
+	}
+	if rec.State == store.StateParked {
+		rec, err = s.Wake(ctx, rec)
+		return rec, false, err
+	}
+	if rec.State == store.StateCreating && rec.InstanceID == "" && s.cfg.Now().Sub(rec.CreatedAt) < 10*time.Second {
+		return rec, false, sandbox.Unavailable("create_in_progress", fmt.Errorf("sandbox %q is being created", rec.Name))
+	}
+	if lim == (sandbox.Limits{}) {
+		lim = rec.Limits
+	}
+	if _, err := sandbox.NewRegistry(p).Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: lim}); err != nil {
+		return rec, false, err
+	}
+	if rec.State == store.StateCreating {
+		s.setState(ctx, rec, store.StateRunning)
+		rec.State = store.StateRunning
+	}
+	s.activity(rec)
+	return rec, false, nil
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, k store.Key) {
+	recs, err := s.cfg.Store.ListSandboxes(r.Context(), k.AccountID)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := make([]Sandbox, len(recs))
+	for i, rec := range recs {
+		out[i] = view(rec)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, err := s.record(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	v := view(rec)
+	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	switch {
+	case rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy:
+		// Destroyed on the provider on purpose; the record is the truth.
+		v.Status = string(sandbox.StatusSuspended)
+	case rec.State == store.StateCreating && s.cfg.Now().Sub(rec.CreatedAt) < 10*time.Second:
+		v.Status = string(sandbox.StatusUnknown)
+	default:
+		info, err := sandbox.NewRegistry(p).Get(r.Context(), handleOf(rec))
+		if errors.Is(err, sandbox.ErrNotFound) {
+			// The provider says it is surely gone: so is the record.
+			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(r.Context()), rec.AccountID, rec.Name)
+			writeErr(w, err)
+			return
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		v.Status, v.Raw = string(info.Status), info.Raw
+	}
+	if caps, err := sandbox.NewRegistry(p).CapabilitiesOf(r.Context(), handleOf(rec)); err == nil {
+		for _, c := range caps {
+			v.Capabilities = append(v.Capabilities, string(c))
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) destroy(w http.ResponseWriter, r *http.Request, k store.Key) {
+	q := r.URL.Query()
+	once := q.Get("once") == "true" || q.Get("once") == "1"
+	var timeout time.Duration
+	if t := q.Get("timeout_ms"); t != "" {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || n < 0 {
+			writeErr(w, badJSON("timeout_ms", "timeout_ms must be a non-negative integer"))
+			return
+		}
+		timeout = time.Duration(n) * time.Millisecond
+	}
+	rec, err := s.record(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := s.Destroy(r.Context(), rec, once, timeout); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Destroy destroys the record's sandbox on its provider, then the record.
+// With once it is the bounded DestroyOnce under an intent; an uncertain
+// outcome keeps the record for the reconciler.
+func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, timeout time.Duration) error {
+	defer s.lock(rec.AccountID, rec.Name)()
+	if rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy {
+		return s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name)
+	}
+	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return err
+	}
+	reg := sandbox.NewRegistry(p)
+	if once {
+		id, _ := s.cfg.Store.AddIntent(ctx, store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpDestroyOnce,
+			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID})
+		err = reg.DestroyOnce(ctx, handleOf(rec), sandbox.DestroyOnceOptions{Timeout: timeout})
+		if errors.Is(err, sandbox.ErrNotSupported) {
+			_ = s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, store.IntentConfirmed, "not_supported")
+			return err
+		}
+		s.outcome(ctx, id, err)
+	} else {
+		err = reg.Destroy(ctx, handleOf(rec))
+	}
+	if err != nil {
+		return err
+	}
+	return s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), rec.AccountID, rec.Name)
+}
+
+// withURL adds SANDBOX_URL to a command's environment where the record has
+// a real URL.
+func withURL(env []string, rec store.Sandbox) []string {
+	if rec.URL == "" {
+		return env
+	}
+	return append(slices.Clone(env), "SANDBOX_URL="+rec.URL)
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, k store.Key) {
+	var req ExecRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Cmd == "" {
+		writeErr(w, badJSON("cmd", "cmd is required"))
+		return
+	}
+	if req.MaxOutput < 0 {
+		writeErr(w, badJSON("max_output", "max_output is negative"))
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	opts := sandbox.ExecOptions{Env: withURL(req.Env, rec), Dir: req.Dir, StderrToStdout: req.StderrToStdout, MaxOutput: req.MaxOutput,
+		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
+	if req.TimeoutMS < 0 {
+		opts.Timeout = -1
+	}
+	res, err := sandbox.NewRegistry(p).Exec(r.Context(), handleOf(rec), sandbox.Cmd{Name: req.Cmd, Args: req.Args}, opts)
+	s.activity(rec)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if res.Output == nil {
+		res.Output = []byte{}
+	}
+	writeJSON(w, http.StatusOK, ExecResult{Output: res.Output, ExitCode: res.ExitCode, Truncated: res.Truncated})
+}
+
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ss, err := sandbox.NewRegistry(p).ListSessions(r.Context(), handleOf(rec))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := make([]Session, 0, len(ss))
+	for _, x := range ss {
+		v := Session{ID: x.ID, Command: x.Command, TTY: x.TTY}
+		if !x.CreatedAt.IsZero() {
+			t := x.CreatedAt
+			v.CreatedAt = &t
+		}
+		if !x.LastActivityAt.IsZero() {
+			t := x.LastActivityAt
+			v.LastActivityAt = &t
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) {
+	var req TerminateRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	sid := r.PathValue("session")
+	opts := sandbox.TerminateOptions{Mode: sandbox.TerminateMode(req.Mode), Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
+	if _, err := sandbox.ValidateTermination(sid, opts); err != nil {
+		writeErr(w, err)
+		return
+	}
+	id, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpTerminateSession,
+		Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: sid})
+	err = sandbox.NewRegistry(p).TerminateSession(r.Context(), handleOf(rec), sid, opts)
+	if errors.Is(err, sandbox.ErrNotSupported) {
+		_ = s.cfg.Store.SetIntent(context.WithoutCancel(r.Context()), id, store.IntentConfirmed, "not_supported")
+	} else {
+		s.outcome(r.Context(), id, err)
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) suspend(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := sandbox.NewRegistry(p).Suspend(r.Context(), handleOf(rec)); err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.setState(r.Context(), rec, store.StateSuspended)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if _, err := sandbox.NewRegistry(p).Resume(r.Context(), handleOf(rec)); err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.setState(r.Context(), rec, store.StateRunning)
+	rec.State = store.StateRunning
+	writeJSON(w, http.StatusOK, view(rec))
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) {
+	path := r.URL.Query().Get("path")
+	var mode fs.FileMode
+	if m := r.URL.Query().Get("mode"); m != "" {
+		n, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || n > 0o7777 {
+			writeErr(w, badJSON("mode", "mode must be octal permission bits, e.g. 644"))
+			return
+		}
+		mode = fs.FileMode(n)
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxFile))
+	if err != nil {
+		writeErr(w, tooLarge(err))
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := sandbox.NewRegistry(p).WriteFile(r.Context(), handleOf(rec), path, data, sandbox.WriteFileOptions{Mode: mode}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	data, err := sandbox.NewRegistry(p).ReadFile(r.Context(), handleOf(rec), r.URL.Query().Get("path"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(data)
+}
+
+func (s *Server) networkPolicy(w http.ResponseWriter, r *http.Request, k store.Key) {
+	var req PolicyRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := sandbox.NewRegistry(p).ApplyNetworkPolicy(r.Context(), handleOf(rec), sandbox.NetworkPolicy{Allow: req.Allow}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) url(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if rec.URL != "" {
+		writeJSON(w, http.StatusOK, map[string]string{"url": rec.URL})
+		return
+	}
+	if !p.Capabilities().Has(sandbox.CapPublicURL) {
+		writeErr(w, sandbox.ErrUnsupported)
+		return
+	}
+	u, err := sandbox.NewRegistry(p).PublicURL(r.Context(), handleOf(rec))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	rec.URL = u
+	_, _ = s.cfg.Store.UpdateSandbox(r.Context(), rec)
+	writeJSON(w, http.StatusOK, map[string]string{"url": u})
+}
+
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, k store.Key) {
+	var req CheckpointRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	reg := sandbox.NewRegistry(p)
+	var id string
+	if req.OperationID != "" {
+		iid, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpCheckpointOnce,
+			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: req.OperationID})
+		id, err = reg.CreateCheckpointOnce(r.Context(), handleOf(rec), sandbox.CheckpointOnceOptions{OperationID: req.OperationID,
+			Timeout: time.Duration(req.TimeoutMS) * time.Millisecond})
+		s.outcome(r.Context(), iid, err)
+	} else {
+		id, err = reg.CreateCheckpoint(r.Context(), handleOf(rec), sandbox.CheckpointOptions{Comment: req.Comment})
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": id})
+}
+
+func (s *Server) restore(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := sandbox.NewRegistry(p).RestoreCheckpoint(r.Context(), handleOf(rec), r.PathValue("checkpoint")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) providers(w http.ResponseWriter, r *http.Request, k store.Key) {
+	out := []ProviderInfo{}
+	for _, name := range []string{policy.Local, policy.Sprites, policy.E2B, policy.Daytona, policy.Runner} {
+		out = append(out, s.providerInfo(k, name))
+	}
+	for name := range s.cfg.Providers {
+		if !slices.ContainsFunc(out, func(p ProviderInfo) bool { return p.Name == name }) {
+			out = append(out, s.providerInfo(k, name))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"default": s.cfg.Policy.Default(), "data": out})
+}
+
+func (s *Server) providerInfo(k store.Key, name string) ProviderInfo {
+	pi := ProviderInfo{Name: name, Enabled: s.cfg.Policy.Enabled(name), Default: s.cfg.Policy.Default() == name, Why: s.cfg.Policy.WhyDisabled(name)}
+	if p, err := s.providerFor(k.AccountID, name); err == nil {
+		for _, c := range p.Capabilities() {
+			pi.Capabilities = append(pi.Capabilities, string(c))
+		}
+	} else if pi.Enabled {
+		pi.Enabled, pi.Why = false, "not configured on this platform"
+	}
+	return pi
+}
+
+func (s *Server) runners(w http.ResponseWriter, r *http.Request, k store.Key) {
+	out := []runnerprov.Info{}
+	if s.cfg.Runners != nil {
+		rs, _ := AccountRunners(s.cfg.Runners, k.AccountID).Runners(r.Context())
+		out = append(out, rs...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}

@@ -1,0 +1,400 @@
+// Package api is the platform's versioned HTTP API (/v1): accounts' sandboxes
+// on every enabled provider, behind one Bearer API key per account. JSON
+// for requests and answers, a WebSocket for a command's streams (spawn and
+// attach, stdin, close stdin), and the OpenAPI document of it all at
+// GET /v1/openapi.json.
+//
+//	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: ps, Runners: relay})
+//	http.Handle("/v1/", srv)
+//
+// What it keeps: every sandbox has a record (store.Sandbox) naming the
+// provider that created it, its name there, its state, URL and activity.
+// A create picks the provider by policy (a pin, or the default), inserts the
+// record first (the store arbitrates two creates of one name), then asks
+// the provider; every later call goes to the record's provider, and a
+// parked sandbox is woken there on its next use. An account sees only its
+// own records: another account's sandbox is 404, never 403. Runner
+// sandboxes go to the account's most recently connected online runner.
+//
+// Names: the account's name is its own; on the provider a sandbox is
+// "mgp-" and 20 random hex digits (a runner's: the runner's own name
+// form), so two accounts' names never meet on a provider and the reaper
+// recognises what the platform made.
+//
+// Bad input: malformed JSON is 400 naming the field, an unknown or disabled
+// provider 400 naming it, a body over the limit 413, a wrong key 401, a key
+// over its rate 429 with Retry-After. No key appears in a log or an error.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
+
+	"github.com/managoat/managoat/platform/policy"
+	"github.com/managoat/managoat/platform/store"
+	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// NamePrefix starts the provider-side name of every sandbox the platform
+// makes (except a runner's, whose names carry their runner).
+const NamePrefix = "mgp-"
+
+// Config configures the API.
+type Config struct {
+	Store  store.Store    // required
+	Policy *policy.Policy // required
+	// Providers are the enabled providers by name (not the runner
+	// provider, which Runners gives per account).
+	Providers map[string]sandbox.Provider
+	// Runners is the runner relay; nil when runners are off.
+	Runners *runnerprov.Server
+	Logger  *slog.Logger
+	// MaxBody bounds a JSON body (default 1 MiB); MaxFile a file write's
+	// body (default 32 MiB).
+	MaxBody, MaxFile int64
+	// Rate and Burst bound each key's requests (default 200/s, burst 400).
+	Rate  rate.Limit
+	Burst int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server serves /v1.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+	active   map[string]int // open streams per record key
+	touched  map[string]time.Time
+	closing  bool
+	streams  map[*websocket.Conn]struct{}
+	wg       sync.WaitGroup
+	locks    map[string]*sync.Mutex // serialises wake/park of one record in this process
+}
+
+// New returns the API server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Policy == nil {
+		return nil, errors.New("api: Store and Policy are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	if cfg.MaxFile <= 0 {
+		cfg.MaxFile = 32 << 20
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 200
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = 2 * int(cfg.Rate)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Providers == nil {
+		cfg.Providers = map[string]sandbox.Provider{}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
+		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*sync.Mutex{}}
+	for _, r := range Routes {
+		h := s.handler(r.Handler)
+		if r.Public {
+			s.mux.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) { h(w, req, store.Key{}) })
+			continue
+		}
+		s.mux.HandleFunc(r.Method+" "+r.Path, s.auth(h))
+	}
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, &apiError{http.StatusNotFound, &Error{Kind: "not_found", Reason: "route", Message: "no such route: " + r.Method + " " + r.URL.Path}})
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close closes every open stream and waits for their handlers.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closing = true
+	conns := make([]*websocket.Conn, 0, len(s.streams))
+	for c := range s.streams {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close(websocket.StatusGoingAway, "platform shutting down")
+	}
+	s.wg.Wait()
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, k store.Key)
+
+func (s *Server) handler(name string) handlerFunc {
+	switch name {
+	case "openapi":
+		return s.openapi
+	case "providers":
+		return s.providers
+	case "runners":
+		return s.runners
+	case "create":
+		return s.create
+	case "list":
+		return s.list
+	case "get":
+		return s.get
+	case "destroy":
+		return s.destroy
+	case "exec":
+		return s.exec
+	case "stream":
+		return s.stream
+	case "sessions":
+		return s.sessions
+	case "terminate":
+		return s.terminate
+	case "suspend":
+		return s.suspend
+	case "resume":
+		return s.resume
+	case "write_file":
+		return s.writeFile
+	case "read_file":
+		return s.readFile
+	case "network_policy":
+		return s.networkPolicy
+	case "url":
+		return s.url
+	case "checkpoint":
+		return s.checkpoint
+	case "restore":
+		return s.restore
+	}
+	panic("api: no handler " + name)
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// auth checks the Bearer key and the key's rate, then calls h.
+func (s *Server) auth(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		k, err := Authenticate(r.Context(), s.cfg.Store, bearer(r))
+		if err != nil {
+			if !errors.Is(err, ErrBadKey) {
+				writeErr(w, sandbox.Unavailable("store", err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="managoat"`)
+			w.Header().Set("Connection", "close")
+			writeErr(w, &apiError{http.StatusUnauthorized, &Error{Kind: KindUnauthorized, Message: ErrBadKey.Error()}})
+			return
+		}
+		if d, ok := s.allow(k.ID); !ok {
+			w.Header().Set("Retry-After", RetryAfterHeader(d))
+			writeErr(w, &apiError{http.StatusTooManyRequests, &Error{Kind: "rate_limited", Reason: "api_key",
+				Message: "this API key is over its rate", RetryAfterMS: max(d.Milliseconds(), 1)}})
+			return
+		}
+		h(w, r, k)
+	}
+}
+
+// allow takes one token of the key's bucket, or says how long until one.
+func (s *Server) allow(keyID string) (time.Duration, bool) {
+	s.mu.Lock()
+	l := s.limiters[keyID]
+	if l == nil {
+		l = rate.NewLimiter(s.cfg.Rate, s.cfg.Burst)
+		s.limiters[keyID] = l
+	}
+	s.mu.Unlock()
+	now := s.cfg.Now()
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d, false
+	}
+	return 0, true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	status, e := ErrorOf(err)
+	if e.Kind == "rate_limited" && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", RetryAfterHeader(time.Duration(e.RetryAfterMS)*time.Millisecond))
+	}
+	writeJSON(w, status, errorBody{Error: e})
+}
+
+// decode reads a JSON body of at most MaxBody into v: 413 over the limit,
+// 400 naming the field for anything malformed.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if dec.More() {
+			return badJSON("body", "more than one JSON value")
+		}
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return tooLarge(err)
+		}
+		return nil
+	}
+	var mbe *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge(err)
+	case errors.Is(err, io.EOF):
+		return badJSON("body", "empty body: a JSON object is required")
+	case errors.As(err, &se):
+		return badJSON("body", fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
+	case errors.As(err, &te):
+		f := te.Field
+		if f == "" {
+			f = "body"
+		}
+		return badJSON(f, fmt.Sprintf("field %q must be %s, not %s", f, te.Type, te.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return badJSON(f, fmt.Sprintf("unknown field %q", f))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badJSON("body", "truncated JSON")
+	}
+	return badJSON("body", err.Error())
+}
+
+func badJSON(field, msg string) error {
+	return &apiError{http.StatusBadRequest, &Error{Kind: "invalid", Reason: "json", Field: field, Message: msg}}
+}
+
+func tooLarge(err error) error {
+	return &apiError{http.StatusRequestEntityTooLarge, &Error{Kind: KindTooLarge, Reason: "body", Message: "the request body is over the limit: " + err.Error()}}
+}
+
+// providerFor returns the provider of name for account: the runner
+// provider is per account, so it places on and reaches only the account's
+// runners.
+func (s *Server) providerFor(accountID, name string) (sandbox.Provider, error) {
+	if name == policy.Runner && s.cfg.Runners != nil && s.cfg.Policy.Enabled(policy.Runner) {
+		return runnerprov.NewProvider(AccountRunners(s.cfg.Runners, accountID), runnerprov.ProviderOptions{}), nil
+	}
+	p, ok := s.cfg.Providers[name]
+	if !ok || !s.cfg.Policy.Enabled(name) {
+		return nil, &sandbox.InvalidError{Reason: sandbox.ReasonProvider, Msg: fmt.Sprintf("provider %q is not enabled on this platform", name)}
+	}
+	return p, nil
+}
+
+// accountRunners is a runner Caller that sees only one account's runners.
+type accountRunners struct {
+	srv     *runnerprov.Server
+	account string
+}
+
+// AccountRunners is srv seen from one account: its Runners are the
+// account's online runners (most recently connected first), and a call to
+// another account's runner is Unavailable{runner_offline}.
+func AccountRunners(srv *runnerprov.Server, accountID string) runnerprov.Caller {
+	return accountRunners{srv, accountID}
+}
+
+func (a accountRunners) Call(ctx context.Context, runnerID string, req *wire.Request, sub *runnerprov.Subscription) (*wire.Reply, error) {
+	c := a.srv.Host().Whereis(runnerID)
+	if c == nil || c.Info().Account != a.account {
+		return nil, sandbox.Unavailable(runnerprov.ReasonOffline, nil)
+	}
+	return a.srv.Call(ctx, runnerID, req, sub)
+}
+
+func (a accountRunners) Unsubscribe(sub *runnerprov.Subscription) { a.srv.Unsubscribe(sub) }
+
+func (a accountRunners) Runners(ctx context.Context) ([]runnerprov.Info, error) {
+	all, err := a.srv.Runners(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := all[:0:0]
+	for _, r := range all {
+		if r.Account == a.account {
+			mine = append(mine, r)
+		}
+	}
+	return mine, nil
+}
+
+// RunnerAuth authenticates runner daemons: with their account's API key
+// (the runner then belongs to that account), else with an enrolment of
+// the runners file (Fallback, may be nil), whose account name is mapped to
+// the account of that name.
+type RunnerAuth struct {
+	Store    store.Store
+	Fallback runnerprov.RunnerAuthenticator
+}
+
+// AuthenticateRunner implements runner.RunnerAuthenticator.
+func (a RunnerAuth) AuthenticateRunner(r *http.Request, key, name string) (string, error) {
+	if strings.HasPrefix(key, KeyPrefix) {
+		k, err := Authenticate(r.Context(), a.Store, key)
+		if err != nil {
+			return "", runnerprov.ErrUnauthorized
+		}
+		return k.AccountID, nil
+	}
+	if a.Fallback == nil {
+		return "", runnerprov.ErrUnauthorized
+	}
+	acct, err := a.Fallback.AuthenticateRunner(r, key, name)
+	if err != nil {
+		return "", err
+	}
+	if ac, err := a.Store.AccountByName(r.Context(), acct); err == nil {
+		return ac.ID, nil
+	}
+	return acct, nil
+}
+
+// Authenticate implements runner.Authenticator with account API keys (for
+// the runner list and the proxy of the relay).
+func (a RunnerAuth) Authenticate(r *http.Request, key string) (string, error) {
+	k, err := Authenticate(r.Context(), a.Store, key)
+	if err != nil {
+		return "", runnerprov.ErrUnauthorized
+	}
+	return k.AccountID, nil
+}

@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// StreamReadLimit bounds one message a client sends on a stream (a stdin
+// chunk with its JSON framing).
+const StreamReadLimit = 4 << 20
+
+// stream is GET /v1/sandboxes/{name}/stream, a WebSocket: the client's first
+// text message is a StreamStart (spawn or attach); the server answers
+// started (with the session id) or error, then sends the command's output
+// as binary messages (a tag byte, then the bytes), and one exit or error
+// text message, and closes. The client sends stdin and stdin_close text
+// messages, each acknowledged by id; closing the socket detaches (the
+// command of a detachable spawn goes on, to be attached again).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
+	if !strings.Contains(strings.ToLower(r.Header.Get("Upgrade")), "websocket") {
+		writeErr(w, &apiError{http.StatusBadRequest, &Error{Kind: "invalid", Reason: "not_a_websocket", Message: "the stream is a WebSocket: send Upgrade: websocket"}})
+		return
+	}
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		writeErr(w, sandbox.Unavailable("shutting_down", nil))
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(StreamReadLimit)
+	s.mu.Lock()
+	s.streams[ws] = struct{}{}
+	key := recKey(rec.AccountID, rec.Name)
+	s.active[key]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, ws)
+		if s.active[key]--; s.active[key] <= 0 {
+			delete(s.active, key)
+		}
+		s.mu.Unlock()
+		s.activity(rec)
+		_ = ws.CloseNow()
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	typ, msg, err := ws.Read(sctx)
+	scancel()
+	if err != nil {
+		return
+	}
+	var start StreamStart
+	if typ != websocket.MessageText || json.Unmarshal(msg, &start) != nil {
+		s.sendErr(ctx, ws, badJSON("start", "the first message must be a JSON stream start"))
+		return
+	}
+	reg := sandbox.NewRegistry(p)
+	h := handleOf(rec)
+	var cmd *sandbox.Command
+	switch start.Op {
+	case "spawn":
+		cmd, err = reg.Spawn(ctx, h, sandbox.Cmd{Name: start.Cmd, Args: start.Args}, sandbox.SpawnOptions{
+			Env: withURL(start.Env, rec), Dir: start.Dir, Stdin: start.Stdin, TTY: start.TTY, TTYRows: start.Rows, TTYCols: start.Cols, Detachable: start.Detachable})
+	case "attach":
+		cmd, err = reg.Attach(ctx, h, start.SessionID, sandbox.AttachOptions{Stdin: start.Stdin})
+	default:
+		err = badJSON("op", "op must be spawn or attach")
+	}
+	if err != nil {
+		s.sendErr(ctx, ws, err)
+		return
+	}
+	defer cmd.Stop()
+	if err := s.send(ctx, ws, StreamMsg{Type: MsgStarted, SessionID: cmd.SessionID}); err != nil {
+		return
+	}
+	// The client's messages: stdin and stdin_close, acknowledged; a
+	// closed socket is a detach.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			typ, b, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			var m StreamMsg
+			if typ != websocket.MessageText || json.Unmarshal(b, &m) != nil {
+				_ = ws.Close(websocket.StatusUnsupportedData, "text JSON messages only")
+				return
+			}
+			var werr error
+			switch m.Type {
+			case MsgStdin:
+				werr = cmd.WriteStdin(ctx, m.Data)
+			case MsgStdinClose:
+				werr = cmd.CloseStdin(ctx)
+			default:
+				werr = badJSON("type", "type must be stdin or stdin_close")
+			}
+			ack := StreamMsg{Type: MsgAck, ID: m.ID}
+			if werr != nil {
+				_, ack.Error = ErrorOf(werr)
+			}
+			if s.send(ctx, ws, ack) != nil {
+				return
+			}
+		}
+	}()
+	events := cmd.Events()
+	for {
+		select {
+		case <-gone:
+			return // the client left: detach (Stop, deferred)
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			var err error
+			switch ev.Kind {
+			case sandbox.Stdout, sandbox.Stderr:
+				tag := TagStdout
+				if ev.Kind == sandbox.Stderr {
+					tag = TagStderr
+				}
+				buf := make([]byte, 1+len(ev.Data))
+				buf[0] = tag
+				copy(buf[1:], ev.Data)
+				err = ws.Write(ctx, websocket.MessageBinary, buf)
+			case sandbox.Exit:
+				code := ev.Code
+				err = s.send(ctx, ws, StreamMsg{Type: MsgExit, Code: &code})
+			case sandbox.Error:
+				_, e := ErrorOf(ev.Err)
+				err = s.send(ctx, ws, StreamMsg{Type: MsgError, Error: e})
+			}
+			if err != nil {
+				return
+			}
+			if ev.Terminal() {
+				s.closeAfter(ws, gone)
+				return
+			}
+		}
+	}
+}
+
+// closeAfter closes the socket normally, giving the client a moment to read
+// the terminal message and answer the close.
+func (s *Server) closeAfter(ws *websocket.Conn, gone <-chan struct{}) {
+	done := make(chan struct{})
+	go func() {
+		_ = ws.Close(websocket.StatusNormalClosure, "")
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = ws.CloseNow()
+		<-done
+	}
+	<-gone
+}
+
+func (s *Server) send(ctx context.Context, ws *websocket.Conn, m StreamMsg) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return ws.Write(wctx, websocket.MessageText, b)
+}
+
+func (s *Server) sendErr(ctx context.Context, ws *websocket.Conn, err error) {
+	_, e := ErrorOf(err)
+	if s.send(ctx, ws, StreamMsg{Type: MsgError, Error: e}) == nil {
+		_ = ws.Close(websocket.StatusNormalClosure, "")
+	}
+}
