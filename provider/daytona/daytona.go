@@ -41,7 +41,7 @@ type Provider struct {
 	c   *client
 
 	mu       sync.Mutex
-	proxyURL string // the account's toolbox proxy, once learned
+	proxyURL map[string]string // toolbox proxy per region (target), once learned
 }
 
 var (
@@ -75,6 +75,33 @@ func (p *Provider) Name() string { return Name }
 // (every spawn is a toolbox session with a journal replayed from byte zero).
 func (p *Provider) Capabilities() sandbox.Capabilities {
 	return sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapNetworkPolicy, sandbox.CapAttach)
+}
+
+// checkName refuses, before any request, the names the contract refuses
+// and those Daytona's API refuses or cannot route: "www." anywhere, in any
+// case (the API's IsSafeDisplayString, apps/api
+// common/validators/is-safe-string.validator.ts), and "paginated" and
+// "for-runner", which GET /sandbox/<name> routes to other endpoints
+// (sandbox.controller.ts; routes match without regard to case).
+func checkName(name string) error {
+	if err := sandbox.ValidateName(name); err != nil {
+		return err
+	}
+	switch {
+	case strings.Contains(strings.ToLower(name), "www."):
+		return sandbox.Invalid(sandbox.ReasonName, fmt.Sprintf("Daytona refuses sandbox names containing %q: %q", "www.", name))
+	case strings.EqualFold(name, "paginated"), strings.EqualFold(name, "for-runner"):
+		return sandbox.Invalid(sandbox.ReasonName, fmt.Sprintf("Daytona's API routes /sandbox/%s elsewhere; a sandbox of that name cannot be addressed", name))
+	}
+	return nil
+}
+
+// checkHandle is sandbox.CheckHandle with checkName.
+func checkHandle(h *sandbox.Handle) error {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return err
+	}
+	return checkName(h.Name)
 }
 
 // sandboxBody is the part of Daytona's sandbox record the adapter reads.
@@ -187,7 +214,7 @@ func (p *Provider) lifecycleTimeout() reqOpts {
 // never adopted. Limits are refused: Daytona applies none of them per
 // command, and they are never silently dropped.
 func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
-	if err := sandbox.ValidateName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	if opts.Limits != (sandbox.Limits{}) {
@@ -229,7 +256,7 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 // stopped/stopping/archived/archiving/paused/pausing → suspended; anything
 // else — error and build_failed included — unknown, with the body in Raw.
 func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return sandbox.Info{}, err
 	}
 	sb, raw, err := p.getSandbox(ctx, h.Name)
@@ -254,7 +281,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 // When absence is not confirmed in time it returns
 // Unavailable{delete_unconfirmed}; DELETE is idempotent, so retrying is safe.
 func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return err
 	}
 	busy := time.Time{}
@@ -408,7 +435,7 @@ func parseListPage(b []byte, sent string) ([]sandboxBody, string, error) {
 // stopping or archived one is left alone; a 409 (mid-transition) is
 // Unavailable.
 func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return err
 	}
 	sb, _, err := p.getSandbox(ctx, h.Name)
@@ -428,7 +455,7 @@ func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 // Resume starts a stopped or archived sandbox (ensure-started); a 409 from
 // start is Unavailable. It returns the same handle.
 func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return nil, err
 	}
 	if _, err := p.ensureStarted(ctx, h.Name); err != nil {
@@ -493,17 +520,21 @@ func (p *Provider) ensureStarted(ctx context.Context, name string) (string, erro
 	return p.toolboxURL(ctx, sb)
 }
 
-// toolboxURL is the account's toolbox proxy URL (the record's
+// toolboxURL is the sandbox's region's toolbox proxy URL (the record's
 // toolboxProxyUrl, or GET /sandbox/{id}/toolbox-proxy-url answering
-// {"url": U} or "U") without its trailing slash, plus "/" and the id.
+// {"url": U} or "U", cached per region — per record target; a record
+// without one is never served from the cache) without its trailing slash,
+// plus "/" and the id.
 func (p *Provider) toolboxURL(ctx context.Context, sb *sandboxBody) (string, error) {
 	if sb.ID == "" {
 		return "", &sandbox.ProviderError{Provider: Name, Reason: "no_sandbox_id", Err: errors.New("sandbox record has no id")}
 	}
+	// The proxy is per region (apps/api sandbox.service.ts,
+	// resolveToolboxProxyUrl): a cached one serves only its own region.
 	proxy := sb.ToolboxProxyURL
-	if proxy == "" {
+	if proxy == "" && sb.Target != "" {
 		p.mu.Lock()
-		proxy = p.proxyURL
+		proxy = p.proxyURL[sb.Target]
 		p.mu.Unlock()
 	}
 	if proxy == "" {
@@ -520,9 +551,14 @@ func (p *Provider) toolboxURL(ctx context.Context, sb *sandboxBody) (string, err
 			}
 		}
 		proxy = obj.URL
-		p.mu.Lock()
-		p.proxyURL = proxy
-		p.mu.Unlock()
+		if sb.Target != "" {
+			p.mu.Lock()
+			if p.proxyURL == nil {
+				p.proxyURL = map[string]string{}
+			}
+			p.proxyURL[sb.Target] = proxy
+			p.mu.Unlock()
+		}
 	}
 	return strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), nil
 }
@@ -586,7 +622,7 @@ func (p *Provider) execute(ctx context.Context, tb, script string, timeoutSec in
 // merged only with StderrToStdout and otherwise dropped (the original
 // always merged it).
 func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return sandbox.ExecResult{}, err
 	}
 	line, err := commandLine(c, opts.Env, opts.Dir)
@@ -651,7 +687,7 @@ func newTag() string {
 // toolbox acknowledged the command. Its output is the session journal,
 // polled by a LogStream.
 func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.SpawnOptions) (*sandbox.Command, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return nil, err
 	}
 	line, err := commandLine(c, opts.Env, opts.Dir)
@@ -815,7 +851,7 @@ func (p *Provider) sessions(ctx context.Context, tb string) ([]sessionRecord, er
 // ListSessions lists this adapter's sessions (ids starting "managoat-");
 // Command is the user's command line of the session's last command.
 func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox.Session, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return nil, err
 	}
 	tb, err := p.ensureStarted(ctx, h.Name)
@@ -872,7 +908,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 // LogStream, then tails it. An unknown session, or one without a command,
 // is ErrNotFound.
 func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID string, opts sandbox.AttachOptions) (*sandbox.Command, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return nil, err
 	}
 	if err := sandbox.ValidateSessionID(sessionID); err != nil {
@@ -921,7 +957,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 // is ErrNotFound only when the sandbox is gone. Mode, when set, is applied
 // afterwards with chmod (the original ignored it).
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string, data []byte, opts sandbox.WriteFileOptions) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return err
 	}
 	if file == "" || strings.ContainsRune(file, 0) {
@@ -973,7 +1009,7 @@ func (p *Provider) routeNotFound(ctx context.Context, name, op string, r *respon
 
 // ReadFile downloads a file through the toolbox (GET /files/download).
 func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, file string) ([]byte, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return nil, err
 	}
 	if file == "" || strings.ContainsRune(file, 0) {
@@ -1072,7 +1108,7 @@ func (p *Provider) enforcesDomains() bool {
 // an optional "*." prefix) before anything is sent. It does not start the
 // sandbox.
 func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return err
 	}
 	if len(pol.Allow) == 0 {
@@ -1122,7 +1158,7 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 // PublicURL is ErrUnsupported: Daytona exposes per-port preview hosts and
 // nothing in the contract opens a port.
 func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return "", err
 	}
 	return "", sandbox.ErrUnsupported
@@ -1130,7 +1166,7 @@ func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, er
 
 // CreateCheckpoint is ErrNotSupported.
 func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts sandbox.CheckpointOptions) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return "", err
 	}
 	return "", sandbox.ErrNotSupported
@@ -1138,7 +1174,7 @@ func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts
 
 // RestoreCheckpoint is ErrNotSupported.
 func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, id string) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	if err := checkHandle(h); err != nil {
 		return err
 	}
 	return sandbox.ErrNotSupported

@@ -394,3 +394,45 @@ func TestRateLimitReadsTheThrottlersHeaders(t *testing.T) {
 		t.Fatalf("429 = %v, want RateLimited 9s (the longest throttler)", err)
 	}
 }
+
+// The toolbox proxy URL is per region (apps/api sandbox.service.ts,
+// resolveToolboxProxyUrl by the sandbox's region): one learned for a
+// sandbox in one region must not serve a sandbox in another.
+func TestToolboxProxyIsPerRegion(t *testing.T) {
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.ProxyURLInRecord = false })
+	ctx := ctxT(t)
+	us := mustCreate(t, p, "in-us")
+	srv.Target = "eu"
+	eu := mustCreate(t, p, "in-eu")
+	for _, h := range []*sandbox.Handle{us, eu, us} {
+		res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "echo", Args: []string{h.Name}}, sandbox.ExecOptions{})
+		if err != nil || string(res.Output) != h.Name+"\n" {
+			t.Fatalf("Exec in %s = %q, %v", h.Name, res.Output, err)
+		}
+	}
+	if n := countRequests(srv, "GET /api/sandbox/") - countRequests(srv, "GET /api/sandbox/in-"); n != 2 {
+		t.Fatalf("%d toolbox-proxy-url lookups, want one per region", n)
+	}
+}
+
+// Names the API refuses (IsSafeDisplayString: "www." anywhere, any case)
+// or cannot route (GET /sandbox/paginated and /sandbox/for-runner are
+// other endpoints, sandbox.controller.ts) are refused before any request.
+func TestNamesTheServerRefusesAreCheckedFirst(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	ctx := ctxT(t)
+	for _, name := range []string{"paginated", "Paginated", "for-runner", "www.example", "my-WWW.site"} {
+		before := len(srv.Requests())
+		if _, err := p.Create(ctx, name, sandbox.CreateOptions{}); sandbox.Kind(err) != "invalid" {
+			t.Errorf("Create(%q) = %v, want Invalid", name, err)
+		}
+		if _, err := p.Get(ctx, sandbox.BuildHandle(daytona.Name, name)); sandbox.Kind(err) != "invalid" {
+			t.Errorf("Get(%q) = %v, want Invalid", name, err)
+		}
+		if n := len(srv.Requests()) - before; n != 0 {
+			t.Errorf("%q: %d requests sent", name, n)
+		}
+	}
+	mustCreate(t, p, "paginated-not")
+	mustCreate(t, p, "www-ok")
+}

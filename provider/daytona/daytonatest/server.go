@@ -92,6 +92,9 @@ type Server struct {
 	StartDelay, StopDelay time.Duration
 	// Snapshots lists the registered snapshots; create with another is 400.
 	Snapshots []string
+	// Target is the region of sandboxes created without one; zero means
+	// "us". Each region has its own toolbox proxy URL.
+	Target string
 	// EnforceDomains makes the runners enforce a sandbox's domainAllowList,
 	// as the hosted service documents; zero models the public-source
 	// runner, which stores the list and ignores it (see Egress).
@@ -112,6 +115,7 @@ type Server struct {
 // Sandbox is the fake's record of one sandbox.
 type Sandbox struct {
 	ID, Name, State string
+	Target          string // the region
 	ErrorReason     string
 	Snapshot        string
 	Labels          map[string]string
@@ -400,10 +404,27 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(p, "/toolbox/"):
 		rest := strings.TrimPrefix(p, "/toolbox/")
 		id, sub, _ := strings.Cut(rest, "/")
-		s.toolbox(w, r, id, "/"+sub)
+		s.toolbox(w, r, defaultTarget, id, "/"+sub)
+	case strings.Contains(p, "/toolbox/"):
+		region, rest, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/toolbox/")
+		id, sub, _ := strings.Cut(rest, "/")
+		s.toolbox(w, r, region, id, "/"+sub)
 	default:
 		apiError(w, http.StatusNotFound, "no route "+p)
 	}
+}
+
+// defaultTarget is the region of sandboxes created while Target is zero;
+// its toolbox proxy is <URL>/toolbox/, another region's <URL>/<region>/toolbox/.
+const defaultTarget = "us"
+
+// proxyURL is a region's toolbox proxy URL (the API's is per region:
+// sandbox.service.ts, resolveToolboxProxyUrl).
+func (s *Server) proxyURL(region string) string {
+	if region == defaultTarget || region == "" {
+		return s.ts.URL + "/toolbox/"
+	}
+	return s.ts.URL + "/" + region + "/toolbox/"
 }
 
 // ---- control plane ----
@@ -418,11 +439,11 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		s.create(w, r)
 	case len(parts) == 0 && r.Method == http.MethodGet:
 		s.list(w, r)
-	case len(parts) == 1 && r.Method == http.MethodGet && parts[0] == "paginated":
+	case len(parts) == 1 && r.Method == http.MethodGet && strings.EqualFold(parts[0], "paginated"):
 		// The deprecated paginated list owns this path: a sandbox named
 		// "paginated" cannot be read by name.
 		writeJSON(w, http.StatusOK, map[string]any{"items": []any{}, "total": 0, "page": 1, "totalPages": 0})
-	case len(parts) == 1 && r.Method == http.MethodGet && parts[0] == "for-runner":
+	case len(parts) == 1 && r.Method == http.MethodGet && strings.EqualFold(parts[0], "for-runner"):
 		apiError(w, http.StatusForbidden, "runner authentication required")
 	case len(parts) == 1 && r.Method == http.MethodGet:
 		s.mu.Lock()
@@ -482,7 +503,7 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 			apiError(w, http.StatusNotFound, "sandbox not found")
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"url": s.ts.URL + "/toolbox/"})
+		writeJSON(w, http.StatusOK, map[string]any{"url": s.proxyURL(sb.Target)})
 	default:
 		apiError(w, http.StatusNotFound, "no route")
 	}
@@ -565,13 +586,13 @@ func (s *Server) hold(ctx context.Context, sb *Sandbox) {
 }
 
 func (s *Server) record(sb *Sandbox) map[string]any {
-	m := map[string]any{"id": sb.ID, "name": sb.Name, "state": s.state(sb), "desiredState": desired(sb), "labels": sb.Labels,
+	m := map[string]any{"id": sb.ID, "name": sb.Name, "target": sb.Target, "state": s.state(sb), "desiredState": desired(sb), "labels": sb.Labels,
 		"snapshot": sb.Snapshot, "user": "daytona", "organizationId": "org-daytonatest"}
 	if sb.ErrorReason != "" {
 		m["errorReason"] = sb.ErrorReason
 	}
 	if s.ProxyURLInRecord {
-		m["toolboxProxyUrl"] = s.ts.URL + "/toolbox/"
+		m["toolboxProxyUrl"] = s.proxyURL(sb.Target)
 	}
 	m["networkBlockAll"] = sb.NetworkBlockAll
 	if sb.NetworkAllowList != "" {
@@ -635,7 +656,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sb := &Sandbox{ID: id, Name: name, State: "started", Snapshot: snap, Labels: labels, Create: body,
+	target := s.Target
+	if t, ok := body["target"].(string); ok && t != "" {
+		target = t
+	}
+	if target == "" {
+		target = defaultTarget
+	}
+	sb := &Sandbox{ID: id, Name: name, State: "started", Snapshot: snap, Labels: labels, Create: body, Target: target,
 		dir: dir, startedAt: time.Now(), sessions: map[string]*session{}, procs: map[*exec.Cmd]bool{}}
 	s.sandboxes[name] = sb
 	s.mu.Unlock()
@@ -892,7 +920,7 @@ func (s *Server) killLocked(sb *Sandbox) {
 
 // ---- toolbox ----
 
-func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, id, sub string) {
+func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, region, id, sub string) {
 	s.mu.Lock()
 	sb := s.find(id)
 	st := ""
@@ -900,6 +928,9 @@ func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, id, sub string)
 		st = s.state(sb)
 	}
 	s.mu.Unlock()
+	if sb != nil && sb.Target != region {
+		sb = nil // another region's proxy does not know it
+	}
 	if sb == nil {
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
