@@ -100,12 +100,17 @@
 // Invalid{could_not_run}, never exit 127 (the trusted runner's 127 was a
 // command that did not run reported as an exit code).
 //
-// ApplyNetworkPolicy goes through the mechanism's egress update: Allow []
-// is the mechanism's deny-all; a mechanism that cannot allow specific
-// destinations (the jail: its network namespace has only lo) refuses a
-// non-empty list naming egress_allowlist, and one without any egress
-// control (trusted) answers ErrNotSupported. The provider therefore does
-// not advertise network_policy, whose suite case needs both. PublicURL is
+// A sandbox reaches the outside world (CreateOptions.Network egress, the
+// default on a mechanism that provides it: the jail as root, through
+// mechanism/egress) or has only loopback (none). ApplyNetworkPolicy goes
+// through the mechanism's egress update (network.go): the list is
+// domains, *.domains, addresses and CIDRs, each optionally with :port,
+// a bad entry is Invalid naming it, Allow [] denies all, and the list is
+// in force for new connections and cuts the open ones it denies when
+// the call returns; the provider advertises network_policy where the
+// mechanism enforces it. A sandbox made with network none refuses a
+// non-empty list naming egress_allowlist, and a mechanism without any
+// egress control (trusted) answers ErrNotSupported. PublicURL is
 // ErrUnsupported: a local sandbox publishes no HTTP endpoint.
 //
 // Where this differs from the original runner daemon's local sandboxes
@@ -314,6 +319,9 @@ func New(cfg Config) (*Provider, error) {
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
 		sandbox.CapCreateCheckpointOnce, sandbox.CapTTY)
+	if enforcesEgress(m) {
+		p.caps = p.caps.With(sandbox.CapNetworkPolicy)
+	}
 	return p, nil
 }
 
@@ -475,6 +483,9 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	home := p.homeDir(iid)
 	spec, err := limitsSpec(limits, home)
 	if err != nil {
+		return nil, err
+	}
+	if spec.Network, err = networkOf(opts.Network); err != nil {
 		return nil, err
 	}
 	// The record is made in tmp first, before the instance: a Create cut
@@ -911,12 +922,18 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 	if _, ok := m.(mechanism.EgressUpdater); !ok {
 		return sandbox.ErrNotSupported
 	}
+	if err := checkPolicy(pol.Allow); err != nil {
+		return err // before a stopped sandbox is started for it
+	}
 	if err := p.ensureRunning(ctx, r, dir); err != nil {
 		return err
 	}
 	allow := pol.Allow
 	if allow == nil {
 		allow = []string{}
+	}
+	if err := checkPolicy(allow); err != nil {
+		return err
 	}
 	if err := mechanism.UpdateEgress(ctx, m, r.InstanceID, egressEntries(allow)); err != nil {
 		return mechErr("policy", err)
@@ -926,19 +943,6 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 		return stateErr("policy", err)
 	}
 	return nil
-}
-
-// egressEntries turns domains into the mechanism's host:port entries.
-func egressEntries(allow []string) []string {
-	out := []string{}
-	for _, a := range allow {
-		if strings.Contains(a, ":") {
-			out = append(out, a)
-			continue
-		}
-		out = append(out, a+":443", a+":80")
-	}
-	return out
 }
 
 // Spawn starts a detachable session and returns once its process started.

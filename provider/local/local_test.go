@@ -410,26 +410,6 @@ func TestFullStateDir(t *testing.T) {
 	}
 }
 
-// On the jail, Allow [] is the jail's deny-all; an allowlist it cannot
-// enforce is refused, naming the capability.
-func TestJailPolicy(t *testing.T) {
-	p := newJail(t)
-	ctx := context.Background()
-	h, err := p.Create(ctx, "pol", sandbox.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
-		t.Fatalf("deny-all: %v", err)
-	}
-	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}}); err == nil || !strings.Contains(err.Error(), "egress_allowlist") {
-		t.Fatalf("allowlist on the jail = %v, want a refusal naming egress_allowlist", err)
-	}
-	if p.Capabilities().Has(sandbox.CapNetworkPolicy) {
-		t.Fatal("network_policy advertised although the suite's allowlist case cannot pass")
-	}
-}
-
 // On the jail: after a kill -9 of the supervisor the sandbox runs on (its
 // init and its background processes), so Get says running, with a new
 // supervisor that adopted it (Get said stopped, a lie); the session's
