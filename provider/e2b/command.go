@@ -34,6 +34,10 @@ type cmdServer struct {
 	pid     uint32 // stdin target once known; 0 means "by tag"
 	termErr error  // the terminal error, for a spawn whose stream died before start
 	exited  bool
+	// capAt is when the sandbox will end whatever the heartbeat does: E2B
+	// capped its TTL at the plan's maximum instance length (or refused the
+	// heartbeat, 400 "Max instance length exceeded"). Zero when not capped.
+	capAt time.Time
 
 	started  chan struct{}
 	finished chan struct{}
@@ -65,6 +69,10 @@ func (s *cmdServer) run() {
 			switch {
 			case s.stopped.Load():
 			case s.stalled.Load():
+				if err := s.capped(); err != nil {
+					s.fail(err)
+					break
+				}
 				s.fail(sandbox.Unavailable("stream_stalled", errors.New("envd sent nothing, not even a keepalive, for "+stall.String())))
 			default:
 				if err == io.EOF {
@@ -128,8 +136,20 @@ func (s *cmdServer) heartbeats(ctx context.Context) {
 	t := time.NewTicker(s.p.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		if err := s.p.heartbeat(ctx, s.sandboxID); err != nil && ctx.Err() == nil {
+		sent := time.Now()
+		err := s.p.heartbeat(ctx, s.sandboxID)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			s.p.cfg.Logger.Warn("e2b: heartbeat failed", "sandbox", s.sandboxID, "err", err)
+			if isMaxInstanceLength(err) {
+				s.setCap(sent)
+			}
+		case err == nil:
+			// E2B shortens a TTL that would pass the maximum instance
+			// length without saying so; the sandbox's endAt tells.
+			if end, err := s.p.sandboxEnd(ctx, s.sandboxID); err == nil && end.Before(sent.Add(s.p.cfg.SandboxTimeout-capSlack(s.p.cfg.SandboxTimeout))) {
+				s.setCap(end)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -199,6 +219,10 @@ func (s *cmdServer) closedBeforeExit(cause error) {
 			s.exit(c)
 			return
 		}
+	}
+	if err := s.capped(); err != nil {
+		s.fail(err)
+		return
 	}
 	s.fail(&sandbox.UnavailableError{Reason: sandbox.ReasonClosedBeforeExit, Err: cause})
 }
@@ -273,4 +297,44 @@ func (s *cmdServer) setPid(pid uint32) {
 	s.mu.Lock()
 	s.pid = pid
 	s.mu.Unlock()
+}
+
+// ReasonMaxInstanceLength is the UnavailableError reason of a command whose
+// sandbox reached its plan's maximum instance length: E2B refuses to
+// extend the TTL past it and pauses (or kills) the sandbox at it. A resume
+// starts a new instance, so a later command can run again.
+const ReasonMaxInstanceLength = "max_instance_length"
+
+func isMaxInstanceLength(err error) bool {
+	var inv *sandbox.InvalidError
+	return errors.As(err, &inv) && inv.HTTP != nil && inv.HTTP.Status == 400 &&
+		strings.Contains(strings.ToLower(inv.HTTP.Body), "max instance length")
+}
+
+// capSlack is how much shorter than asked a TTL may come back before it
+// counts as capped (clock skew and the request's own time).
+func capSlack(ttl time.Duration) time.Duration {
+	return 2*time.Second + ttl/20
+}
+
+func (s *cmdServer) setCap(at time.Time) {
+	s.mu.Lock()
+	if s.capAt.IsZero() || at.Before(s.capAt) {
+		s.capAt = at
+	}
+	s.mu.Unlock()
+}
+
+// capped is the error of a stream that died because the sandbox reached
+// its maximum instance length, or nil when that is not why.
+func (s *cmdServer) capped() error {
+	s.mu.Lock()
+	at := s.capAt
+	s.mu.Unlock()
+	if at.IsZero() || time.Now().Before(at.Add(-capSlack(0))) {
+		return nil
+	}
+	return &sandbox.UnavailableError{Reason: ReasonMaxInstanceLength,
+		Err: errors.New("the sandbox reached its plan's maximum instance length at " + at.UTC().Format(time.RFC3339) +
+			" and E2B would not extend it; the command's stream ended with it (a resume starts a new instance)")}
 }

@@ -47,6 +47,12 @@
 //     signals the pid alone, so an Exec that outlives its deadline is killed
 //     with its whole process tree (KillTreeScript, run through envd), not
 //     just its top process.
+//   - E2B caps every TTL at the plan's maximum instance length (Hobby: 1 h)
+//     without saying so, and once it has passed refuses the heartbeat (400
+//     "Max instance length exceeded"). Each heartbeat reads the sandbox's
+//     endAt; a command whose stream dies at a capped end ends with
+//     Unavailable{max_instance_length}, not closed_before_exit. A resume
+//     starts a new instance.
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/managoat/managoat/sandbox"
 )
@@ -61,4 +62,20 @@ func (p *Provider) transitionBackoff(label string) sandbox.Backoff {
 	b := p.cfg.TransitionBackoff
 	b.Label, b.Retriable, b.Logger = "e2b "+label, isTransitioning, p.cfg.Logger
 	return b
+}
+
+// sandboxEnd is when E2B will end sandbox id (its endAt), from GET
+// /sandboxes/{id}.
+func (p *Provider) sandboxEnd(ctx context.Context, id string) (time.Time, error) {
+	_, b, err := p.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var d struct {
+		EndAt time.Time `json:"endAt"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil || d.EndAt.IsZero() {
+		return time.Time{}, &sandbox.ProviderError{Provider: Name, Reason: "bad_sandbox_detail", Err: err}
+	}
+	return d.EndAt, nil
 }

@@ -306,3 +306,27 @@ func TestExecDeadlineKillsTheTree(t *testing.T) {
 		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 	})
 }
+
+// E2B caps every TTL at the plan's maximum instance length and then
+// refuses the heartbeat (400 "Max instance length exceeded"); the sandbox
+// pauses under a live command. The command says why, rather than a bare
+// closed_before_exit.
+func TestMaxInstanceLength(t *testing.T) {
+	e := newEnv(t, e2btest.Options{Second: 20 * time.Millisecond, TTLCheck: 5 * time.Millisecond, MaxInstanceLength: 30},
+		func(c *e2b.Config) { c.Heartbeat = 100 * time.Millisecond })
+	h := e.create("max-1")
+	c, err := e.p.Spawn(ctx(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"30"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	_, _, term := collect(t, c, 10*time.Second)
+	var u *sandbox.UnavailableError
+	if term.Kind != sandbox.Error || !errors.As(term.Err, &u) || u.Reason != e2b.ReasonMaxInstanceLength {
+		t.Fatalf("command at the maximum instance length ended with %+v (%v), want Unavailable{%s}", term, term.Err, e2b.ReasonMaxInstanceLength)
+	}
+	// A resume starts a new instance: work goes on.
+	if res, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"again"}}, sandbox.ExecOptions{Timeout: 5 * time.Second}); err != nil || string(res.Output) != "again\n" {
+		t.Fatalf("Exec after the resume = %q, %v", res.Output, err)
+	}
+}

@@ -76,6 +76,11 @@ type Options struct {
 	// sees; without it they answer "domain": null, as the default cluster
 	// does, and the client must know the domain (E2B_DOMAIN).
 	AnnounceDomain bool
+	// MaxInstanceLength is the plan's maximum instance length in E2B
+	// seconds (0: none). Every TTL is capped at startedAt plus it, and once
+	// it has passed, POST /timeout answers 400 "Max instance length
+	// exceeded"; a resume (connect of a paused sandbox) restarts startedAt.
+	MaxInstanceLength int
 	// EnvdVersion is the envd version every sandbox reports, default
 	// "0.6.13". Below 0.3.0 envd ignores Start's stdin field (stdin is
 	// always open); below 0.5.2 it has no CloseStdin (Connect
@@ -451,8 +456,21 @@ func (s *Server) createLocked(template string, metadata map[string]string, timeo
 	sb := &sbx{srv: s, id: id, template: template, state: "running", startedAt: now, envdVersion: s.opts.EnvdVersion,
 		endAt: now.Add(s.secs(timeout)), autoPause: autoPause, metadata: md,
 		dir: dir, home: home, journal: journal, procs: map[uint32]*proc{}}
+	sb.endAt = s.capEnd(sb, sb.endAt)
 	s.sandboxes[id] = sb
 	return sb
+}
+
+// capEnd bounds a TTL's end by the maximum instance length, as E2B does
+// (the TTL is silently shortened).
+func (s *Server) capEnd(sb *sbx, end time.Time) time.Time {
+	if s.opts.MaxInstanceLength <= 0 {
+		return end
+	}
+	if limit := sb.startedAt.Add(s.secs(s.opts.MaxInstanceLength)); end.After(limit) {
+		return limit
+	}
+	return end
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -756,13 +774,16 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 			apiError(w, http.StatusBadRequest, "timeout is required")
 			return
 		}
-		end := time.Now().Add(s.secs(*t.Timeout))
+		now := time.Now()
 		status := http.StatusOK
 		if sb.state == "paused" {
+			// A resume starts a new instance: startedAt (and the clock of
+			// the maximum instance length) restarts.
 			sb.resume()
-			sb.endAt = end
+			sb.startedAt = now
+			sb.endAt = s.capEnd(sb, now.Add(s.secs(*t.Timeout)))
 			status = http.StatusCreated
-		} else if end.After(sb.endAt) {
+		} else if end := s.capEnd(sb, now.Add(s.secs(*t.Timeout))); end.After(sb.endAt) {
 			sb.endAt = end
 		}
 		writeJSON(w, status, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
@@ -772,7 +793,12 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 			apiError(w, http.StatusBadRequest, "timeout is required")
 			return
 		}
-		sb.endAt = time.Now().Add(s.secs(*t.Timeout))
+		now := time.Now()
+		if s.opts.MaxInstanceLength > 0 && now.Sub(sb.startedAt) > s.secs(s.opts.MaxInstanceLength) {
+			apiError(w, http.StatusBadRequest, "Max instance length exceeded")
+			return
+		}
+		sb.endAt = s.capEnd(sb, now.Add(s.secs(*t.Timeout)))
 		w.WriteHeader(http.StatusNoContent)
 	case action == "network" && r.Method == http.MethodPut:
 		if sb.state != "running" {
