@@ -96,6 +96,8 @@ func hint(cmd string, err error, kind string) string {
 			return "make it executable (chmod +x), or run it through its interpreter"
 		}
 		return "managoat doctor shows what this host can run"
+	case kind == "not_found" && strings.Contains(err.Error(), "checkpoint \""):
+		return "managoat checkpoint ls NAME lists the sandbox's checkpoints"
 	case kind == "not_found" && strings.Contains(err.Error(), "session"):
 		return "managoat sessions NAME lists the sandbox's sessions"
 	case kind == "not_found":

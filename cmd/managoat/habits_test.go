@@ -322,3 +322,43 @@ func TestCpTrees(t *testing.T) {
 		t.Errorf("cp of /nonexistent: exit %d %q", code, e)
 	}
 }
+
+// TestCheckpoints: checkpoint create prints an id, ls lists it (and as
+// JSON), restore rolls the home back to it; an unknown id is not_found
+// with what to do next.
+func TestCheckpoints(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	mg := func(args ...string) string {
+		t.Helper()
+		out, e, code := managoatEnv(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", args, code, e)
+		}
+		return out
+	}
+	mg("create", "ckbox")
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "ckbox") })
+	mg("exec", "ckbox", "--", "sh", "-c", "echo one > f")
+	id := strings.TrimSpace(mg("checkpoint", "create", "--comment", "before", "ckbox"))
+	if !strings.HasPrefix(id, "cp-") {
+		t.Fatalf("checkpoint create printed %q", id)
+	}
+	mg("exec", "ckbox", "--", "sh", "-c", "echo two > f; echo new > g")
+	if out := mg("checkpoint", "ls", "ckbox"); out != "CHECKPOINT\n"+id+"\n" {
+		t.Errorf("checkpoint ls: %q", out)
+	}
+	if out := mg("checkpoint", "ls", "--json", "ckbox"); out != `[{"id":"`+id+`"}]`+"\n" {
+		t.Errorf("checkpoint ls --json: %q", out)
+	}
+	mg("checkpoint", "restore", "ckbox", id)
+	if out := mg("exec", "ckbox", "--", "sh", "-c", "cat f; ls"); out != "one\nf\n" {
+		t.Errorf("after restore: %q", out)
+	}
+	if _, e, code := managoatEnv(t, env, "checkpoint", "restore", "ckbox", "cp-nope"); code != exitCouldNotRun || !strings.Contains(e, "(not_found); managoat checkpoint ls") {
+		t.Errorf("restore cp-nope: exit %d %q", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "checkpoint", "list", "ckbox"); code != exitUsage {
+		t.Errorf("checkpoint list: exit %d %q", code, e)
+	}
+}
