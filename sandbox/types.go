@@ -223,6 +223,11 @@ type CreateOptions struct {
 	// provider's default. Callers such as the CLI refuse it for the
 	// others rather than drop it.
 	Network string
+	// Labels are key=value pairs kept with the sandbox, for callers to
+	// find their sandboxes by (managoat ls --filter label=k=v). Only
+	// providers that can store them honour them (provider/local); callers
+	// such as the CLI refuse them for the others rather than drop them.
+	Labels map[string]string
 }
 
 // The values of CreateOptions.Network.
