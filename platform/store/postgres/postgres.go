@@ -1,0 +1,485 @@
+// Package postgres is the platform's store on PostgreSQL, for a platform
+// of several `managoat serve` replicas on one database (the embedded
+// default is store/sqlite). It meets store.Store and passes the same kit,
+// store/storetest, through github.com/jackc/pgx/v5.
+//
+//	st, err := postgres.Open(ctx, "postgres://managoat@db/managoat")
+//
+// Concurrency is the database's: InsertSandbox's primary key on (account,
+// name) is the one arbiter when two replicas create the same name (one
+// insert wins, the other gets store.ErrAlreadyExists), and UpdateSandbox
+// is a compare-and-set on version in one statement. Migrations are the
+// numbered statements of this file, each applied once in its own
+// transaction under an advisory lock, so replicas that start together
+// migrate once. Times are Unix nanoseconds, as in store/sqlite.
+//
+// Lease gives work that must run once across replicas (the idle parker,
+// the reaper) to one replica at a time: a session-level advisory lock held
+// on a connection of its own, released when the holder lets go or its
+// connection dies, so another replica takes over at its next try.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/managoat/managoat/platform/store"
+)
+
+// migrations are applied in order; never edit one that shipped, add one.
+var migrations = []string{
+	`CREATE TABLE accounts (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		created_at BIGINT NOT NULL
+	);
+	CREATE TABLE api_keys (
+		id TEXT PRIMARY KEY,
+		account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+		hash BYTEA NOT NULL,
+		label TEXT NOT NULL DEFAULT '',
+		created_at BIGINT NOT NULL,
+		revoked_at BIGINT NOT NULL DEFAULT 0
+	);
+	CREATE INDEX api_keys_account ON api_keys(account_id);
+	CREATE TABLE sandboxes (
+		account_id TEXT NOT NULL REFERENCES accounts(id) ON DELETE CASCADE,
+		name TEXT NOT NULL,
+		provider TEXT NOT NULL,
+		provider_name TEXT NOT NULL,
+		instance_id TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		url TEXT NOT NULL DEFAULT '',
+		mem_bytes BIGINT NOT NULL DEFAULT 0,
+		pids BIGINT NOT NULL DEFAULT 0,
+		cpu_millis BIGINT NOT NULL DEFAULT 0,
+		wall_clock_ns BIGINT NOT NULL DEFAULT 0,
+		created_at BIGINT NOT NULL,
+		last_activity BIGINT NOT NULL,
+		parked_at BIGINT NOT NULL DEFAULT 0,
+		parked_by TEXT NOT NULL DEFAULT '',
+		version BIGINT NOT NULL,
+		PRIMARY KEY (account_id, name),
+		UNIQUE (provider, provider_name)
+	);
+	CREATE TABLE intents (
+		id BIGSERIAL PRIMARY KEY,
+		account_id TEXT NOT NULL,
+		name TEXT NOT NULL,
+		op TEXT NOT NULL,
+		provider TEXT NOT NULL,
+		provider_name TEXT NOT NULL,
+		instance_id TEXT NOT NULL DEFAULT '',
+		arg TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		detail TEXT NOT NULL DEFAULT '',
+		created_at BIGINT NOT NULL,
+		updated_at BIGINT NOT NULL
+	);
+	CREATE INDEX intents_open ON intents(state) WHERE state IN ('pending', 'uncertain');`,
+}
+
+// migrationLock is the advisory lock key replicas take to migrate.
+const migrationLock = 0x6d616e61676f6174 // "managoat"
+
+// Store is a store.Store on a PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at dsn (a URL or libpq keyword string)
+// and applies the migrations it lacks.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The DSN may hold a password: never echo it.
+		return nil, errors.New("postgres: the connection string does not parse")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(migrationLock)) }()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return err
+	}
+	for i, m := range migrations {
+		v := i + 1
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, v).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, m); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func tm(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// pgCode is the SQLSTATE of err, "" for another error.
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+const (
+	uniqueViolation     = "23505"
+	foreignKeyViolation = "23503"
+)
+
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+func newID(prefix string) string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// CreateAccount implements store.Store.
+func (s *Store) CreateAccount(ctx context.Context, name string) (store.Account, error) {
+	a := store.Account{ID: newID("acct"), Name: name, CreatedAt: time.Now().UTC()}
+	_, err := s.pool.Exec(ctx, `INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)`, a.ID, a.Name, ns(a.CreatedAt))
+	if pgCode(err) == uniqueViolation {
+		return store.Account{}, fmt.Errorf("account %q: %w", name, store.ErrAlreadyExists)
+	}
+	if err != nil {
+		return store.Account{}, err
+	}
+	return a, nil
+}
+
+func (s *Store) account(ctx context.Context, col, arg string) (store.Account, error) {
+	var a store.Account
+	var c int64
+	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM accounts WHERE `+col+` = $1`, arg).Scan(&a.ID, &a.Name, &c)
+	a.CreatedAt = tm(c)
+	return a, notFound(err)
+}
+
+// AccountByName implements store.Store.
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	return s.account(ctx, "name", name)
+}
+
+// AccountByID implements store.Store.
+func (s *Store) AccountByID(ctx context.Context, id string) (store.Account, error) {
+	return s.account(ctx, "id", id)
+}
+
+// ListAccounts implements store.Store.
+func (s *Store) ListAccounts(ctx context.Context) ([]store.Account, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at FROM accounts ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Account, error) {
+		var a store.Account
+		var c int64
+		err := r.Scan(&a.ID, &a.Name, &c)
+		a.CreatedAt = tm(c)
+		return a, err
+	})
+}
+
+// AddKey implements store.Store.
+func (s *Store) AddKey(ctx context.Context, k store.Key) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, account_id, hash, label, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		k.ID, k.AccountID, k.Hash, k.Label, ns(k.CreatedAt))
+	switch pgCode(err) {
+	case uniqueViolation:
+		return fmt.Errorf("key %q: %w", k.ID, store.ErrAlreadyExists)
+	case foreignKeyViolation:
+		return fmt.Errorf("account %q: %w", k.AccountID, store.ErrNotFound)
+	}
+	return err
+}
+
+const keyCols = `id, account_id, hash, label, created_at, revoked_at`
+
+func scanKey(sc pgx.Row) (store.Key, error) {
+	var k store.Key
+	var c, r int64
+	err := sc.Scan(&k.ID, &k.AccountID, &k.Hash, &k.Label, &c, &r)
+	k.CreatedAt, k.RevokedAt = tm(c), tm(r)
+	return k, err
+}
+
+// KeyByID implements store.Store.
+func (s *Store) KeyByID(ctx context.Context, id string) (store.Key, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, id))
+	return k, notFound(err)
+}
+
+// ListKeys implements store.Store.
+func (s *Store) ListKeys(ctx context.Context, accountID string) ([]store.Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created_at, id`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Key, error) { return scanKey(r) })
+}
+
+// RevokeKey implements store.Store.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at = 0`, ns(at), id)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.KeyByID(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const sbCols = `account_id, name, provider, provider_name, instance_id, state, url, mem_bytes, pids, cpu_millis, wall_clock_ns,
+	created_at, last_activity, parked_at, parked_by, version`
+
+func scanSandbox(sc pgx.Row) (store.Sandbox, error) {
+	var b store.Sandbox
+	var c, la, pa, wc, pids int64
+	err := sc.Scan(&b.AccountID, &b.Name, &b.Provider, &b.ProviderName, &b.InstanceID, &b.State, &b.URL,
+		&b.Limits.MemoryBytes, &pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version)
+	b.Limits.Pids = int(pids)
+	b.Limits.WallClock = time.Duration(wc)
+	b.CreatedAt, b.LastActivity, b.ParkedAt = tm(c), tm(la), tm(pa)
+	return b, err
+}
+
+// InsertSandbox implements store.Store.
+func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1)`,
+		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
+		b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
+		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy)
+	switch pgCode(err) {
+	case uniqueViolation:
+		return fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
+	case foreignKeyViolation:
+		return fmt.Errorf("account %q: %w", b.AccountID, store.ErrNotFound)
+	}
+	return err
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, accountID, name string) (store.Sandbox, error) {
+	b, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name))
+	return b, notFound(err)
+}
+
+// ListSandboxes implements store.Store.
+func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sandbox, error) {
+	q, args := `SELECT `+sbCols+` FROM sandboxes ORDER BY account_id, name`, []any(nil)
+	if accountID != "" {
+		q, args = `SELECT `+sbCols+` FROM sandboxes WHERE account_id = $1 ORDER BY name`, []any{accountID}
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Sandbox, error) { return scanSandbox(r) })
+	if out == nil && err == nil {
+		out = []store.Sandbox{}
+	}
+	return out, err
+}
+
+// UpdateSandbox implements store.Store.
+func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
+	row := s.pool.QueryRow(ctx, `UPDATE sandboxes SET provider_name = $1, instance_id = $2, state = $3, url = $4,
+		mem_bytes = $5, pids = $6, cpu_millis = $7, wall_clock_ns = $8, last_activity = greatest(last_activity, $9), parked_at = $10, parked_by = $11,
+		version = version + 1 WHERE account_id = $12 AND name = $13 AND version = $14 RETURNING `+sbCols,
+		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
+		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.AccountID, b.Name, b.Version)
+	nb, err := scanSandbox(row)
+	switch {
+	case pgCode(err) == uniqueViolation:
+		return b, fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
+	case errors.Is(err, pgx.ErrNoRows):
+		if _, err := s.GetSandbox(ctx, b.AccountID, b.Name); err != nil {
+			return b, err
+		}
+		return b, store.ErrConflict
+	case err != nil:
+		return b, err
+	}
+	return nb, nil
+}
+
+// TouchSandbox implements store.Store.
+func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET last_activity = greatest(last_activity, $1) WHERE account_id = $2 AND name = $3`, ns(at), accountID, name)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// DeleteSandbox implements store.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name)
+	return err
+}
+
+// AddIntent implements store.Store.
+func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
+	now := time.Now().UnixNano()
+	if in.State == "" {
+		in.State = store.IntentPending
+	}
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		in.AccountID, in.Name, in.Op, in.Provider, in.ProviderName, in.InstanceID, in.Arg, in.State, in.Detail, now, now).Scan(&id)
+	return id, err
+}
+
+// SetIntent implements store.Store.
+func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE intents SET state = $1, detail = $2, updated_at = $3 WHERE id = $4`, state, detail, time.Now().UnixNano(), id)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// OpenIntents implements store.Store.
+func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
+		FROM intents WHERE state IN ('pending', 'uncertain') ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Intent, error) {
+		var in store.Intent
+		var c, u int64
+		err := r.Scan(&in.ID, &in.AccountID, &in.Name, &in.Op, &in.Provider, &in.ProviderName, &in.InstanceID, &in.Arg, &in.State, &in.Detail, &c, &u)
+		in.CreatedAt, in.UpdatedAt = tm(c), tm(u)
+		return in, err
+	})
+}
+
+// Lease is one replica's hold on a named piece of work.
+type Lease struct {
+	conn *pgxpool.Conn
+	key  int64
+}
+
+// leaseKey maps a work name to its advisory lock key.
+func leaseKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("managoat-lease:" + name))
+	return int64(h.Sum64())
+}
+
+// TryLease takes the lease on name if no replica holds it: ok false when
+// another does. The lease lasts until Release or until its connection
+// ends (the replica died): the database then frees it, and another
+// replica's next TryLease wins.
+func (s *Store) TryLease(ctx context.Context, name string) (*Lease, bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	key := leaseKey(name)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, false, err
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return &Lease{conn: conn, key: key}, true, nil
+}
+
+// Held reports whether the lease is still held (its connection answers);
+// a holder checks it before each pass of its work.
+func (l *Lease) Held(ctx context.Context) bool {
+	return l.conn.Ping(ctx) == nil
+}
+
+// Release gives the lease up.
+func (l *Lease) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.key); err != nil {
+		// The lock is the connection's: closing it frees the lock.
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+}
