@@ -21,6 +21,10 @@ import (
 const (
 	MetaName   = "fountain_name"
 	MetaMarker = "fountain"
+	// MetaCreated is the creation time this provider stamps (RFC 3339,
+	// UTC, nanoseconds). Duplicates are ordered by it, not by the
+	// listing's startedAt, which a resume resets.
+	MetaCreated = "fountain_created"
 )
 
 const maxBody = 1 << 20
@@ -131,9 +135,9 @@ func (p *Provider) list(ctx context.Context, meta url.Values) ([]listed, error) 
 	}
 }
 
-// findAll lists every sandbox that carries name, canonical first: the
-// oldest by start time, ties broken by id, so every caller that sees the
-// same set picks the same one.
+// findAll lists every sandbox that carries name, canonical first (see
+// compareCanonical), so every caller that sees the same set picks the
+// same one.
 func (p *Provider) findAll(ctx context.Context, name string) ([]listed, error) {
 	ls, err := p.list(ctx, url.Values{MetaName: {name}})
 	if err != nil {
@@ -145,13 +149,33 @@ func (p *Provider) findAll(ctx context.Context, name string) ([]listed, error) {
 			out = append(out, l)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b listed) int {
+	slices.SortStableFunc(out, compareCanonical)
+	return out, nil
+}
+
+// compareCanonical orders the sandboxes of one name, canonical first: by
+// the creation stamp this provider writes (MetaCreated); a sandbox without
+// one (made by an older version) comes before every stamped one and, among
+// themselves, by startedAt; ties by id. startedAt alone would let a resume
+// (which resets it) change which sandbox is canonical.
+func compareCanonical(a, b listed) int {
+	ca, ea := time.Parse(time.RFC3339Nano, a.Metadata[MetaCreated])
+	cb, eb := time.Parse(time.RFC3339Nano, b.Metadata[MetaCreated])
+	switch {
+	case ea == nil && eb == nil:
+		if c := ca.Compare(cb); c != 0 {
+			return c
+		}
+	case ea == nil:
+		return 1
+	case eb == nil:
+		return -1
+	default:
 		if c := compareStart(a.StartedAt, b.StartedAt); c != 0 {
 			return c
 		}
-		return strings.Compare(a.id(), b.id())
-	})
-	return out, nil
+	}
+	return strings.Compare(a.id(), b.id())
 }
 
 // find returns the canonical sandbox carrying name, or ErrNotFound.
@@ -247,7 +271,8 @@ func (p *Provider) createRaw(ctx context.Context, name string) (string, error) {
 		"templateID": p.cfg.Template,
 		"timeout":    seconds(p.cfg.SandboxTimeout),
 		"autoPause":  true,
-		"metadata":   map[string]string{MetaName: name, MetaMarker: "1"},
+		"metadata": map[string]string{MetaName: name, MetaMarker: "1",
+			MetaCreated: time.Now().UTC().Format(time.RFC3339Nano)},
 	}
 	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
 	if isNotFound(err) {

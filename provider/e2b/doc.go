@@ -58,11 +58,12 @@
 //
 // # Identity, TTL and suspend
 //
-// E2B has no names: each sandbox is stamped with metadata fountain_name=<name>
-// and fountain=1, and every operation re-resolves the name through the
+// E2B has no names: each sandbox is stamped with metadata fountain_name=<name>,
+// fountain=1 and its creation time fountain_created, and every operation re-resolves the name through the
 // listing (running and paused, every page). Create adopts a running or
 // paused sandbox that carries the name; when a race made two, every racer
-// converges on the canonical one (oldest, then smallest id) and kills the
+// converges on the canonical one (oldest by fountain_created, not by
+// startedAt, which a resume resets; then smallest id) and kills the
 // extra it made, and Destroy removes every sandbox carrying the name.
 // Sandboxes start with a TTL (Config.SandboxTimeout) and autoPause, so a
 // missed heartbeat pauses instead of killing; every live command renews the

@@ -60,7 +60,7 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 
 // Create adopts the running or paused sandbox that carries name, or makes
 // one stamped with it. When a concurrent Create made another, every racer
-// converges on the canonical one (oldest start, then smallest id) and kills
+// converges on the canonical one (oldest creation stamp, then smallest id) and kills
 // the extra it made.
 func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	if err := sandbox.ValidateName(name); err != nil {

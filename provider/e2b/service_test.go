@@ -330,3 +330,35 @@ func TestMaxInstanceLength(t *testing.T) {
 		t.Fatalf("Exec after the resume = %q, %v", res.Output, err)
 	}
 }
+
+// Duplicates of a name (a create race) converge on the oldest by the
+// creation stamp the provider writes, not by startedAt, which a resume
+// resets: resuming the older one must not make the newer canonical.
+func TestCanonicalSurvivesResume(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	now := time.Now().UTC()
+	md := func(at time.Time) map[string]string {
+		m := stamped("dup-1")
+		m[e2b.MetaCreated] = at.Format(time.RFC3339Nano)
+		return m
+	}
+	older := e.srv.CreateSandbox(md(now.Add(-time.Minute)), 300, true)
+	time.Sleep(5 * time.Millisecond)
+	newer := e.srv.CreateSandbox(md(now), 300, true)
+	e.srv.Pause(older)
+	time.Sleep(5 * time.Millisecond)
+	e.srv.Resume(older) // its startedAt is now the latest
+	h, err := e.p.Create(ctx(t), "dup-1", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Private != older {
+		t.Fatalf("Create adopted %v, want the older sandbox %s (newer %s)", h.Private, older, newer)
+	}
+	// The provider's own creates carry the stamp.
+	h2 := e.create("dup-2")
+	sb, _ := e.srv.Lookup(h2.Private.(string))
+	if _, err := time.Parse(time.RFC3339Nano, sb.Metadata[e2b.MetaCreated]); err != nil {
+		t.Fatalf("created without a creation stamp: %v", sb.Metadata)
+	}
+}

@@ -375,6 +375,21 @@ func (s *Server) Pause(id string) bool {
 	return true
 }
 
+// Resume resumes a paused sandbox as a connect would (its startedAt
+// restarts).
+func (s *Server) Resume(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok || sb.state != "paused" {
+		return false
+	}
+	sb.resume()
+	sb.startedAt = time.Now()
+	sb.endAt = s.capEnd(sb, sb.startedAt.Add(s.secs(300)))
+	return true
+}
+
 // Kill removes a sandbox as if it had been killed elsewhere.
 func (s *Server) Kill(id string) bool {
 	s.mu.Lock()
