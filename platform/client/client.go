@@ -58,7 +58,6 @@ type Client struct {
 	mu       sync.Mutex
 	caps     sandbox.Capabilities
 	capsAt   time.Time
-	capsPin  string
 	defaultP string
 }
 
