@@ -17,11 +17,22 @@
 //     auto-delete, and a 7-day auto-archive; a 400 or 409 is probed by name
 //     and an existing sandbox adopted; when the probe finds nothing the
 //     original error is returned (an unregistered snapshot is Invalid).
+//     Names the API refuses ("www." anywhere) or routes elsewhere
+//     ("paginated", "for-runner") are Invalid before any request.
+//   - Create and start get at least 60 s: the API holds them up to 30 s
+//     while the sandbox starts (apps/api sandbox.controller.ts).
+//   - Destroy: a 409 means a state change is in progress and nothing was
+//     deleted (sandbox.service.ts destroy), so it waits and deletes again.
+//     A deleted sandbox is renamed DESTROYED_<name>_<ms> with desiredState
+//     destroyed and stays listed while "destroying": ListAllNames and Get
+//     skip it.
 //   - Suspend is stop and Resume is start: the disk is kept; an archived
 //     sandbox is still startable (slower). A 409 from start (mid-transition)
 //     is Unavailable.
 //   - Every operation that needs the toolbox first ensures the sandbox is
-//     started (§6.3.3 of the contract spec).
+//     started (§6.3.3 of the contract spec), waiting out the passing
+//     states resizing, snapshotting, forking and unknown. The toolbox proxy
+//     URL is per region, and cached per region.
 //   - Exec is one /process/execute. Spawn creates a toolbox session
 //     (managoat-<random hex>) and runs the command in it asynchronously
 //     under a shim that sends the command's stdout and stderr into files of
@@ -61,14 +72,33 @@
 //   - PublicURL is ErrUnsupported; checkpoints are ErrNotSupported.
 //
 // Errors follow the contract's HTTP table: 404 ErrNotFound, 401/403
-// Denied, 429 RateLimited (retry-after from the body's retryAfter), ≥500
-// Unavailable, anything else Invalid.
+// Denied, 429 RateLimited, ≥500 Unavailable, anything else Invalid. A 429's
+// wait is the longest of its Retry-After-<throttler> headers (one per named
+// throttler that refused: authenticated, sandbox-create, sandbox-lifecycle),
+// else Retry-After, else a retryAfter body field. A toolbox 404 during
+// WriteFile is ErrNotFound only when the sandbox is gone.
+//
+// # What the public sources do not settle
+//
+// The facts above come from Daytona's public release v0.190.0 (apps/api,
+// apps/daemon, apps/runner). The hosted service runs private builds; where
+// they may differ this package takes the safe side:
+//
+//   - Domain allow-lists: refused unless enforced (see ApplyNetworkPolicy
+//     above); the hosted runners' enforcement is taken from the hosted
+//     documentation, not from source.
+//   - /process/execute: v0.190.0 runs the command through the sandbox's
+//     shell; older daemons split it on spaces. The envelope survives both.
+//   - Session command records: v0.190.0 reads the exit code from the
+//     wrapper's file; a hosted daemon was measured without it (v0.204.0).
+//     The shim's own sentinel decides either way.
 //
 // # Where this does better than the original adapter
 //
 //   - Command lines travel base64-encoded inside a fixed envelope, because
-//     /process/execute does not run a shell (it splits on spaces, quotes
-//     toggle, no escapes) and JSON mangles non-UTF-8 bytes: quotes, newlines
+//     older daemons' /process/execute does not run a shell (it splits on
+//     spaces, quotes toggle, no escapes; v0.190.0 pipes the command into
+//     the shell) and JSON mangles non-UTF-8 bytes: quotes, newlines
 //     and arbitrary bytes reach the process intact. Exec output comes back
 //     base64-encoded too, so every byte survives, and StderrToStdout is
 //     honoured (the original always merged stderr). Env and Dir are applied
@@ -86,13 +116,13 @@
 //     and refuses a command spawned without stdin instead of writing into a
 //     file nobody reads.
 //   - The LogStream polls adaptively (Config.PollMin after new output,
-//     backing off to Config.PollMax) and works on bytes: a poll that splits
-//     a multi-byte character neither skips nor repeats a byte, and a
-//     truncated or shorter journal read delivers nothing twice. A shim that
-//     died without writing its sentinel ends the stream with
-//     ClosedBeforeExit instead of polling forever. After the exit, the
-//     journal is read until two reads agree, so a failed, cut or short
-//     final read cannot drop the tail (the original read once and lost it).
+//     backing off to Config.PollMax), reads only new bytes (by offset, at
+//     most 512 KiB a stream a poll) and delivers a verdict only from a read
+//     that saw it together with the output's end. A shim that died without
+//     writing its sentinel ends the stream with ClosedBeforeExit instead of
+//     polling forever. (For an older shim's session, read through the
+//     daemon's log, a cut or short final read cannot drop the tail: the log
+//     is read until two reads agree.)
 //   - A sandbox in the error or build_failed state is reported by Get as
 //     StatusUnknown with its body, and is never adopted or used as healthy:
 //     Create and the toolbox operations return a ProviderError naming the
@@ -102,7 +132,6 @@
 //     starting it; the original returned at once and the next toolbox call
 //     failed. Destroy waits until the sandbox is gone, so Get answers
 //     ErrNotFound right after it.
-//   - A 429 without a retryAfter field falls back to the Retry-After header.
 //   - Operations on a Command without daytona state are total: WriteStdin
 //     and CloseStdin return Invalid, StopCommand nil (the original crashed).
 //   - ListAllNames does not follow a "cursor" that merely echoes the one

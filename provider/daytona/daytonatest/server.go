@@ -5,7 +5,7 @@
 // Every sandbox gets a scratch directory of its own under the server's
 // root: its home (the processes' working directory and HOME) and its tmp
 // (their TMPDIR). Processes are real: /process/execute splits its command
-// the way Daytona's daemon does (no shell: spaces split, quotes toggle, no
+// the way older daemons do (no shell: spaces split, quotes toggle, no
 // escapes) and runs it directly; a session command runs under /bin/sh, as
 // the daemon's session shell does (Server.Shell changes that), in its own
 // process group, with stdout and stderr multiplexed into a server-side
@@ -20,14 +20,42 @@
 // taken from the sandbox's home, and an absolute path outside Root() is
 // refused with 403.
 //
-// Measured platform behaviour that the fake reproduces: session command
-// records carry no exit code unless RecordExitCodes is set (daemon
-// v0.204.0); a stopped sandbox loses its sessions (the daemon restarts) but
-// keeps its disk; start answers 409 while the sandbox is stopping; the
-// network settings refuse a domainAllowList that is not a string.
+// Behaviour of Daytona's public release v0.190.0 that the fake reproduces,
+// so that an adapter that gets it wrong fails against it:
 //
-// Failures are injected with Inject: a status (429 with a retryAfter body
-// field, 5xx, …), a stall, a truncated body, or a short (prefix) journal.
+//   - A session command's log is labelled line by line, as the daemon's
+//     wrapper does with a shell read loop (apps/daemon
+//     pkg/session/execute.go): nothing of a line shows before its newline,
+//     a final partial line gains one, NUL bytes are dropped. The markers
+//     are kept only for a request with X-Daytona-Split-Output: true
+//     (pkg/session/common.go, IsCombinedOutput, for a client without an SDK
+//     version header); otherwise they are stripped and stdout and stderr
+//     arrive merged.
+//   - Deleting a session ends its processes; Sessions counts them.
+//   - Files upload at POST /files/upload (query path, field file); there is
+//     no upload-v2, and an unknown toolbox route is a bare text 404.
+//   - POST /sandbox and POST …/start hold the request while the sandbox
+//     starts (up to Hold, 30 s by default); start, stop and delete answer
+//     409 while a state change is in progress; a delete renames the
+//     sandbox DESTROYED_<name>_<ms> with desiredState destroyed, and it is
+//     listed while "destroying" (DestroyDelay).
+//   - Network settings follow the API's rules (networkBlockAll clears the
+//     CIDR list, a CIDR list clears networkBlockAll, "" clears a list, at
+//     most 10 domains of the API's shape); Egress reports what the runner
+//     applies: block-all wins, and the domain list only with EnforceDomains
+//     (the public-source runner ignores it).
+//   - Each region (Target) has its own toolbox proxy URL; another region's
+//     proxy does not know the sandbox.
+//   - Names with "www." are refused; GET /sandbox/paginated and
+//     /sandbox/for-runner are other endpoints.
+//
+// Measured behaviour of a hosted daemon: session command records carry no
+// exit code unless RecordExitCodes is set (v0.204.0); a stopped sandbox
+// loses its sessions but keeps its disk. Older daemons' /process/execute
+// splits its command on spaces without a shell, which the fake keeps.
+//
+// Failures are injected with Inject: a status (429 with Retry-After-*
+// headers, 5xx, …), a stall, a truncated body, or a short (prefix) answer.
 package daytonatest
 
 import (
@@ -1172,11 +1200,12 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 			writeJSON(w, http.StatusOK, map[string]string{"stdout": out, "stderr": errs})
 			return
 		}
-		// The daemon keeps the channel markers only for a client that asks
-		// for split output (daemon pkg/session/common.go, IsCombinedOutput:
-		// no SDK version header and X-Daytona-Split-Output: true); anyone
-		// else gets stdout and stderr merged, markers stripped.
-		if r.Header.Get("X-Daytona-SDK-Version") != "" || r.Header.Get("X-Daytona-Split-Output") != "true" {
+		// For a client without an SDK version header the daemon keeps the
+		// channel markers only when it asks for split output
+		// (pkg/session/common.go, IsCombinedOutput); otherwise stdout and
+		// stderr arrive merged, markers stripped. (SDK clients get answers
+		// by SDK version, which the fake does not model.)
+		if r.Header.Get("X-Daytona-Split-Output") != "true" {
 			j = bytes.ReplaceAll(bytes.ReplaceAll(j, []byte{1, 1, 1}, nil), []byte{2, 2, 2}, nil)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
