@@ -67,7 +67,10 @@ func (p *Proxy) control(c net.Conn) {
 	} else if pol, err := ParsePolicy(req.Allow); err != nil {
 		rep.Error = err.Error()
 	} else {
-		rep.Cut = p.SetPolicy(pol)
+		var err error
+		if rep.Cut, err = p.SetPolicy(pol); err != nil {
+			rep.Error = err.Error()
+		}
 	}
 	_ = json.NewEncoder(c).Encode(rep)
 }

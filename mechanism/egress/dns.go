@@ -146,7 +146,16 @@ func (p *Proxy) answer(q *dns.Msg) *dns.Msg {
 		for i, a := range addrs {
 			p.rememberLocked(a, name, now.Add(time.Duration(ttls[i])*time.Second+resolvedGrace))
 		}
+		// The answer goes out only once its addresses pass the packet
+		// filter: a client connects as soon as it has it.
+		var err error
+		if p.policy != nil && p.policy.AllowsName(name, 0) && !p.closed {
+			err = p.ns.nft.addHosts(addrs)
+		}
 		p.mu.Unlock()
+		if err != nil {
+			return r.SetRcode(q, dns.RcodeServerFailure)
+		}
 	}
 	return resp
 }

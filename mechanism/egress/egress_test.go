@@ -299,6 +299,7 @@ func TestPolicy(t *testing.T) {
 		// Not resolved through the sandbox's resolver yet: the address
 		// alone allows nothing.
 		mustNotReach(t, b, ip(egresstest.Allowed)+":443", egresstest.Allowed, egresstest.Allowed)
+		refusedAtConnect(t, b, ip(egresstest.Allowed)+":443")
 	})
 	if _, rc, err := b.resolve(res, egresstest.Allowed); err != nil || rc != dns.RcodeSuccess {
 		t.Fatalf("resolve an allowed name = %d, %v", rc, err)
@@ -310,6 +311,9 @@ func TestPolicy(t *testing.T) {
 	t.Run("RawIPOfDeniedHost", func(t *testing.T) {
 		mustNotReach(t, b, ip(egresstest.Denied)+":443", egresstest.Denied, egresstest.Denied)
 		mustNotReach(t, b, ip(egresstest.Denied)+":80", egresstest.Denied, "")
+		// Reset at connect: no entry and no resolved name can allow it.
+		refusedAtConnect(t, b, ip(egresstest.Denied)+":443")
+		refusedAtConnect(t, b, egresstest.Resolver)
 	})
 	t.Run("ForgedSNI", func(t *testing.T) {
 		// The allowed name presented to the denied host's address.
@@ -378,8 +382,8 @@ func TestPolicyForms(t *testing.T) {
 			t.Errorf("allow [] resolved a name: rcode %d", rc)
 		}
 		for _, h := range []string{egresstest.Allowed, egresstest.Denied} {
-			mustNotReach(t, b, ip(h)+":80", h, "")
-			mustNotReach(t, b, ip(h)+":443", h, h)
+			refusedAtConnect(t, b, ip(h)+":80")
+			refusedAtConnect(t, b, ip(h)+":443")
 		}
 	})
 }

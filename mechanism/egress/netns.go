@@ -7,7 +7,9 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -41,6 +43,7 @@ type namespace struct {
 	dnsUDP *net.UDPConn     // ResolverAddr:53
 	dnsTCP *net.TCPListener // ResolverAddr:53
 	port   uint16
+	nft    *nft
 }
 
 func (n *namespace) close() {
@@ -48,6 +51,10 @@ func (n *namespace) close() {
 		if c != nil && !isNilCloser(c) {
 			c.Close()
 		}
+	}
+	if n.nft != nil {
+		n.nft.close()
+		n.nft = nil
 	}
 	if n.nsfd >= 0 {
 		unix.Close(n.nsfd)
@@ -154,79 +161,212 @@ func (n *namespace) setup(denied []netip.Prefix) error {
 // CAP_NET_ADMIN and seccomp refuses new namespaces):
 //
 //	output, before NAT: to lo: accept; IPv4 TCP to a denied prefix:
-//	    reset; other TCP: accept; anything else: reject (UDP) or drop
+//	    reset; with no policy other TCP: accept; with one, TCP to an
+//	    address of the sets (hosts: what the sandbox resolved an allowed
+//	    name to; cidrs: the policy's IPv4 CIDRs): accept, other TCP:
+//	    reset; anything else: reject (UDP) or drop
 //	output NAT: TCP not to lo: redirect to the proxy's port
-//	IPv6: anything not to lo: reject
+//	IPv6: anything not to lo: reset or drop
 func (n *namespace) filter(denied []netip.Prefix) error {
-	c, err := nftables.New(nftables.WithNetNSFd(n.nsfd))
+	c, err := nftables.New(nftables.WithNetNSFd(n.nsfd), nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	loIdx := binaryutil.NativeEndian.PutUint32(1)
+	f := &nft{c: c, denied: denied, loIdx: binaryutil.NativeEndian.PutUint32(1)}
 	if lo, err := net.InterfaceByName("lo"); err == nil {
-		loIdx = binaryutil.NativeEndian.PutUint32(uint32(lo.Index))
+		f.loIdx = binaryutil.NativeEndian.PutUint32(uint32(lo.Index))
 	}
-	toLo := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: loIdx},
-	}
-	isTCP := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-	}
-	isUDP := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
-	}
-	cat := func(parts ...[]expr.Any) []expr.Any {
-		var out []expr.Any
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
-	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	drop := []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
-	reset := []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}
-	unreach := []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3}} // port unreachable
-
-	t4 := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName})
-	fil := c.AddChain(&nftables.Chain{Name: "out", Table: t4, Type: nftables.ChainTypeFilter,
+	f.t4 = c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName})
+	f.out = c.AddChain(&nftables.Chain{Name: "out", Table: f.t4, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(-150)})
-	rule := func(ch *nftables.Chain, e []expr.Any) {
-		c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
+	f.hosts = &nftables.Set{Table: f.t4, Name: "hosts", KeyType: nftables.TypeIPAddr}
+	f.cidrs = &nftables.Set{Table: f.t4, Name: "cidrs", KeyType: nftables.TypeIPAddr, Interval: true}
+	for _, set := range []*nftables.Set{f.hosts, f.cidrs} {
+		if err := c.AddSet(set, nil); err != nil {
+			return fmt.Errorf("nftables set: %w", err)
+		}
 	}
-	rule(fil, cat(toLo, accept))
-	for _, p := range denied {
-		m := net.CIDRMask(p.Bits(), 32)
-		net4 := p.Masked().Addr().As4()
-		rule(fil, cat(isTCP, []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net4[:]},
-		}, reset))
-	}
-	rule(fil, cat(isTCP, accept))
-	rule(fil, cat(isUDP, unreach))
-	rule(fil, drop)
-	nat := c.AddChain(&nftables.Chain{Name: "nat", Table: t4, Type: nftables.ChainTypeNAT,
+	nat := c.AddChain(&nftables.Chain{Name: "nat", Table: f.t4, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
-	rule(nat, cat(toLo, accept))
-	rule(nat, cat(isTCP, []expr.Any{
+	f.rule(nat, f.toLo(), accept)
+	f.rule(nat, isTCP, []expr.Any{
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(n.port)},
 		&expr.Redir{RegisterProtoMin: 1},
-	}))
+	})
 	t6 := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: tableName})
 	f6 := c.AddChain(&nftables.Chain{Name: "out", Table: t6, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
-	rule(f6, cat(toLo, accept))
-	rule(f6, cat(isTCP, reset))
-	rule(f6, drop)
+	f.rule(f6, f.toLo(), accept)
+	f.rule(f6, isTCP, rstTCP)
+	f.rule(f6, drop)
+	f.outRules(false)
 	if err := c.Flush(); err != nil {
+		c.CloseLasting()
 		return fmt.Errorf("install the packet filter: %w", err)
 	}
+	n.nft = f
 	return nil
 }
+
+// nft is a sandbox's packet filter, kept to change it with its policy.
+type nft struct {
+	mu     sync.Mutex
+	c      *nftables.Conn
+	t4     *nftables.Table
+	out    *nftables.Chain
+	hosts  *nftables.Set
+	cidrs  *nftables.Set
+	denied []netip.Prefix
+	loIdx  []byte
+}
+
+var (
+	isTCP = []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+	}
+	isUDP = []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+	}
+	daddr4  = []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}}
+	accept  = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	drop    = []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
+	rstTCP  = []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}
+	unreach = []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3}} // port unreachable
+)
+
+func (f *nft) toLo() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: f.loIdx},
+	}
+}
+
+func (f *nft) rule(ch *nftables.Chain, parts ...[]expr.Any) {
+	var e []expr.Any
+	for _, p := range parts {
+		e = append(e, p...)
+	}
+	f.c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
+}
+
+// outRules queues the output chain's rules (see filter).
+func (f *nft) outRules(policed bool) {
+	f.rule(f.out, f.toLo(), accept)
+	for _, p := range f.denied {
+		m := net.CIDRMask(p.Bits(), 32)
+		net4 := p.Masked().Addr().As4()
+		f.rule(f.out, isTCP, daddr4, []expr.Any{
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net4[:]},
+		}, rstTCP)
+	}
+	if policed {
+		f.rule(f.out, isTCP, daddr4, []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: f.hosts.Name, SetID: f.hosts.ID}}, accept)
+		f.rule(f.out, isTCP, daddr4, []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: f.cidrs.Name, SetID: f.cidrs.ID}}, accept)
+		f.rule(f.out, isTCP, rstTCP)
+	} else {
+		f.rule(f.out, isTCP, accept)
+	}
+	f.rule(f.out, isUDP, unreach)
+	f.rule(f.out, drop)
+}
+
+// setPolicy replaces the filter's rules and sets for pol (nil: no
+// policy), with hosts the addresses the sandbox resolved allowed names to.
+func (f *nft) setPolicy(pol *Policy, hosts []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.c.FlushChain(f.out)
+	f.c.FlushSet(f.hosts)
+	f.c.FlushSet(f.cidrs)
+	if pol != nil {
+		if err := f.addHostsLocked(hosts); err != nil {
+			return err
+		}
+		var elems []nftables.SetElement
+		for _, r := range mergeV4(pol.cidrs) {
+			elems = append(elems, nftables.SetElement{Key: r[0][:]}, nftables.SetElement{Key: r[1][:], IntervalEnd: true})
+		}
+		if len(elems) > 0 {
+			if err := f.c.SetAddElements(f.cidrs, elems); err != nil {
+				return err
+			}
+		}
+	}
+	f.outRules(pol != nil)
+	return f.c.Flush()
+}
+
+// addHosts lets TCP to addrs reach the proxy.
+func (f *nft) addHosts(addrs []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.addHostsLocked(addrs); err != nil {
+		return err
+	}
+	return f.c.Flush()
+}
+
+func (f *nft) addHostsLocked(addrs []netip.Addr) error {
+	var elems []nftables.SetElement
+	for _, a := range addrs {
+		if a.Is4() {
+			b := a.As4()
+			elems = append(elems, nftables.SetElement{Key: b[:]})
+		}
+	}
+	if len(elems) == 0 {
+		return nil
+	}
+	return f.c.SetAddElements(f.hosts, elems)
+}
+
+func (f *nft) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.c.CloseLasting()
+}
+
+// mergeV4 turns the IPv4 CIDR rules into sorted, disjoint [start, end)
+// ranges (an interval set refuses overlaps). A range reaching
+// 255.255.255.255 stops one short of it (the broadcast address, denied
+// anyway): the end of an interval is the first address after it.
+func mergeV4(rules []cidrRule) [][2][4]byte {
+	type rng struct{ lo, hi uint64 } // [lo, hi)
+	var rs []rng
+	for _, r := range rules {
+		if !r.prefix.Addr().Is4() {
+			continue
+		}
+		b := r.prefix.Masked().Addr().As4()
+		lo := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+		hi := lo + 1<<(32-r.prefix.Bits())
+		if hi > 0xffffffff {
+			hi = 0xffffffff
+		}
+		rs = append(rs, rng{lo, hi})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].lo < rs[j].lo })
+	var merged []rng
+	for _, r := range rs {
+		if n := len(merged); n > 0 && r.lo <= merged[n-1].hi {
+			if r.hi > merged[n-1].hi {
+				merged[n-1].hi = r.hi
+			}
+			continue
+		}
+		merged = append(merged, r)
+	}
+	out := make([][2][4]byte, 0, len(merged))
+	for _, r := range merged {
+		out = append(out, [2][4]byte{be4(r.lo), be4(r.hi)})
+	}
+	return out
+}
+
+func be4(v uint64) [4]byte { return [4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
 
 // originalDst is where a redirected connection was going.
 func originalDst(c *net.TCPConn) (netip.AddrPort, error) {

@@ -133,6 +133,12 @@ func AttachNetns(nsfd int, policy *Policy, cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, ns: ns, sem: make(chan struct{}, cfg.MaxConns), policy: policy,
 		flows: map[*flow]struct{}{}, resolved: map[netip.Addr]map[string]time.Time{}, done: make(chan struct{})}
+	if policy != nil {
+		if err := ns.nft.setPolicy(policy, nil); err != nil {
+			ns.close()
+			return nil, fmt.Errorf("packet filter: %w", err)
+		}
+	}
 	p.wg.Add(3)
 	go p.acceptTCP()
 	go p.serveDNSUDP()
@@ -182,9 +188,12 @@ func (p *Proxy) Policy() *Policy {
 }
 
 // SetPolicy puts pol in force: new connections are checked against it
-// at once, and every open connection it does not allow is cut before
-// SetPolicy returns. It returns how many were cut.
-func (p *Proxy) SetPolicy(pol *Policy) int {
+// at once (the sandbox's packet filter resets, at connect, TCP to an
+// address no entry and no allowed name it resolved can allow), and every
+// open connection it does not allow is cut before SetPolicy returns. It
+// returns how many were cut; an error means the packet filter could not
+// be changed (the proxy enforces pol all the same).
+func (p *Proxy) SetPolicy(pol *Policy) (int, error) {
 	p.mu.Lock()
 	p.policy = pol
 	var cut []*flow
@@ -194,11 +203,26 @@ func (p *Proxy) SetPolicy(pol *Policy) int {
 			delete(p.flows, f)
 		}
 	}
+	var hosts []netip.Addr
+	if pol != nil {
+		for a, names := range p.resolved {
+			for n := range names {
+				if pol.AllowsName(n, 0) {
+					hosts = append(hosts, a)
+					break
+				}
+			}
+		}
+	}
+	var err error
+	if !p.closed {
+		err = p.ns.nft.setPolicy(pol, hosts)
+	}
 	p.mu.Unlock()
 	for _, f := range cut {
 		f.close()
 	}
-	return len(cut)
+	return len(cut), err
 }
 
 // allowedLocked: the flow's destination is allowed by an address entry,

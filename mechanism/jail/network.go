@@ -175,8 +175,8 @@ func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) erro
 	j.nets.mu.Unlock()
 	if p != nil {
 		pol, _ := egress.ParsePolicy(allow)
-		p.SetPolicy(pol)
-		return nil
+		_, err := p.SetPolicy(pol)
+		return err
 	}
 	return egress.Apply(ctx, j.egressSocket(id), allow)
 }

@@ -264,12 +264,21 @@ func TestJailIsolatedOverWire(t *testing.T) {
 	if err != nil || res.ExitCode == 0 {
 		t.Fatalf("a jailed command read a host file: %+v %v", res, err)
 	}
-	// The jail denies all egress from launch; allow: [] is accepted where
-	// the runner advertises network_policy and refused as not supported
-	// where it does not (provider/local on the jail cannot take an
-	// allowlist). Either way nothing leaves the sandbox.
-	err = rp.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}})
-	if err != nil && !errors.Is(err, sandbox.ErrNotSupported) {
+	// A runner whose sandboxes are jails reports network_policy (its
+	// provider/local enforces allow lists through the jail's egress
+	// proxy), and allow: [] denies all: nothing leaves the sandbox.
+	caps, err := rp.CapabilitiesOf(ctx, h)
+	if err != nil || !caps.Has(sandbox.CapNetworkPolicy) {
+		t.Fatalf("capabilities of a jail sandbox over the wire = %v, %v; want network_policy", caps, err)
+	}
+	if err := rp.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	err = rp.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"not a domain"}})
+	if err == nil || !strings.Contains(err.Error(), "not a domain") {
+		t.Fatalf("a bad entry over the wire = %v, want it refused naming it", err)
+	}
+	if err := rp.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = rp.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "exec 3<>/dev/tcp/1.1.1.1/80 && echo reached"}}, sandbox.ExecOptions{})
