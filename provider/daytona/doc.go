@@ -53,7 +53,8 @@
 //     process the command left running in the background ends with it.
 //     Only a LogStream that sees the end deletes, so the session of a
 //     command nobody watched to its end keeps its shell until the sandbox
-//     stops.
+//     stops. Replay lasts as long as the shim's files do (ShimDir, under
+//     the sandbox's TMPDIR by default).
 //   - A session left by an older shim, without those files, is attached
 //     through the daemon's log, read with X-Daytona-Split-Output: true —
 //     without it the daemon strips the stdout/stderr markers and stderr
@@ -89,6 +90,9 @@
 //     documentation, not from source.
 //   - /process/execute: v0.190.0 runs the command through the sandbox's
 //     shell; older daemons split it on spaces. The envelope survives both.
+//   - Long requests: /process/execute is held for as long as the command
+//     runs (its budget plus 10 s here); whether the hosted toolbox proxy
+//     cuts long requests of its own is not in the public sources.
 //   - Session command records: v0.190.0 reads the exit code from the
 //     wrapper's file; a hosted daemon was measured without it (v0.204.0).
 //     The shim's own sentinel decides either way.

@@ -74,7 +74,10 @@ func TestWriteFileUsesTheDaemonsUpload(t *testing.T) {
 	}
 	// The same 404 for a sandbox deleted meanwhile is ErrNotFound.
 	srv.Inject("POST", "/files/upload", 1, daytonatest.Fault{Status: http.StatusNotFound, Stall: 300 * time.Millisecond})
+	deleted := make(chan struct{})
+	defer func() { <-deleted }()
 	go func() {
+		defer close(deleted)
 		time.Sleep(50 * time.Millisecond)
 		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/sandbox/files", nil)
 		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
