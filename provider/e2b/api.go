@@ -266,13 +266,13 @@ func (p *Provider) kill(ctx context.Context, id string) error {
 	return err
 }
 
-func (p *Provider) createRaw(ctx context.Context, name string) (string, error) {
+func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) (string, error) {
 	body := map[string]any{
 		"templateID": p.cfg.Template,
 		"timeout":    seconds(p.cfg.SandboxTimeout),
 		"autoPause":  true,
 		"metadata": map[string]string{MetaName: name, MetaMarker: "1",
-			MetaCreated: time.Now().UTC().Format(time.RFC3339Nano)},
+			MetaCreated: stamp.UTC().Format(time.RFC3339Nano)},
 	}
 	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
 	if isNotFound(err) {

@@ -60,8 +60,12 @@ func (p *Provider) Capabilities() sandbox.Capabilities {
 
 // Create adopts the running or paused sandbox that carries name, or makes
 // one stamped with it. When a concurrent Create made another, every racer
-// converges on the canonical one (oldest creation stamp, then smallest id) and kills
-// the extra it made.
+// converges on the canonical one (oldest creation stamp, then smallest
+// id): a racer whose sandbox is not canonical kills it, and one whose
+// sandbox is canonical kills the younger duplicates of the same race
+// (stamped within raceWindow of its own), which a racer that listed before
+// the canonical one was visible kept. No operation reaches a
+// non-canonical duplicate: every one resolves the name to the canonical.
 func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, err
@@ -76,13 +80,27 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if len(found) > 0 {
 		return p.handle(name, found[0].id()), nil
 	}
-	id, err := p.createRaw(ctx, name)
+	stamp := time.Now()
+	id, err := p.createRaw(ctx, name, stamp)
 	if err != nil {
 		return nil, err
 	}
 	found, err = p.findAll(ctx, name)
-	if err != nil || len(found) == 0 || found[0].id() == id {
-		// Our sandbox is canonical, or the listing cannot say yet.
+	if err != nil || len(found) == 0 {
+		return p.handle(name, id), nil // the listing cannot say yet
+	}
+	if found[0].id() == id {
+		// Ours is canonical; a racer that created first but stamped
+		// later may have kept its own before ours was listed.
+		for _, l := range found[1:] {
+			at, perr := time.Parse(time.RFC3339Nano, l.Metadata[MetaCreated])
+			if perr != nil || at.Sub(stamp).Abs() > raceWindow {
+				continue
+			}
+			if err := p.kill(ctx, l.id()); err != nil {
+				p.cfg.Logger.Warn("e2b: could not remove the duplicate a create race made", "name", name, "sandbox", l.id(), "err", err)
+			}
+		}
 		return p.handle(name, id), nil
 	}
 	if !slices.ContainsFunc(found, func(l listed) bool { return l.id() == id }) {
@@ -94,6 +112,10 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	}
 	return p.handle(name, found[0].id()), nil
 }
+
+// raceWindow bounds which duplicates a canonical Create removes: those
+// stamped this close to its own, made by the same race.
+const raceWindow = 2 * time.Minute
 
 func (p *Provider) handle(name, id string) *sandbox.Handle {
 	h := sandbox.BuildHandle(Name, name)
