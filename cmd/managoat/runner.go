@@ -29,7 +29,7 @@ const (
 
 func init() {
 	register("runner", "[flags] --url URL", "Run the self-hosted runner daemon: dial a platform and serve it this machine's sandboxes", cmdRunner)
-	register("serve", "[flags]", "Serve a platform that runners dial into", cmdServe)
+	register("serve", "[flags] | serve [--db FILE] admin ...", "Serve the platform: the sandbox API (/v1) over every enabled provider, and the relay runners dial into", cmdServe)
 	register("enroll", "[flags] NAME", "Enroll a runner with the platform served from this machine and print its credential", cmdEnroll)
 	registerProvider("runner", func() (sandbox.Provider, error) {
 		url := os.Getenv(envPlatformURL)
@@ -129,9 +129,16 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key), else plain HTTP for a reverse proxy to terminate TLS")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
+	db := fs.String("db", "", "the platform's records, SQLite (default "+defaultPlatformDB()+"); `serve admin` manages its accounts and keys")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
+		}
+		if *db == "" {
+			*db = defaultPlatformDB()
+		}
+		if a := fs.Args(); len(a) > 0 && a[0] == "admin" {
+			return serveAdmin(ctx, *db, a[1:])
 		}
 		if err := noMore(fs.Args()); err != nil {
 			return err
@@ -150,21 +157,25 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			}
 			tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
-		tok, err := readToken("", *tokenFile)
-		if err != nil {
-			return err
+		// The static token of the original relay is optional: accounts'
+		// API keys (serve admin) are the platform's credentials.
+		var tok string
+		if *tokenFile != "" || os.Getenv(envRunnerToken) != "" {
+			t, err := readToken("", *tokenFile)
+			if err != nil {
+				return err
+			}
+			tok = t
 		}
-		cfg := runnerprov.ServerConfig{Auth: runnerprov.StaticToken(tok), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 		if *runners == "" {
 			*runners = defaultRunnersFile()
 		}
-		if !*open {
-			cfg.RunnerAuth = runnerprov.RunnerFile{Path: *runners}
+		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
+			open: *open, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		if err != nil {
+			return err
 		}
-		srv := runnerprov.NewServer(cfg)
-		mux := http.NewServeMux()
-		mux.Handle("/api/runners", srv)
-		mux.Handle("/api/runners/", srv)
+		defer closePlatform()
 
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
@@ -181,11 +192,11 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			ln, scheme = tls.NewListener(ln, tlsConf), "https"
 		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
-		how := "runners enrolled in " + *runners + " (managoat enroll NAME)"
+		how := "their account's API key, or an enrolment in " + *runners + " (managoat enroll NAME)"
 		if *open {
 			how = "any holder of the client token, as a runner too (--open-runners)"
 		}
-		fmt.Fprintf(os.Stderr, "managoat serve: listening on %s://%s; runners dial /api/runners/ws: %s\n", scheme, ln.Addr(), how)
+		fmt.Fprintf(os.Stderr, "managoat serve: listening on %s://%s; the API is /v1 (API keys: managoat serve admin); runners dial /api/runners/ws: %s\n", scheme, ln.Addr(), how)
 		errc := make(chan error, 1)
 		go func() { errc <- hs.Serve(ln) }()
 		select {
@@ -193,7 +204,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			return wrap("serve", err)
 		case <-ctx.Done():
 		}
-		srv.Close()
+		closePlatform()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return wrap("serve", hs.Shutdown(sctx))

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/managoat/managoat/platform/api"
+	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/policy"
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/platform/store/sqlite"
+	"github.com/managoat/managoat/provider/local"
+	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// envAPIKey is an account's API key for the platform client: with it and
+// MANAGOAT_URL set, every command goes to the platform (provider
+// "platform"), unless --provider says otherwise.
+const envAPIKey = "MANAGOAT_API_KEY"
+
+func init() {
+	registerProvider(client.Name, platformClient(""))
+	// platform:NAME pins the provider of the sandboxes a command creates.
+	for _, pin := range []string{policy.Local, policy.Sprites, policy.E2B, policy.Daytona, policy.Runner} {
+		registerProvider(client.Name+":"+pin, platformClient(pin))
+	}
+	if os.Getenv(envAPIKey) != "" && os.Getenv(envPlatformURL) != "" {
+		current.provider = client.Name
+	}
+}
+
+// platformClient builds the platform client; the key is read from the
+// environment (never a flag: ps shows flags) and taken out of it.
+func platformClient(pin string) func() (sandbox.Provider, error) {
+	return func() (sandbox.Provider, error) {
+		url := os.Getenv(envPlatformURL)
+		if url == "" {
+			url = "http://127.0.0.1:8080"
+		}
+		key := strings.TrimSpace(os.Getenv(envAPIKey))
+		os.Unsetenv(envAPIKey)
+		if key == "" {
+			return nil, fmt.Errorf("%s is not set: an API key of your account on the platform at %s (managoat serve admin key create ACCOUNT)", envAPIKey, url)
+		}
+		return client.New(client.Options{URL: url, APIKey: key, Provider: pin})
+	}
+}
+
+// defaultPlatformDB is where serve keeps its records.
+func defaultPlatformDB() string {
+	return filepath.Join(local.DefaultStateDir(), "platform", "platform.db")
+}
+
+// platformOptions are serve's settings of the platform.
+type platformOptions struct {
+	db        string
+	mechanism string
+	token     string // the static token of the original relay ("" for none)
+	runners   string // the enrolled runners' file
+	open      bool   // --open-runners
+	logger    *slog.Logger
+}
+
+// newPlatform opens the records, reads the provider policy (refusing an
+// explicit default that is off), builds the enabled providers and returns
+// the handler of /v1 and /api/runners, and what closes them.
+func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), error) {
+	st, err := sqlite.Open(ctx, o.db)
+	if err != nil {
+		return nil, nil, wrap("serve", err)
+	}
+	localDir := filepath.Join(filepath.Dir(o.db), "local")
+	var lp *local.Provider
+	probe := func() error {
+		p, err := local.New(local.Config{StateDir: localDir, MechanismName: o.mechanism})
+		if err != nil {
+			return err
+		}
+		lp = p
+		return nil
+	}
+	pol, err := policy.FromEnv(os.LookupEnv, policy.Options{LocalProbe: probe})
+	if err != nil {
+		st.Close()
+		return nil, nil, usageError{msg: err.Error(), bare: true}
+	}
+	provs := map[string]sandbox.Provider{}
+	if lp != nil && pol.Enabled(policy.Local) {
+		provs[policy.Local] = lp
+	}
+	for _, name := range []string{policy.Sprites, policy.E2B, policy.Daytona} {
+		if !pol.Enabled(name) {
+			continue
+		}
+		_, p, err := openProvider(name)
+		if err != nil {
+			st.Close()
+			return nil, nil, wrap("serve", err)
+		}
+		provs[name] = p
+	}
+	auth := platformAuth{store: st, token: o.token}
+	rcfg := runnerprov.ServerConfig{Auth: auth, Logger: o.logger, Disabled: !pol.Enabled(policy.Runner)}
+	if !o.open {
+		rcfg.RunnerAuth = api.RunnerAuth{Store: st, Fallback: runnerprov.RunnerFile{Path: o.runners}}
+	}
+	relay := runnerprov.NewServer(rcfg)
+	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: relay, Logger: o.logger})
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", srv)
+	mux.Handle("/api/runners", relay)
+	mux.Handle("/api/runners/", relay)
+	def := pol.Default()
+	if def == "" {
+		def = "none: every create fails until a provider is enabled"
+	}
+	fmt.Fprintf(os.Stderr, "managoat serve: records in %s; providers enabled: %s; default: %s\n", o.db, strings.Join(pol.EnabledNames(), ", "), def)
+	return mux, func() {
+		srv.Close()
+		relay.Close()
+		st.Close()
+	}, nil
+}
+
+// platformAuth admits account API keys (the account's id), and the static
+// token of the original relay (account "local", or the account of that name).
+type platformAuth struct {
+	store store.Store
+	token string
+}
+
+func (a platformAuth) Authenticate(r *http.Request, key string) (string, error) {
+	if strings.HasPrefix(key, api.KeyPrefix) {
+		return api.RunnerAuth{Store: a.store}.Authenticate(r, key)
+	}
+	if a.token == "" || subtle.ConstantTimeCompare([]byte(key), []byte(a.token)) != 1 {
+		return "", runnerprov.ErrUnauthorized
+	}
+	if ac, err := a.store.AccountByName(r.Context(), "local"); err == nil {
+		return ac.ID, nil
+	}
+	return "local", nil
+}
+
+// serveAdmin is `managoat serve [--db FILE] admin ...`: accounts and keys.
+func serveAdmin(ctx context.Context, db string, args []string) error {
+	usage := usageError{msg: "serve admin: account create NAME | account ls | key create ACCOUNT [--label L] | key ls ACCOUNT | key revoke KEY_ID"}
+	if len(args) < 2 {
+		return usage
+	}
+	st, err := sqlite.Open(ctx, db)
+	if err != nil {
+		return wrap("serve admin", err)
+	}
+	defer st.Close()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	account := func(name string) (store.Account, error) {
+		a, err := st.AccountByName(ctx, name)
+		if err != nil {
+			return a, wrap("serve admin", fmt.Errorf("account %q: %w", name, err))
+		}
+		return a, nil
+	}
+	switch args[0] + " " + args[1] {
+	case "account create":
+		if len(args) != 3 || args[2] == "" {
+			return usage
+		}
+		a, err := st.CreateAccount(ctx, args[2])
+		if err != nil {
+			return wrap("serve admin", err)
+		}
+		fmt.Println(a.ID)
+	case "account ls":
+		as, err := st.ListAccounts(ctx)
+		if err != nil {
+			return wrap("serve admin", err)
+		}
+		fmt.Fprintln(tw, "NAME\tID\tCREATED")
+		for _, a := range as {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.ID, a.CreatedAt.Format(time.RFC3339))
+		}
+	case "key create":
+		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
+		fs.SetOutput(os.Stderr)
+		label := fs.String("label", "", "a label for the key")
+		pos, rest, err := parseN(fs, args[2:], 1)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 || len(rest) != 0 {
+			return usage
+		}
+		a, err := account(pos[0])
+		if err != nil {
+			return err
+		}
+		key, err := api.NewKey(ctx, st, a.ID, *label)
+		if err != nil {
+			return wrap("serve admin", err)
+		}
+		fmt.Println(key)
+		fmt.Fprintf(os.Stderr, "managoat serve admin: key %s of %s (above) is shown once; export %s=... and %s=URL to use it\n",
+			api.KeyID(key), a.Name, envAPIKey, envPlatformURL)
+	case "key ls":
+		if len(args) != 3 {
+			return usage
+		}
+		a, err := account(args[2])
+		if err != nil {
+			return err
+		}
+		ks, err := st.ListKeys(ctx, a.ID)
+		if err != nil {
+			return wrap("serve admin", err)
+		}
+		fmt.Fprintln(tw, "ID\tLABEL\tCREATED\tREVOKED")
+		for _, k := range ks {
+			rev := "-"
+			if !k.RevokedAt.IsZero() {
+				rev = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Label, k.CreatedAt.Format(time.RFC3339), rev)
+		}
+	case "key revoke":
+		if len(args) != 3 {
+			return usage
+		}
+		if err := st.RevokeKey(ctx, args[2], time.Now().UTC()); err != nil {
+			return wrap("serve admin", err)
+		}
+	default:
+		return usage
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+)
+
+// TestPlatformTwoAccounts is the README's platform section with two
+// accounts: serve admin makes each an account and a key, serve runs, and
+// from "another terminal" each account's CLI (MANAGOAT_URL and
+// MANAGOAT_API_KEY) creates, runs and lists; each sees only its own
+// sandboxes, with their provider, and the other's is not found.
+func TestPlatformTwoAccounts(t *testing.T) {
+	testenv.RequireRoot(t)
+	addr := freeAddr(t)
+	home := t.TempDir()
+	base := []string{"MANAGOAT_HOME=" + home, "SANDBOX_RUNNERS_ENABLED=false"}
+	keys := map[string]string{}
+	for _, who := range []string{"alice", "bob"} {
+		if out, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", who); code != 0 || !strings.HasPrefix(out, "acct_") {
+			t.Fatalf("account create %s: %d %q %s", who, code, out, e)
+		}
+		out, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", who, "--label", "e2e")
+		if code != 0 || !strings.HasPrefix(out, "mgk_") {
+			t.Fatalf("key create %s: %d %q %s", who, code, out, e)
+		}
+		keys[who] = strings.TrimSpace(out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serve := exec.CommandContext(ctx, binary, "serve", "--listen", addr)
+	serve.Env = append(os.Environ(), base...)
+	serve.Cancel = func() error { return serve.Process.Signal(os.Interrupt) }
+	serve.WaitDelay = 10 * time.Second
+	pr, err := serve.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for s := bufio.NewScanner(pr); s.Scan(); {
+			logs.WriteString(s.Text() + "\n")
+		}
+	}()
+	defer func() {
+		cancel()
+		_ = serve.Wait()
+		<-logged
+		for _, k := range keys {
+			if strings.Contains(logs.String(), k) || strings.Contains(logs.String(), k[21:]) {
+				t.Errorf("serve's log shows an API key")
+			}
+		}
+	}()
+	as := func(who string) []string {
+		return append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+keys[who])
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, e, code := managoatEnv(t, as("alice"), "create", "box-a")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create box-a: %d %s", code, e)
+		}
+		time.Sleep(100 * time.Millisecond) // serve is starting
+	}
+	if _, e, code := managoatEnv(t, as("bob"), "create", "box-b"); code != 0 {
+		t.Fatalf("create box-b: %d %s", code, e)
+	}
+	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "sh", "-c", "echo hello from alice; exit 4"); code != 4 || out != "hello from alice\n" {
+		t.Fatalf("exec: %d %q %s", code, out, e)
+	}
+	lists := map[string]string{}
+	for who, want := range map[string]string{"alice": "box-a", "bob": "box-b"} {
+		out, e, code := managoatEnv(t, as(who), "ls", "--json")
+		if code != 0 {
+			t.Fatalf("ls %s: %d %s", who, code, e)
+		}
+		var rows []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0].Name != want {
+			t.Fatalf("%s's ls = %s (%v), want only %s", who, out, err, want)
+		}
+		lists[who] = out
+	}
+	if _, e, code := managoatEnv(t, as("bob"), "exec", "box-a", "--", "true"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Fatalf("bob's exec in alice's box = %d %s, want not_found", code, e)
+	}
+	if _, e, code := managoatEnv(t, as("bob"), "rm", "box-a"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Fatalf("bob's rm of alice's box = %d %s, want not_found", code, e)
+	}
+	if out, _, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "echo", "still here"); code != 0 || out != "still here\n" {
+		t.Fatalf("alice's box after bob's rm: %d %q", code, out)
+	}
+	for who, box := range map[string]string{"alice": "box-a", "bob": "box-b"} {
+		if _, e, code := managoatEnv(t, as(who), "rm", box); code != 0 {
+			t.Fatalf("rm %s: %d %s", box, code, e)
+		}
+	}
+	// A wrong key is refused, naming neither key.
+	if _, e, code := managoatEnv(t, append(as("alice")[:len(as("alice"))-1], "MANAGOAT_API_KEY=mgk_0000000000000000_wrong"), "ls"); code == 0 || !strings.Contains(e, "denied") {
+		t.Fatalf("ls with a wrong key: %d %s", code, e)
+	}
+}
