@@ -98,7 +98,8 @@ func Busybox(t testing.TB) Layer {
 		{Name: "etc/passwd", Body: "root:x:0:0:root:/root:/bin/sh\napp:x:1234:1234:app:/home/app:/bin/sh\n"},
 		{Name: "etc/group", Body: "root:x:0:\napp:x:1234:\n"},
 	}
-	for _, a := range []string{"sh", "echo", "cat", "id", "ls", "pwd", "env", "touch", "mkdir", "rm", "sleep", "true", "false", "test", "stat", "readlink", "mount", "kill", "ps", "wc", "head", "dd", "chmod", "hostname", "ip", "grep", "sed", "printf"} {
+	for _, a := range []string{"sh", "echo", "cat", "id", "ls", "pwd", "env", "touch", "mkdir", "rm", "sleep", "true", "false", "test", "stat", "readlink", "mount", "kill", "ps", "wc", "head", "dd", "chmod", "hostname", "ip", "grep", "sed", "printf",
+		"tr", "setsid", "timeout", "tail", "sort", "cut", "xargs", "find", "awk", "basename", "dirname", "whoami", "cp", "mv", "ln", "tee", "seq", "expr", "uname", "which", "du", "df"} {
 		l = append(l, Entry{Name: "bin/" + a, Type: tar.TypeLink, Linkname: "bin/busybox"})
 	}
 	return l

@@ -48,6 +48,8 @@ type launchConfig struct {
 	// Entered: the init was born restricted and pivoted into its root by
 	// the manager (startRestricted); it only loads seccomp and serves.
 	Entered bool
+	// Image: the sandbox runs on an image's root (image.go).
+	Image *imageLaunch `json:",omitempty"`
 }
 
 // init takes the helper role before main runs: a process this package
@@ -320,6 +322,9 @@ var etcBinds = []string{
 // mount_setattr (one remount per bind where the kernel lacks it), then
 // home and /dev go on top; finishTree adds the writable file systems.
 func buildTreeBase(cfg launchConfig) error {
+	if cfg.Image != nil {
+		return buildImageTree(cfg)
+	}
 	if err := buildTreeShared(cfg); err != nil {
 		return err
 	}

@@ -316,6 +316,12 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 		return err
 	}
 	uid, gid := j.Owner()
+	if !j.rootless {
+		uid, gid = j.imageUser(spec)
+	}
+	if err := provisionImage(dir, spec.Image); err != nil {
+		return err
+	}
 	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
 	if spec.HomeDir != "" {
 		if err := os.MkdirAll(spec.HomeDir, 0o755); err != nil {
@@ -497,10 +503,15 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 
 // launchConfig is what the init of st is started with.
 func (j *Jail) launchConfig(st *state) launchConfig {
-	return launchConfig{
+	lc := launchConfig{
 		Root: j.rootMount(), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
 		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
+		Image: imageDirs(j.dir(st.ID), st.Spec.Image),
 	}
+	if st.Spec.Image != nil {
+		lc.UID, lc.GID = j.imageUser(st.Spec)
+	}
+	return lc
 }
 
 // listenControl makes the listening socket the init serves on. Made with
@@ -748,7 +759,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	// A process that starts sandboxes again and again gets a template
 	// for the next ones (template.go); one that starts one (managoat
 	// run, a sandbox's supervisor) does not pay for building it.
-	if born && j.bornStarts.Add(1) >= 2 {
+	if born && lc.Image == nil && j.bornStarts.Add(1) >= 2 {
 		j.tmpl.ensure(lc)
 	}
 	if err = j.startNetwork(st, pid, done); err != nil {

@@ -313,6 +313,9 @@ func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare fs: %w", err)
 	}
+	if lc.Image != nil {
+		return buildImageBeside(mnt, uts, lc)
+	}
 	cloned := false
 	if tmpl.ready() && !tmpl.fresh() {
 		tmpl.invalidate() // the host replaced something it binds

@@ -1,0 +1,248 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/etcfiles"
+)
+
+// A sandbox on an image (Spec.Image) runs on the image's unpacked root
+// instead of the host's runtime. Its root is an overlay: the image's
+// directory, shared read-only by every sandbox on it, under an upper
+// layer of the sandbox's own (upper/ and work/ in its state directory),
+// so whatever the sandbox writes outside its home stays its own and the
+// image is stored once however many sandboxes use it. Where the kernel
+// has no overlayfs, Provision copies the image into the sandbox's
+// directory instead (cp -a --reflink=auto: reflinks where the file
+// system has them) and that copy is bound as the root.
+//
+// On top come the same mounts as on the host's root: the home at
+// /home/sprite, a fresh /dev, a private /tmp, /dev/shm, /dev/pts and
+// /proc. The image's /etc is kept (its passwd names its users) but for
+// hosts, hostname and resolv.conf, which are the sandbox's. Every mount
+// point is made a real directory first: a symlink the image has there
+// (an absolute one would point at the host's tree while the root is
+// built) is replaced in the upper layer, never followed.
+//
+// The workload runs as the image's user when that user is not root
+// (Spec.Image.UID), else as the jail's (1000); the Landlock ruleset,
+// seccomp filter and capabilities are the same as on the host's root.
+
+// imageLaunch is what the tree builder needs of an image sandbox.
+type imageLaunch struct {
+	Lower string // the image's unpacked root (read-only)
+	Upper string // the sandbox's writable layer
+	Work  string // overlayfs's work directory, beside Upper
+	Copy  string // the sandbox's own copy, where there is no overlayfs
+}
+
+var overlayOnce = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(b), "\toverlay\n")
+})
+
+// imageDirs returns the launch directories of an image sandbox whose
+// state is in dir.
+func imageDirs(dir string, img *mechanism.ImageRoot) *imageLaunch {
+	if img == nil {
+		return nil
+	}
+	il := &imageLaunch{Lower: img.Dir, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work")}
+	if !overlayOnce() {
+		il.Copy = filepath.Join(dir, "rootfs")
+	}
+	return il
+}
+
+// provisionImage makes an image sandbox's writable layer (or its copy of
+// the image).
+func provisionImage(dir string, img *mechanism.ImageRoot) error {
+	il := imageDirs(dir, img)
+	if il == nil {
+		return nil
+	}
+	if strings.ContainsAny(il.Lower+il.Upper+il.Work, ",:") {
+		return mechanism.Invalid("Image.Dir", "overlayfs cannot take a path with ',' or ':'")
+	}
+	if st, err := os.Stat(il.Lower); err != nil || !st.IsDir() {
+		return mechanism.Invalid("Image.Dir", fmt.Sprintf("%s is not an unpacked image root", il.Lower))
+	}
+	if il.Copy != "" {
+		if _, err := os.Stat(il.Copy); err == nil {
+			return nil
+		}
+		tmp := il.Copy + ".tmp"
+		os.RemoveAll(tmp)
+		if out, err := exec.Command("cp", "-a", "--reflink=auto", il.Lower, tmp).CombinedOutput(); err != nil {
+			os.RemoveAll(tmp)
+			return fmt.Errorf("copy the image root: %v: %s", err, out)
+		}
+		return os.Rename(tmp, il.Copy)
+	}
+	for _, d := range []string{il.Upper, il.Work} {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildImageBeside is buildBeside for an image sandbox: no template (the
+// root is the sandbox's own overlay).
+func buildImageBeside(mnt, uts int, lc launchConfig) error {
+	for _, fd := range []int{mnt, uts} {
+		if err := unix.Setns(fd, 0); err != nil {
+			return fmt.Errorf("join the sandbox's namespaces: %w", err)
+		}
+	}
+	if err := buildImageTree(lc); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(lc.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	return nil
+}
+
+// buildImageTree is buildTreeBase for an image sandbox: the overlay (or
+// the copy) at cfg.Root, the mount points, the sandbox's /etc files, /dev
+// and the home.
+func buildImageTree(cfg launchConfig) error {
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	r, il := cfg.Root, cfg.Image
+	if il.Copy != "" {
+		if err := mount(il.Copy, r, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		if err := mount("", r, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return err
+		}
+	} else {
+		opts := "lowerdir=" + il.Lower + ",upperdir=" + il.Upper + ",workdir=" + il.Work
+		if cfg.Rootless {
+			opts += ",userxattr"
+		}
+		if err := mount("overlay", r, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return err
+		}
+	}
+	for _, d := range []struct {
+		path string
+		mode uint32
+	}{
+		{"/etc", 0o755}, {"/home", 0o755}, {mechanism.Home, 0o755}, {"/tmp", 0o1777},
+		{"/dev", 0o755}, {"/proc", 0o555}, {"/root", 0o700}, {"/run", 0o755},
+	} {
+		if err := realDir(r, d.path, d.mode); err != nil {
+			return err
+		}
+	}
+	all := etcfiles.Files(cfg.Hostname)
+	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+		if err := replaceFile(r+"/etc/"+name, all[name]); err != nil {
+			return err
+		}
+	}
+	if err := buildDev(r + "/dev"); err != nil {
+		return err
+	}
+	return bindHome(cfg)
+}
+
+// realDir makes root+p a directory of the tree, each component checked
+// without following links: whatever else the image has there goes (in the
+// upper layer), so no mount and no write below it can be sent elsewhere.
+func realDir(root, p string, mode uint32) error {
+	cur := root
+	for _, el := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur += "/" + el
+		var st unix.Stat_t
+		err := unix.Lstat(cur, &st)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			continue
+		}
+		if err == nil {
+			if err := os.RemoveAll(cur); err != nil {
+				return err
+			}
+		} else if err != unix.ENOENT {
+			return err
+		}
+		if err := unix.Mkdir(cur, mode); err != nil {
+			return fmt.Errorf("mkdir %s: %w", cur, err)
+		}
+		if err := unix.Chmod(cur, mode); err != nil { // past the umask
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceFile writes content at p (whose directory realDir made) as a new
+// file: whatever the image has there, a symlink included, is removed, not
+// written through.
+func replaceFile(p, content string) error {
+	if err := unix.Unlink(p); err != nil && err != unix.ENOENT {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	_, err = unix.Write(fd, []byte(content))
+	unix.Close(fd)
+	return err
+}
+
+// buildDev mounts the sandbox's /dev at dev (as buildTreeShared does on
+// the host's root): a tmpfs with the harmless devices bound from the
+// host, read-only binds, the usual links, and mount points for pts and
+// shm.
+func buildDev(dev string) error {
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devNodes {
+		if err := unix.Mknod(dev+"/"+d, unix.S_IFREG|0o644, 0); err != nil {
+			return err
+		}
+		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		if err := mount("", dev+"/"+d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(dev+"/"+d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// imageUser is the uid and gid the workload of spec runs as, as root:
+// the image's user unless that is root, else the jail's.
+func (j *Jail) imageUser(spec mechanism.Spec) (uid, gid int) {
+	if spec.Image != nil && spec.Image.UID > 0 {
+		return spec.Image.UID, spec.Image.GID
+	}
+	return j.cfg.UID, j.cfg.GID
+}
