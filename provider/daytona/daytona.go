@@ -885,23 +885,34 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 		return nil, &sandbox.ProviderError{Provider: Name, Reason: "session_list_failed", Err: fmt.Errorf("exit %d: %s", code, clip(res, 200))}
 	}
 	for _, line := range strings.Split(res, "\n") {
-		id, b64, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || seen[id] || sandbox.ValidateSessionID(id) != nil {
+		f := strings.Fields(line)
+		if len(f) != 3 || sandbox.ValidateSessionID(f[0]) != nil {
+			continue
+		}
+		id := f[0]
+		if seen[id] {
+			if f[2] == "done" {
+				// Finished, and nobody watched it to its end: its shell
+				// goes, its files stay.
+				p.deleteSession(ctx, tb, id)
+			}
 			continue
 		}
 		s := sandbox.Session{ID: id}
-		if b, err := base64.StdEncoding.DecodeString(b64); err == nil {
+		if b, err := base64.StdEncoding.DecodeString(f[1]); err == nil {
 			s.Command = string(b)
-		}
-		for i, o := range out {
-			if o.ID == id {
-				out[i].Command = s.Command
-			}
 		}
 		seen[id] = true
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// deleteSession deletes a toolbox session, best effort: each holds a shell
+// in the sandbox (daemon pkg/session/create.go), and ending it ends its
+// process group (pkg/session/delete.go).
+func (p *Provider) deleteSession(ctx context.Context, tb, sid string) {
+	_, _ = p.c.call(ctx, http.MethodDelete, tb+"/process/session/"+url.PathEscape(sid), nil)
 }
 
 // Attach replays the session's last command from byte zero through a fresh

@@ -51,9 +51,8 @@
 //     Attach go on finding it through the shim's files. Deleting the
 //     session ends its process group (daemon pkg/session/delete.go): a
 //     process the command left running in the background ends with it.
-//     Only a LogStream that sees the end deletes, so the session of a
-//     command nobody watched to its end keeps its shell until the sandbox
-//     stops. Replay lasts as long as the shim's files do (ShimDir, under
+//     A LogStream that sees the end deletes it; so does ListSessions for a
+//     finished command nobody watched to its end. Replay lasts as long as the shim's files do (ShimDir, under
 //     the sandbox's TMPDIR by default).
 //   - A session left by an older shim, without those files, is attached
 //     through the daemon's log, read with X-Daytona-Split-Output: true —

@@ -274,7 +274,7 @@ func (ls *logStream) pollFiles() (fresh, done bool, err error) {
 func (ls *logStream) endSession() {
 	ctx, cancel := context.WithTimeout(context.Background(), ls.p.cfg.Timeout)
 	defer cancel()
-	_, _ = ls.p.c.call(ctx, http.MethodDelete, ls.tb+"/process/session/"+url.PathEscape(ls.sid), nil)
+	ls.p.deleteSession(ctx, ls.tb, ls.sid)
 }
 
 // stop ends the poller (a local detach) and waits for it, at most 1 s.

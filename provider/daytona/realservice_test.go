@@ -439,3 +439,30 @@ func TestNamesTheServerRefusesAreCheckedFirst(t *testing.T) {
 	mustCreate(t, p, "paginated-not")
 	mustCreate(t, p, "www-ok")
 }
+
+// A finished spawn nobody watched to its end (detached at once) loses its
+// daemon session at the next ListSessions, and stays listed.
+func TestUnwatchedFinishedSessionsAreDeletedByList(t *testing.T) {
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "unwatched")
+	ctx := ctxT(t)
+	c, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "sleep", Args: []string{"0.3"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ss, err := p.ListSessions(ctx, h)
+		if err != nil || len(ss) != 1 || ss[0].ID != c.SessionID {
+			t.Fatalf("ListSessions = %+v, %v", ss, err)
+		}
+		if srv.Sessions("unwatched") == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished session's shell is still there")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -375,14 +375,18 @@ exit 0
 `
 }
 
-// listScript prints "<tag> <base64 command line>" for every session whose
-// shim recorded its command in the shim directory.
+// listScript prints "<tag> <base64 command line> <done|running>" for every
+// session whose shim recorded its command in the shim directory; done
+// means its sentinel exists.
 func listScript(dirExpr string) string {
 	return "D=" + dirExpr + `
 for f in "$D"/` + sessionPrefix + `*.cmd; do
   [ -f "$f" ] || continue
   n=${f##*/}
-  printf '%s %s\n' "${n%.cmd}" "$(cat "$f")"
+  n=${n%.cmd}
+  d=running
+  [ -f "$D/$n.code" ] && d=done
+  printf '%s %s %s\n' "$n" "$(cat "$f")" "$d"
 done
 exit 0
 `
