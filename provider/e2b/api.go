@@ -31,11 +31,13 @@ const maxBody = 1 << 20
 
 // listed is one element of GET /v2/sandboxes.
 type listed struct {
-	SandboxID string            `json:"sandboxID"`
-	AltID     string            `json:"sandboxId"`
-	State     string            `json:"state"`
-	StartedAt string            `json:"startedAt"`
-	Metadata  map[string]string `json:"metadata"`
+	SandboxID string `json:"sandboxID"`
+	AltID     string `json:"sandboxId"`
+	State     string `json:"state"`
+	StartedAt string `json:"startedAt"`
+	// EnvdVersion is the version of the sandbox's envd.
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
 	// Domain is the sandbox's base domain, given by create, connect and
 	// GET /sandboxes/{id} (null for the default cluster), never by the
 	// listing.
@@ -198,6 +200,7 @@ func (p *Provider) resolveRunning(ctx context.Context, name string) (string, err
 	if err != nil {
 		return "", err
 	}
+	p.rememberVersion(l.id(), l.EnvdVersion)
 	if l.State == "paused" {
 		if err := p.connect(ctx, name, l.id()); err != nil {
 			return "", err
@@ -242,6 +245,7 @@ func (p *Provider) connect(ctx context.Context, name, id string) error {
 	var l listed
 	if json.Unmarshal(b, &l) == nil {
 		p.rememberDomain(id, l.Domain)
+		p.rememberVersion(id, l.EnvdVersion) // a resume may bring a new envd
 	}
 	return nil
 }
@@ -262,6 +266,7 @@ func (p *Provider) kill(ctx context.Context, id string) error {
 	}
 	if err == nil {
 		p.domains.Delete(id)
+		p.versions.Delete(id)
 	}
 	return err
 }
@@ -297,6 +302,7 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 			HTTP: &sandbox.HTTPDetail{Status: 201, Body: clip(string(b), 200)}}
 	}
 	p.rememberDomain(s.id(), s.Domain)
+	p.rememberVersion(s.id(), s.EnvdVersion)
 	return s.id(), nil
 }
 

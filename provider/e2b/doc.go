@@ -53,6 +53,13 @@
 //     endAt; a command whose stream dies at a capped end ends with
 //     Unavailable{max_instance_length}, not closed_before_exit. A resume
 //     starts a new instance.
+//   - envd before 0.3.0 ignores Start's stdin field and before 0.5.2 has
+//     no CloseStdin (E2B's SDK, envd/versions.ts). The envdVersion of the
+//     listing, create and connect answers is kept per sandbox: on an older
+//     envd a command without stdin is run as sh -c 'exec "$@" </dev/null'
+//     (argv, environment and status its own), and CloseStdin is
+//     ErrNotSupported rather than a nil that never delivers the EOF. An
+//     unknown version takes the workaround.
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //
@@ -63,8 +70,8 @@
 // listing (running and paused, every page). Create adopts a running or
 // paused sandbox that carries the name; when a race made two, every racer
 // converges on the canonical one (oldest by fountain_created, not by
-// startedAt, which a resume resets; then smallest id) and kills the
-// extra it made, and Destroy removes every sandbox carrying the name.
+// startedAt, which a resume resets; then smallest id): the extras of the
+// race are killed, and Destroy removes every sandbox carrying the name.
 // Sandboxes start with a TTL (Config.SandboxTimeout) and autoPause, so a
 // missed heartbeat pauses instead of killing; every live command renews the
 // TTL at once and then every Config.Heartbeat, and every operation that

@@ -21,8 +21,9 @@ const Name = "e2b"
 
 // Provider is a sandbox.Provider for E2B. It is safe for concurrent use.
 type Provider struct {
-	cfg     Config
-	domains sync.Map // sandbox id → its envd domain ("" for Config.Domain)
+	cfg      Config
+	domains  sync.Map // sandbox id → its envd domain ("" for Config.Domain)
+	versions sync.Map // sandbox id → its envd version
 }
 
 var (
@@ -321,10 +322,11 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		}
 		f := false
 		srv := &cmdServer{tag: newTag(execPrefix)}
-		cmd, err := p.start(ctx, id, startRequest{
-			Process: processConfig{Cmd: c.Name, Args: c.Args, Envs: envMap(opts.Env), Cwd: opts.Dir},
-			Tag:     srv.tag, Stdin: &f,
-		}, srv)
+		pc := processConfig{Cmd: c.Name, Args: c.Args, Envs: envMap(opts.Env), Cwd: opts.Dir}
+		if versionLess(p.envdVersion(id), EnvdStdinVersion) {
+			pc = noStdin(pc) // this envd ignores stdin:false
+		}
+		cmd, err := p.start(ctx, id, startRequest{Process: pc, Tag: srv.tag, Stdin: &f}, srv)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return sandbox.ExecResult{}, sandbox.ExecTimeout(budget)
@@ -357,6 +359,9 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	pc := processConfig{Cmd: c.Name, Args: c.Args, Envs: envMap(opts.Env), Cwd: opts.Dir}
 	if opts.Detachable {
 		pc.Cmd, pc.Args = "bash", []string{"-lc", ShimScript(srv.tag, c.Argv())}
+	}
+	if !opts.Stdin && versionLess(p.envdVersion(id), EnvdStdinVersion) {
+		pc = noStdin(pc) // this envd ignores stdin:false
 	}
 	stdin := opts.Stdin
 	return p.start(ctx, id, startRequest{Process: pc, Tag: srv.tag, Stdin: &stdin}, srv)
@@ -409,6 +414,9 @@ func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 	srv := private(c)
 	if srv == nil || srv.stopped.Load() {
 		return sandbox.ErrCommandExited
+	}
+	if v := p.envdVersion(srv.sandboxID); versionLess(v, EnvdCloseStdinVersion) {
+		return errNoCloseStdin(v)
 	}
 	err := p.stdinCall(ctx, srv, "CloseStdin", func(sel selector) map[string]any {
 		return map[string]any{"process": sel}

@@ -362,3 +362,33 @@ func TestCanonicalSurvivesResume(t *testing.T) {
 		t.Fatalf("created without a creation stamp: %v", sb.Metadata)
 	}
 }
+
+// envd before 0.3.0 ignores Start's stdin field (every process gets an
+// open stdin), and before 0.5.2 has no CloseStdin. An exec must still see
+// EOF at once, and a CloseStdin that cannot be delivered must say so.
+func TestOldEnvd(t *testing.T) {
+	old := newEnv(t, e2btest.Options{EnvdVersion: "0.2.4"}, nil)
+	h := old.create("old-1")
+	res, err := old.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "cat; echo done $0 \"$1\"", "x", "a b"}}, sandbox.ExecOptions{Timeout: 3 * time.Second})
+	if err != nil || string(res.Output) != "done x a b\n" || res.ExitCode != 0 {
+		t.Fatalf("Exec of a stdin reader on envd 0.2.4 = %q, %d, %v; want EOF at once", res.Output, res.ExitCode, err)
+	}
+	res, err = old.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "exit 7"}}, sandbox.ExecOptions{Timeout: 3 * time.Second})
+	if err != nil || res.ExitCode != 7 {
+		t.Fatalf("exit status through the workaround = %d, %v", res.ExitCode, err)
+	}
+
+	mid := newEnv(t, e2btest.Options{EnvdVersion: "0.5.0"}, nil)
+	h2 := mid.create("old-2")
+	c, err := mid.p.Spawn(ctx(t), h2, sandbox.Cmd{Name: "cat"}, sandbox.SpawnOptions{Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if err := c.WriteStdin(ctx(t), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(ctx(t)); !errors.Is(err, sandbox.ErrNotSupported) {
+		t.Fatalf("CloseStdin on envd 0.5.0 = %v, want ErrNotSupported", err)
+	}
+}

@@ -262,7 +262,14 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/process.Process/Start":
 		s.envdStart(w, r, sb, f)
-	case "/process.Process/List", "/process.Process/SendInput", "/process.Process/CloseStdin", "/process.Process/SendSignal":
+	case "/process.Process/CloseStdin":
+		if olderThan(sb.envdVersion, 0, 5, 2) {
+			// Before 0.5.2 envd has no such method.
+			connectError(w, http.StatusNotFound, "unimplemented", "process.Process/CloseStdin is not implemented")
+			return
+		}
+		s.envdUnary(w, r, sb, "CloseStdin")
+	case "/process.Process/List", "/process.Process/SendInput", "/process.Process/SendSignal":
 		s.envdUnary(w, r, sb, strings.TrimPrefix(r.URL.Path, "/process.Process/"))
 	case "/files":
 		s.envdFiles(w, r, sb)
@@ -304,7 +311,9 @@ func (s *Server) envdStart(w http.ResponseWriter, r *http.Request, sb *sbx, f *F
 		}
 		return true
 	}
-	p, sub, err := s.spawn(sb, req.Process, req.Tag, req.Stdin == nil || *req.Stdin)
+	// envd before 0.3.0 has no stdin field: every process gets a stdin.
+	withStdin := req.Stdin == nil || *req.Stdin || olderThan(sb.envdVersion, 0, 3, 0)
+	p, sub, err := s.spawn(sb, req.Process, req.Tag, withStdin)
 	if err != nil {
 		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "internal", "message": "error starting process: " + err.Error()}})
 		write(2, b)
@@ -648,4 +657,22 @@ func (s *Server) envdListDir(w http.ResponseWriter, r *http.Request, sb *sbx) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+}
+
+// olderThan reports whether version v (x.y.z) is older than maj.min.patch.
+func olderThan(v string, maj, min, patch int) bool {
+	var a [3]int
+	for i, part := range strings.SplitN(v, ".", 3) {
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			return true
+		}
+		a[i] = n
+	}
+	for i, b := range [3]int{maj, min, patch} {
+		if a[i] != b {
+			return a[i] < b
+		}
+	}
+	return false
 }
