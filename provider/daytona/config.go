@@ -14,6 +14,9 @@ const (
 	EnvAPIKey   = "DAYTONA_API_KEY"
 	EnvAPIURL   = "DAYTONA_API_URL"
 	EnvSnapshot = "DAYTONA_SNAPSHOT"
+	// EnvDomainAllowListEnforced set to 1 or true sets
+	// Config.DomainAllowListEnforced.
+	EnvDomainAllowListEnforced = "DAYTONA_DOMAIN_ALLOWLIST_ENFORCED"
 )
 
 // DefaultAPIURL is the hosted control plane; self-hosted installations set
@@ -62,13 +65,16 @@ type Config struct {
 // ErrNoAPIKey is returned when no API key is configured.
 var ErrNoAPIKey = errors.New("daytona: " + EnvAPIKey + " is not set — cannot talk to Daytona")
 
-// ConfigFromEnv reads DAYTONA_API_KEY (required), DAYTONA_API_URL and
-// DAYTONA_SNAPSHOT. Blank values count as unset.
+// ConfigFromEnv reads DAYTONA_API_KEY (required), DAYTONA_API_URL,
+// DAYTONA_SNAPSHOT and DAYTONA_DOMAIN_ALLOWLIST_ENFORCED (1 or true). Blank
+// values count as unset.
 func ConfigFromEnv() (Config, error) {
+	enf := strings.ToLower(strings.TrimSpace(os.Getenv(EnvDomainAllowListEnforced)))
 	cfg := Config{
-		APIKey:   strings.TrimSpace(os.Getenv(EnvAPIKey)),
-		APIURL:   strings.TrimSpace(os.Getenv(EnvAPIURL)),
-		Snapshot: strings.TrimSpace(os.Getenv(EnvSnapshot)),
+		APIKey:                  strings.TrimSpace(os.Getenv(EnvAPIKey)),
+		APIURL:                  strings.TrimSpace(os.Getenv(EnvAPIURL)),
+		Snapshot:                strings.TrimSpace(os.Getenv(EnvSnapshot)),
+		DomainAllowListEnforced: enf == "1" || enf == "true",
 	}
 	if cfg.APIKey == "" {
 		return cfg, ErrNoAPIKey

@@ -510,9 +510,14 @@ func TestConfig(t *testing.T) {
 	t.Setenv(daytona.EnvAPIKey, " k ")
 	t.Setenv(daytona.EnvAPIURL, "https://daytona.internal/api")
 	t.Setenv(daytona.EnvSnapshot, "snap")
+	t.Setenv(daytona.EnvDomainAllowListEnforced, "")
 	cfg, err := daytona.ConfigFromEnv()
-	if err != nil || cfg.APIKey != "k" || cfg.APIURL != "https://daytona.internal/api" || cfg.Snapshot != "snap" {
+	if err != nil || cfg.APIKey != "k" || cfg.APIURL != "https://daytona.internal/api" || cfg.Snapshot != "snap" || cfg.DomainAllowListEnforced {
 		t.Fatalf("ConfigFromEnv = %+v, %v", cfg, err)
+	}
+	t.Setenv(daytona.EnvDomainAllowListEnforced, " TRUE ")
+	if cfg, _ := daytona.ConfigFromEnv(); !cfg.DomainAllowListEnforced {
+		t.Fatalf("%s=TRUE not read", daytona.EnvDomainAllowListEnforced)
 	}
 	if p, err := daytona.NewFromEnv(); err != nil || p.Name() != "daytona" {
 		t.Fatalf("NewFromEnv = %v, %v", p, err)

@@ -68,7 +68,8 @@
 //     only afterwards. The public-source runner (v0.190.0) ignores
 //     domainAllowList, so a non-empty list is refused with Invalid unless
 //     the installation is the hosted service — whose private runners are
-//     documented to enforce it — or Config.DomainAllowListEnforced is set.
+//     documented to enforce it — or Config.DomainAllowListEnforced (or
+//     DAYTONA_DOMAIN_ALLOWLIST_ENFORCED=1) is set.
 //   - PublicURL is ErrUnsupported; checkpoints are ErrNotSupported.
 //
 // Errors follow the contract's HTTP table: 404 ErrNotFound, 401/403
