@@ -60,8 +60,9 @@
 //     would arrive as stdout (daemon pkg/session/common.go,
 //     IsCombinedOutput).
 //   - Stdin is a FIFO fed by `tail -f` of a file that WriteStdin appends
-//     to; CloseStdin is a real EOF. The exit code comes from the command
-//     record when the daemon keeps one, else from the shim's sentinel file.
+//     to; CloseStdin is a real EOF. The exit code comes from the shim's
+//     sentinel file; the daemon's command record decides only for a shim
+//     that never ran (and, for an older shim's session, when it has one).
 //   - ApplyNetworkPolicy: Allow: [] sets networkBlockAll (deny all). An
 //     allow-list is sent as domainAllowList alone (block-all takes
 //     precedence on the runner), its echo checked, and block-all lifted
