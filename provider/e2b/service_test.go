@@ -392,3 +392,27 @@ func TestOldEnvd(t *testing.T) {
 		t.Fatalf("CloseStdin on envd 0.5.0 = %v, want ErrNotSupported", err)
 	}
 }
+
+// Pause and connect snapshot or restore a whole VM and may take longer than
+// an ordinary request: they get Config.LongRequestTimeout.
+func TestSlowPauseAndConnect(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, func(c *e2b.Config) {
+		c.RequestTimeout = 300 * time.Millisecond
+		c.LongRequestTimeout = 5 * time.Second
+	})
+	h := e.create("slow-1")
+	id := h.Private.(string)
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/pause", Delay: time.Second})
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatalf("a pause that takes 1 s = %v", err)
+	}
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Delay: time.Second})
+	if _, err := e.p.Resume(ctx(t), h); err != nil {
+		t.Fatalf("a resume that takes 1 s = %v", err)
+	}
+	// An ordinary request keeps the ordinary bound.
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Delay: time.Second})
+	if _, err := e.p.ListAllNames(ctx(t)); sandbox.Kind(err) != "unavailable" {
+		t.Fatalf("a listing that takes 1 s with a 300 ms bound = %v", err)
+	}
+}

@@ -125,6 +125,10 @@ type Fault struct {
 	Match string
 	// Header is set on a Status answer (e.g. a 429's Retry-After).
 	Header map[string]string
+	// Delay holds the request this long (or until the client gives up)
+	// before it is answered, by Status or by the server, as a slow pause or
+	// resume of a large sandbox is.
+	Delay time.Duration
 }
 
 // Request is one request the server saw.
@@ -270,6 +274,15 @@ func (s *Server) takeFault(plane Plane, r *http.Request, body []byte) *Fault {
 
 // applyFault answers r per f; it reports whether the request is handled.
 func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault) bool {
+	if f != nil && f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+			return true
+		case <-s.closing:
+			return true
+		}
+	}
 	switch {
 	case f == nil:
 		return false
