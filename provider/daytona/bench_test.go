@@ -8,7 +8,8 @@ import (
 
 var sink []byte
 
-// BenchmarkPoll measures one LogStream poll's local work — demultiplexing
+// BenchmarkPoll measures one journal-mode LogStream poll's local work (the
+// path of an older shim's session; spawns read the shim's files) — demultiplexing
 // the whole journal and skipping what was delivered — on a 1 MiB journal of
 // 4 KiB chunks, as a ratio to merely copying those bytes (the baseline,
 // measured in the same run). The network transfer of the whole journal on

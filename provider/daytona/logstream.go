@@ -130,6 +130,7 @@ type logStream struct {
 	maxFailures  int
 	goneConfirm  int
 	recordCode   *int // the record's exit code, seen while the shim had no pid
+	more         bool // the last read of the files stopped at readChunk
 }
 
 // splitOutput asks the daemon to keep the 01 01 01 / 02 02 02 markers in a
@@ -188,6 +189,12 @@ func (ls *logStream) runFiles() {
 		default:
 			failures = 0
 		}
+		if err == nil && ls.more {
+			if ls.ctx.Err() != nil {
+				return
+			}
+			continue
+		}
 		if fresh {
 			interval = ls.p.cfg.PollMin
 		} else if interval *= 2; interval > ls.p.cfg.PollMax {
@@ -229,7 +236,7 @@ func (ls *logStream) pollFiles() (fresh, done bool, err error) {
 		ls.s.Stderr(errs)
 	}
 	fresh = len(out) > 0 || len(errs) > 0
-	if len(out) == readChunk || len(errs) == readChunk {
+	if ls.more = len(out) == readChunk || len(errs) == readChunk; ls.more {
 		return true, false, nil // more to read before any verdict
 	}
 	if n, err := strconv.Atoi(sentinel); err == nil {

@@ -6,6 +6,7 @@ package daytona_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -464,5 +465,30 @@ func TestUnwatchedFinishedSessionsAreDeletedByList(t *testing.T) {
 			t.Fatalf("the finished session's shell is still there")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Output larger than one read (readChunk, 512 KiB a stream) arrives whole,
+// each byte once, before the verdict.
+func TestLargeSpawnOutputIsWhole(t *testing.T) {
+	_, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "large")
+	// 1.5 MiB of a counting pattern on stdout, 600 KiB on stderr.
+	script := `i=0; while [ $i -lt 24576 ]; do printf '%063d\n' $i; i=$((i+1)); done; head -c 614400 /dev/zero >&2; exit 5`
+	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", script}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, term := collect(t, c)
+	if term.Kind != sandbox.Exit || term.Code != 5 {
+		t.Fatalf("terminal %v %d", term.Kind, term.Code)
+	}
+	if len(out) != 24576*64 || len(errs) != 614400 {
+		t.Fatalf("got %d stdout and %d stderr bytes", len(out), len(errs))
+	}
+	for i := 0; i < 24576; i++ {
+		if want := fmt.Sprintf("%063d\n", i); string(out[i*64:(i+1)*64]) != want {
+			t.Fatalf("line %d is %q", i, out[i*64:(i+1)*64])
+		}
 	}
 }
