@@ -96,6 +96,27 @@ func (p *Provider) doTimeout(ctx context.Context, timeout time.Duration, method,
 	return resp.Header, b, nil
 }
 
+// metadataFilter renders a metadata filter the way E2B's API decodes it:
+// after the query parameter's own decoding, the server unescapes the whole
+// value, splits it on '&' and '=', and unescapes each key and value again
+// (parseFilters in e2b-dev/infra packages/api/internal/utils). So each key
+// and value is escaped, the joined string escaped once more, and
+// url.Values escapes the parameter a third time.
+func metadataFilter(meta url.Values) string {
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var pairs []string
+	for _, k := range keys {
+		for _, v := range meta[k] {
+			pairs = append(pairs, url.QueryEscape(k)+"="+url.QueryEscape(v))
+		}
+	}
+	return url.QueryEscape(strings.Join(pairs, "&"))
+}
+
 // list pages through GET /v2/sandboxes with the given metadata filter over
 // running and paused sandboxes. It stops after MaxPages pages with
 // ErrTruncated when more remain.
@@ -108,7 +129,7 @@ func (p *Provider) list(ctx context.Context, meta url.Values) ([]listed, error) 
 		}
 		q := url.Values{}
 		q.Set("state", "running,paused")
-		q.Set("metadata", meta.Encode())
+		q.Set("metadata", metadataFilter(meta))
 		q.Set("limit", "100")
 		if token != "" {
 			q.Set("nextToken", token)

@@ -60,6 +60,10 @@
 //     (argv, environment and status its own), and CloseStdin is
 //     ErrNotSupported rather than a nil that never delivers the EOF. An
 //     unknown version takes the workaround.
+//   - The listing's metadata filter is encoded as the API decodes it
+//     (the parameter, then the whole value, then each key and value). With
+//     names limited to letters, digits, '.', '_' and '-' no decoding changes
+//     them, so this matters only for the exact form on the wire.
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //

@@ -148,7 +148,7 @@ func TestCreateStampsAndLists(t *testing.T) {
 		}
 	}
 	q, _ := url.ParseQuery(query)
-	if q.Get("state") != "running,paused" || q.Get("metadata") != "fountain_name=stamp-1" {
+	if q.Get("state") != "running,paused" || q.Get("metadata") != "fountain_name%3Dstamp-1" {
 		t.Errorf("lookup query %q", query)
 	}
 }

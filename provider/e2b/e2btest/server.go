@@ -33,6 +33,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -631,10 +632,10 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var want map[string][]string
-	if m := q.Get("metadata"); m != "" {
-		parsed, err := url.ParseQuery(m)
+	if q.Has("metadata") {
+		parsed, err := parseFilters(q.Get("metadata"))
 		if err != nil {
-			apiError(w, http.StatusBadRequest, "bad metadata query")
+			apiError(w, http.StatusBadRequest, "error parsing metadata: "+err.Error())
 			return
 		}
 		want = parsed
@@ -843,4 +844,29 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 	default:
 		apiError(w, http.StatusNotFound, "no such route")
 	}
+}
+
+// parseFilters decodes a metadata filter as E2B's API does (parseFilters in
+// e2b-dev/infra packages/api/internal/utils): the parameter's value (already
+// decoded once as a query parameter) is unescaped whole, split on '&' and
+// '=', and each key and value is unescaped again.
+func parseFilters(query string) (map[string][]string, error) {
+	query, err := url.QueryUnescape(query)
+	if err != nil {
+		return nil, errors.New("error when unescaping query")
+	}
+	out := map[string][]string{}
+	for _, pair := range strings.Split(query, "&") {
+		parts := strings.Split(pair, "=")
+		if len(parts) != 2 {
+			return nil, errors.New("invalid key value pair in query")
+		}
+		k, err1 := url.QueryUnescape(parts[0])
+		v, err2 := url.QueryUnescape(parts[1])
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("error when unescaping key or value")
+		}
+		out[k] = []string{v}
+	}
+	return out, nil
 }

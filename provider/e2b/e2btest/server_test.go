@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -103,4 +104,31 @@ func TestPauseStopsAndConnectContinues(t *testing.T) {
 		t.Fatal("kill")
 	}
 	waitState("gone")
+}
+
+// The listing decodes a metadata filter as E2B does: the parameter, then
+// the whole value, then each key and value.
+func TestMetadataFilterDecoding(t *testing.T) {
+	srv := e2btest.NewServer(e2btest.Options{})
+	defer srv.Close()
+	want := srv.CreateSandbox(map[string]string{"k&=": "a+b %2F c"}, 300, true)
+	srv.CreateSandbox(map[string]string{"k&=": "other"}, 300, true)
+	get := func(filter string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.APIURL()+"/v2/sandboxes?metadata="+url.QueryEscape(filter), nil)
+		req.Header.Set("X-API-Key", srv.APIKey())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	pair := url.QueryEscape("k&=") + "=" + url.QueryEscape("a+b %2F c")
+	if code, body := get(url.QueryEscape(pair)); code != 200 || !strings.Contains(body, want) || strings.Count(body, "sandboxID") != 1 {
+		t.Fatalf("triple-encoded filter: %d %s", code, body)
+	}
+	if code, _ := get("k=v=w"); code != 400 {
+		t.Fatalf("a pair with two '=' = %d, want 400", code)
+	}
 }
