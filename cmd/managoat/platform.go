@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/policy"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/platform/store/sqlite"
@@ -68,6 +70,8 @@ type platformOptions struct {
 	token     string // the static token of the original relay ("" for none)
 	runners   string // the enrolled runners' file
 	open      bool   // --open-runners
+	idle      time.Duration
+	reapEvery time.Duration
 	logger    *slog.Logger
 }
 
@@ -120,6 +124,20 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		st.Close()
 		return nil, nil, err
 	}
+	if o.reapEvery <= 0 {
+		o.reapEvery = time.Minute
+	}
+	idle := o.idle
+	if idle == 0 {
+		idle = -1 // never
+	}
+	lm := lifecycle.New(lifecycle.Config{Store: st, API: srv, Idle: idle, Interval: o.reapEvery, Logger: o.logger})
+	lctx, stopLifecycle := context.WithCancel(context.WithoutCancel(ctx))
+	lifecycleDone := make(chan struct{})
+	go func() {
+		defer close(lifecycleDone)
+		_ = lm.Run(lctx)
+	}()
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", srv)
 	mux.Handle("/api/runners", relay)
@@ -129,10 +147,15 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		def = "none: every create fails until a provider is enabled"
 	}
 	fmt.Fprintf(os.Stderr, "managoat serve: records in %s; providers enabled: %s; default: %s\n", o.db, strings.Join(pol.EnabledNames(), ", "), def)
+	var once sync.Once
 	return mux, func() {
-		srv.Close()
-		relay.Close()
-		st.Close()
+		once.Do(func() {
+			stopLifecycle()
+			<-lifecycleDone
+			srv.Close()
+			relay.Close()
+			st.Close()
+		})
 	}, nil
 }
 

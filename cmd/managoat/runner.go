@@ -130,6 +130,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
 	db := fs.String("db", "", "the platform's records, SQLite (default "+defaultPlatformDB()+"); `serve admin` manages its accounts and keys")
+	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
+	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -171,7 +173,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			*runners = defaultRunnersFile()
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
-			open: *open, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			open: *open, idle: *idle, reapEvery: *reapEvery, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {
 			return err
 		}

@@ -107,7 +107,7 @@ func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandb
 	if err != nil {
 		return rec, nil, err
 	}
-	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return rec, nil, err
 	}
@@ -129,7 +129,7 @@ func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, er
 	if err != nil || rec.State != store.StateParked {
 		return rec, err
 	}
-	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return rec, err
 	}
@@ -220,7 +220,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		if err != nil {
 			return rec, false, err
 		}
-		p, err := s.providerFor(accountID, prov)
+		p, err := s.ProviderFor(accountID, prov)
 		if err != nil {
 			return rec, false, err
 		}
@@ -299,7 +299,7 @@ func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.H
 }
 
 func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limits) (store.Sandbox, bool, error) {
-	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return rec, false, err
 	}
@@ -344,7 +344,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	v := view(rec)
-	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -409,7 +409,7 @@ func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, time
 	if rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy {
 		return s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name)
 	}
-	p, err := s.providerFor(rec.AccountID, rec.Provider)
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return err
 	}
@@ -707,7 +707,7 @@ func (s *Server) providers(w http.ResponseWriter, r *http.Request, k store.Key) 
 
 func (s *Server) providerInfo(k store.Key, name string) ProviderInfo {
 	pi := ProviderInfo{Name: name, Enabled: s.cfg.Policy.Enabled(name), Default: s.cfg.Policy.Default() == name, Why: s.cfg.Policy.WhyDisabled(name)}
-	if p, err := s.providerFor(k.AccountID, name); err == nil {
+	if p, err := s.ProviderFor(k.AccountID, name); err == nil {
 		for _, c := range p.Capabilities() {
 			pi.Capabilities = append(pi.Capabilities, string(c))
 		}
@@ -724,4 +724,45 @@ func (s *Server) runners(w http.ResponseWriter, r *http.Request, k store.Key) {
 		out = append(out, rs...)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+// Policy returns the server's provider policy.
+func (s *Server) Policy() *policy.Policy { return s.cfg.Policy }
+
+// Park parks an idle sandbox on its provider: Suspend where the sandbox
+// can suspend, otherwise Destroy (never a pretended park); the record
+// then says parked, and by which. It re-reads the record under the
+// record's lock and refuses (ErrConflict) when it was used after since or
+// has an open stream.
+func (s *Server) Park(ctx context.Context, rec store.Sandbox, idleSince time.Time) (store.Sandbox, error) {
+	defer s.lock(rec.AccountID, rec.Name)()
+	cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+	if err != nil {
+		return rec, err
+	}
+	if cur.State == store.StateParked || cur.LastActivity.After(idleSince) || s.Active(cur.AccountID, cur.Name) {
+		return cur, store.ErrConflict
+	}
+	p, err := s.ProviderFor(cur.AccountID, cur.Provider)
+	if err != nil {
+		return cur, err
+	}
+	reg := sandbox.NewRegistry(p)
+	h := handleOf(cur)
+	caps, err := reg.CapabilitiesOf(ctx, h)
+	if err != nil {
+		return cur, err
+	}
+	by := store.ParkSuspend
+	if caps.Has(sandbox.CapSuspend) {
+		err = reg.Suspend(ctx, h)
+	} else {
+		by = store.ParkDestroy
+		err = reg.Destroy(ctx, h)
+	}
+	if err != nil {
+		return cur, err
+	}
+	cur.State, cur.ParkedAt, cur.ParkedBy = store.StateParked, s.cfg.Now().UTC(), by
+	return s.cfg.Store.UpdateSandbox(ctx, cur)
 }

@@ -307,10 +307,10 @@ func tooLarge(err error) error {
 	return &apiError{http.StatusRequestEntityTooLarge, &Error{Kind: KindTooLarge, Reason: "body", Message: "the request body is over the limit: " + err.Error()}}
 }
 
-// providerFor returns the provider of name for account: the runner
+// ProviderFor returns the provider of name for account: the runner
 // provider is per account, so it places on and reaches only the account's
 // runners.
-func (s *Server) providerFor(accountID, name string) (sandbox.Provider, error) {
+func (s *Server) ProviderFor(accountID, name string) (sandbox.Provider, error) {
 	if name == policy.Runner && s.cfg.Runners != nil && s.cfg.Policy.Enabled(policy.Runner) {
 		return runnerprov.NewProvider(AccountRunners(s.cfg.Runners, accountID), runnerprov.ProviderOptions{}), nil
 	}

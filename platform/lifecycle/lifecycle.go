@@ -1,0 +1,443 @@
+// Package lifecycle keeps the platform's records and its providers in
+// step: it parks idle sandboxes, reaps what is gone, destroys orphans of
+// crashed creates, and reconciles the intents of bounded operations whose
+// outcome was uncertain.
+//
+//	m := lifecycle.New(lifecycle.Config{Store: st, API: srv})
+//	go m.Run(ctx) // a pass every Interval (1 min)
+//
+// Idle parking: a sandbox with no call on it, no open stream (attached
+// client or streaming spawn) and no session active within Idle (15 min) is
+// parked: suspended where its provider advertises suspend, else destroyed
+// (never a pretended park; the record says which). The next use wakes it
+// on the same provider (api.Server.Wake).
+//
+// Reconciliation, per enabled provider, each pass: ListAllNames; a
+// listing that fails or is truncated (ErrTruncated) reconciles nothing for
+// that provider. A record whose name is missing from the listing is asked
+// for with Get, and only ErrNotFound deletes it: any other error changes
+// nothing, so a provider answering 503 for minutes loses no parked
+// sandbox. A listed record gets the provider's status (running/suspended).
+// A platform-made name (api.NamePrefix) with no record, still unrecorded
+// Grace (10 min) after this process first saw it, is the orphan of a
+// crashed create and is destroyed. A runner's sandboxes are reconciled per
+// account, over that account's online runners.
+//
+// Intents: an uncertain (or long-pending) create_new, destroy_once or
+// terminate_session is settled by looking, never by writing again: Get
+// says whether the sandbox exists, ListSessions whether the session does.
+// A create_checkpoint_once cannot be looked at through the contract, so it
+// is resolved as unverifiable rather than repeated.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/managoat/managoat/platform/api"
+	"github.com/managoat/managoat/platform/policy"
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// Config configures a Manager.
+type Config struct {
+	Store store.Store
+	API   *api.Server
+	// Idle is how long a sandbox may go unused before it is parked
+	// (default 15 min; negative: never).
+	Idle time.Duration
+	// Interval is the time between passes (default 1 min).
+	Interval time.Duration
+	// Grace is how long an unrecorded platform-made sandbox may live
+	// before it counts as an orphan, and a pending intent before it counts
+	// as uncertain (default 10 min).
+	Grace time.Duration
+	// Parallel bounds concurrent provider calls of a pass (default 8).
+	Parallel int
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Manager runs the passes.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	firstSeen map[string]time.Time // provider\x00name of unrecorded platform-made sandboxes
+}
+
+// New returns a Manager.
+func New(cfg Config) *Manager {
+	if cfg.Idle == 0 {
+		cfg.Idle = 15 * time.Minute
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Minute
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 10 * time.Minute
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 8
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, log: cfg.Logger, firstSeen: map[string]time.Time{}}
+}
+
+// Run makes a pass every Interval until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		m.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Report counts what a pass did.
+type Report struct {
+	Parked, Gone, Updated, Orphans, Intents int
+	Skipped                                 []string // providers whose listing failed or was truncated
+}
+
+// Pass parks idle sandboxes, reconciles every enabled provider and
+// settles open intents.
+func (m *Manager) Pass(ctx context.Context) Report {
+	var r Report
+	recs, err := m.cfg.Store.ListSandboxes(ctx, "")
+	if err != nil {
+		m.log.Warn("lifecycle: listing records", "err", err)
+		return r
+	}
+	r.Parked = m.parkIdle(ctx, recs)
+	if r.Parked > 0 {
+		if recs, err = m.cfg.Store.ListSandboxes(ctx, ""); err != nil {
+			return r
+		}
+	}
+	m.reconcile(ctx, recs, &r)
+	r.Intents = m.settle(ctx)
+	return r
+}
+
+// each runs f over items with at most Parallel at once.
+func each[T any](n int, items []T, f func(T)) {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(it)
+		})
+	}
+	wg.Wait()
+}
+
+func (m *Manager) parkIdle(ctx context.Context, recs []store.Sandbox) int {
+	if m.cfg.Idle < 0 {
+		return 0
+	}
+	cutoff := m.cfg.Now().Add(-m.cfg.Idle)
+	var idle []store.Sandbox
+	for _, rec := range recs {
+		if (rec.State == store.StateRunning || rec.State == store.StateUnknown) && rec.LastActivity.Before(cutoff) &&
+			!m.cfg.API.Active(rec.AccountID, rec.Name) {
+			idle = append(idle, rec)
+		}
+	}
+	var mu sync.Mutex
+	n := 0
+	each(m.cfg.Parallel, idle, func(rec store.Sandbox) {
+		if m.sessionActive(ctx, rec, cutoff) {
+			return
+		}
+		if _, err := m.cfg.API.Park(ctx, rec, cutoff); err != nil {
+			if !errors.Is(err, store.ErrConflict) {
+				m.log.Warn("lifecycle: park", "account", rec.AccountID, "sandbox", rec.Name, "err", err)
+			}
+			return
+		}
+		mu.Lock()
+		n++
+		mu.Unlock()
+	})
+	return n
+}
+
+// sessionActive reports whether a session of the sandbox was active
+// after cutoff (an unanswered question counts as active: never park on a
+// doubt).
+func (m *Manager) sessionActive(ctx context.Context, rec store.Sandbox, cutoff time.Time) bool {
+	p, err := m.cfg.API.ProviderFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return true
+	}
+	ss, err := p.ListSessions(ctx, handle(rec))
+	if errors.Is(err, sandbox.ErrNotSupported) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	for _, s := range ss {
+		if s.LastActivityAt.IsZero() || s.LastActivityAt.After(cutoff) {
+			return true
+		}
+	}
+	return false
+}
+
+func handle(rec store.Sandbox) *sandbox.Handle {
+	h := sandbox.BuildHandle(rec.Provider, rec.ProviderName)
+	h.InstanceID = rec.InstanceID
+	return h
+}
+
+// scope is one listing: a provider, or the runner provider of one account.
+type scope struct {
+	provider, account string
+}
+
+func (m *Manager) reconcile(ctx context.Context, recs []store.Sandbox, r *Report) {
+	pol := m.cfg.API.Policy()
+	byScope := map[scope][]store.Sandbox{}
+	for _, rec := range recs {
+		sc := scope{provider: rec.Provider}
+		if rec.Provider == policy.Runner {
+			sc.account = rec.AccountID
+		}
+		byScope[sc] = append(byScope[sc], rec)
+	}
+	for _, name := range pol.EnabledNames() {
+		if name != policy.Runner {
+			if _, ok := byScope[scope{provider: name}]; !ok {
+				byScope[scope{provider: name}] = nil // orphans only
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for sc, list := range byScope {
+		if !pol.Enabled(sc.provider) {
+			continue
+		}
+		p, err := m.cfg.API.ProviderFor(sc.account, sc.provider)
+		if err != nil {
+			continue
+		}
+		names, err := p.ListAllNames(ctx)
+		if err != nil {
+			// Truncated or failed: reconcile nothing of this scope.
+			r.Skipped = append(r.Skipped, sc.provider)
+			m.log.Warn("lifecycle: listing", "provider", sc.provider, "err", err)
+			continue
+		}
+		slices.Sort(names)
+		recorded := map[string]bool{}
+		for _, rec := range list {
+			recorded[rec.ProviderName] = true
+		}
+		var mu sync.Mutex
+		each(m.cfg.Parallel, list, func(rec store.Sandbox) {
+			gone, updated := m.check(ctx, p, rec, names)
+			mu.Lock()
+			if gone {
+				r.Gone++
+			}
+			if updated {
+				r.Updated++
+			}
+			mu.Unlock()
+		})
+		if sc.provider == policy.Runner {
+			continue // runner names carry their runner, not the platform's prefix
+		}
+		var orphans []string
+		for _, n := range names {
+			if len(n) > len(api.NamePrefix) && n[:len(api.NamePrefix)] == api.NamePrefix && !recorded[n] {
+				orphans = append(orphans, n)
+			}
+		}
+		r.Orphans += m.reapOrphans(ctx, p, sc.provider, orphans, seen)
+	}
+	m.mu.Lock()
+	for k := range m.firstSeen {
+		if !seen[k] {
+			delete(m.firstSeen, k) // recorded since, or gone
+		}
+	}
+	m.mu.Unlock()
+}
+
+// check brings one record in step with its provider. It reports whether
+// the record was deleted (the provider said not found) or updated.
+func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandbox, listed []string) (gone, updated bool) {
+	if rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy {
+		return false, false // destroyed on purpose; the record is the truth
+	}
+	if rec.State == store.StateCreating && m.cfg.Now().Sub(rec.CreatedAt) < m.cfg.Grace {
+		return false, false // a create may be under way
+	}
+	_, present := slices.BinarySearch(listed, rec.ProviderName)
+	info, err := p.Get(ctx, handle(rec))
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		if present {
+			return false, false // listed yet not found: ask again next pass
+		}
+		if cur, err := m.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name); err != nil || cur.Version != rec.Version {
+			return false, false // changed since it was read (a park, a wake): next pass
+		}
+		if err := m.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name); err != nil {
+			return false, false
+		}
+		m.log.Info("lifecycle: gone from its provider", "account", rec.AccountID, "sandbox", rec.Name, "provider", rec.Provider)
+		return true, false
+	case err != nil:
+		return false, false // transient: change nothing
+	}
+	state := rec.State
+	switch info.Status {
+	case sandbox.StatusRunning:
+		state = store.StateRunning
+	case sandbox.StatusSuspended:
+		if rec.State != store.StateParked {
+			state = store.StateSuspended
+		}
+	}
+	if rec.State == store.StateCreating && info.Status == sandbox.StatusUnknown {
+		state = store.StateUnknown
+	}
+	if state == rec.State {
+		return false, false
+	}
+	rec.State = state
+	if state != store.StateParked {
+		rec.ParkedAt, rec.ParkedBy = time.Time{}, ""
+	}
+	_, err = m.cfg.Store.UpdateSandbox(ctx, rec)
+	return false, err == nil
+}
+
+func (m *Manager) reapOrphans(ctx context.Context, p sandbox.Provider, provider string, names []string, seen map[string]bool) int {
+	now := m.cfg.Now()
+	var due []string
+	m.mu.Lock()
+	for _, n := range names {
+		k := provider + "\x00" + n
+		seen[k] = true
+		first, ok := m.firstSeen[k]
+		if !ok {
+			m.firstSeen[k] = now
+			continue
+		}
+		if now.Sub(first) >= m.cfg.Grace {
+			due = append(due, n)
+		}
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, name := range due {
+		// Re-check: a create may have recorded it since the listing.
+		if m.recordedElsewhere(ctx, provider, name) {
+			continue
+		}
+		if err := p.Destroy(ctx, sandbox.BuildHandle(provider, name)); err != nil {
+			m.log.Warn("lifecycle: orphan", "provider", provider, "name", name, "err", err)
+			continue
+		}
+		m.log.Info("lifecycle: destroyed an orphan of a crashed create", "provider", provider, "name", name)
+		m.mu.Lock()
+		delete(m.firstSeen, provider+"\x00"+name)
+		m.mu.Unlock()
+		n++
+	}
+	return n
+}
+
+func (m *Manager) recordedElsewhere(ctx context.Context, provider, name string) bool {
+	recs, err := m.cfg.Store.ListSandboxes(ctx, "")
+	if err != nil {
+		return true // in doubt, keep it
+	}
+	for _, r := range recs {
+		if r.Provider == provider && r.ProviderName == name {
+			return true
+		}
+	}
+	return false
+}
+
+// settle reconciles open intents by looking, never by writing again.
+func (m *Manager) settle(ctx context.Context) int {
+	ins, err := m.cfg.Store.OpenIntents(ctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, in := range ins {
+		if in.State == store.IntentPending && m.cfg.Now().Sub(in.UpdatedAt) < m.cfg.Grace {
+			continue // its call may still be under way
+		}
+		p, err := m.cfg.API.ProviderFor(in.AccountID, in.Provider)
+		if err != nil {
+			continue
+		}
+		h := sandbox.BuildHandle(in.Provider, in.ProviderName)
+		h.InstanceID = in.InstanceID
+		detail := ""
+		switch in.Op {
+		case store.OpCreateNew, store.OpDestroyOnce:
+			_, err := p.Get(ctx, h)
+			switch {
+			case errors.Is(err, sandbox.ErrNotFound):
+				detail = "absent"
+				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName {
+					_ = m.cfg.Store.DeleteSandbox(ctx, in.AccountID, in.Name)
+				}
+			case err != nil:
+				continue // still uncertain
+			default:
+				detail = "present"
+				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName && rec.State == store.StateCreating {
+					rec.State = store.StateRunning
+					_, _ = m.cfg.Store.UpdateSandbox(ctx, rec)
+				}
+			}
+		case store.OpTerminateSession:
+			ss, err := p.ListSessions(ctx, h)
+			switch {
+			case errors.Is(err, sandbox.ErrNotFound):
+				detail = "sandbox absent"
+			case err != nil:
+				continue
+			default:
+				detail = "session absent"
+				if slices.ContainsFunc(ss, func(s sandbox.Session) bool { return s.ID == in.Arg }) {
+					detail = "session present (not terminated; not retried)"
+				}
+			}
+		default:
+			detail = "unverifiable through the contract; not retried"
+		}
+		if err := m.cfg.Store.SetIntent(ctx, in.ID, store.IntentResolved, detail); err == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,346 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/platform/api"
+	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/lifecycle"
+	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/provider/fake"
+	"github.com/managoat/managoat/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// flaky is provider/fake with faults on demand: Get and ListAllNames
+// answer 503 while down; ListAllNames is ErrTruncated while truncated;
+// CreateNew and DestroyOnce do their work and then report a transport
+// failure while uncertain (the outcome a timeout leaves).
+type flaky struct {
+	*fake.Provider
+	noSuspend           bool
+	down, truncated     atomic.Bool
+	uncertain           atomic.Bool
+	createNews, destroy atomic.Int32
+}
+
+func unavailable() error {
+	return &sandbox.UnavailableError{Reason: sandbox.ReasonHTTP, HTTP: &sandbox.HTTPDetail{Status: 503}}
+}
+
+func (f *flaky) Capabilities() sandbox.Capabilities {
+	c := f.Provider.Capabilities().With(sandbox.CapDestroyOnce)
+	if f.noSuspend {
+		c = c.Without(sandbox.CapSuspend)
+	}
+	return c
+}
+
+func (f *flaky) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
+	if f.down.Load() {
+		return sandbox.Info{}, unavailable()
+	}
+	return f.Provider.Get(ctx, h)
+}
+
+func (f *flaky) ListAllNames(ctx context.Context) ([]string, error) {
+	switch {
+	case f.down.Load():
+		return nil, unavailable()
+	case f.truncated.Load():
+		return nil, sandbox.ErrTruncated
+	}
+	return f.Provider.ListAllNames(ctx)
+}
+
+func (f *flaky) CreateNew(ctx context.Context, name string, o sandbox.CreateNewOptions) (*sandbox.Handle, error) {
+	f.createNews.Add(1)
+	h, err := f.Provider.CreateNew(ctx, name, o)
+	if err == nil && f.uncertain.Load() {
+		return nil, sandbox.Unavailable(sandbox.ReasonTimeout, nil)
+	}
+	return h, err
+}
+
+func (f *flaky) DestroyOnce(ctx context.Context, h *sandbox.Handle, _ sandbox.DestroyOnceOptions) error {
+	f.destroy.Add(1)
+	err := f.Provider.Destroy(ctx, h)
+	if err == nil && f.uncertain.Load() {
+		return sandbox.Unavailable(sandbox.ReasonTimeout, nil)
+	}
+	return err
+}
+
+type env struct {
+	t      *testing.T
+	f      *flaky
+	pl     *apitest.Platform
+	key    string
+	acct   store.Account
+	m      *lifecycle.Manager
+	offset atomic.Int64
+}
+
+func setup(t *testing.T, noSuspend bool) *env {
+	f := &flaky{Provider: fake.New(), noSuspend: noSuspend}
+	t.Cleanup(func() { _ = f.Provider.Close() })
+	e := &env{t: t, f: f}
+	pl := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"fake": f},
+		Env:       map[string]string{"SANDBOX_PROVIDER": "fake", "SANDBOX_RUNNERS_ENABLED": "false"},
+		Configure: func(c *api.Config) { c.Now = e.now }})
+	e.pl, e.key = pl, pl.Account(t, "alice")
+	e.acct, _ = pl.Store.AccountByName(context.Background(), "alice")
+	e.m = lifecycle.New(lifecycle.Config{Store: pl.Store, API: pl.API, Idle: 15 * time.Minute, Grace: 10 * time.Minute, Now: e.now})
+	return e
+}
+
+// now is the clock of the platform and the manager: real time plus what
+// the test moved it on.
+func (e *env) now() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) }
+
+func (e *env) later(d time.Duration) { e.offset.Add(int64(d)) }
+
+func (e *env) call(method, path, body string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.pl.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (e *env) create(name string) store.Sandbox {
+	e.t.Helper()
+	if code, body := e.call("POST", "/v1/sandboxes", `{"name": "`+name+`"}`); code != 201 {
+		e.t.Fatalf("create %s: %d %s", name, code, body)
+	}
+	return e.rec(name)
+}
+
+func (e *env) rec(name string) store.Sandbox {
+	e.t.Helper()
+	r, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, name)
+	if err != nil {
+		e.t.Fatalf("record %s: %v", name, err)
+	}
+	return r
+}
+
+func (e *env) exec(name, out string) {
+	e.t.Helper()
+	if code, body := e.call("POST", "/v1/sandboxes/"+name+"/exec", `{"cmd": "emit", "args": ["out:`+out+`"]}`); code != 200 || !strings.Contains(body, `"exit_code":0`) {
+		e.t.Fatalf("exec in %s: %d %s", name, code, body)
+	}
+}
+
+// TestIdleSuspendsAndWakes: an idle sandbox of a provider with suspend is
+// suspended (the API shows it parked), and the next use resumes it there.
+func TestIdleSuspendsAndWakes(t *testing.T) {
+	e := setup(t, false)
+	e.create("idle")
+	e.create("busy")
+	e.later(10 * time.Minute)
+	if r := e.m.Pass(context.Background()); r.Parked != 0 {
+		t.Fatalf("parked %d after 10 min, want 0", r.Parked)
+	}
+	e.exec("busy", "x")
+	e.later(6 * time.Minute)
+	if r := e.m.Pass(context.Background()); r.Parked != 1 {
+		t.Fatalf("parked %d, want 1 (idle, not busy)", r.Parked)
+	}
+	rec := e.rec("idle")
+	if rec.State != store.StateParked || rec.ParkedBy != store.ParkSuspend || rec.ParkedAt.IsZero() {
+		t.Fatalf("record %+v", rec)
+	}
+	if info, err := e.f.Provider.Get(context.Background(), sandbox.BuildHandle("fake", rec.ProviderName)); err != nil || info.Status != sandbox.StatusSuspended {
+		t.Fatalf("the provider says %v, %v; want suspended", info, err)
+	}
+	if _, body := e.call("GET", "/v1/sandboxes/idle", ""); !strings.Contains(body, `"state":"parked"`) || !strings.Contains(body, `"parked_by":"suspend"`) {
+		t.Fatalf("the API shows %s", body)
+	}
+	if e.rec("busy").State != store.StateRunning {
+		t.Fatal("a used sandbox was parked")
+	}
+	e.exec("idle", "awake")
+	if rec := e.rec("idle"); rec.State != store.StateRunning || !rec.ParkedAt.IsZero() {
+		t.Fatalf("after use: %+v", rec)
+	}
+	if info, _ := e.f.Provider.Get(context.Background(), sandbox.BuildHandle("fake", rec.ProviderName)); info.Status != sandbox.StatusRunning {
+		t.Fatalf("the provider says %v after the wake", info.Status)
+	}
+}
+
+// TestIdleWithoutSuspendDestroys: no suspend, so the idle sandbox is
+// destroyed and recorded as parked by destroy; the next use creates it
+// anew on the same provider under the same name there.
+func TestIdleWithoutSuspendDestroys(t *testing.T) {
+	e := setup(t, true)
+	first := e.create("box")
+	e.later(16 * time.Minute)
+	if r := e.m.Pass(context.Background()); r.Parked != 1 {
+		t.Fatalf("parked %d", r.Parked)
+	}
+	if names, _ := e.f.Provider.ListAllNames(context.Background()); len(names) != 0 {
+		t.Fatalf("the provider still holds %v", names)
+	}
+	if rec := e.rec("box"); rec.State != store.StateParked || rec.ParkedBy != store.ParkDestroy {
+		t.Fatalf("record %+v", rec)
+	}
+	// Reconciliation keeps a sandbox destroyed on purpose.
+	e.later(2 * time.Minute)
+	e.m.Pass(context.Background())
+	e.rec("box")
+	e.exec("box", "fresh")
+	if rec := e.rec("box"); rec.State != store.StateRunning || rec.ProviderName != first.ProviderName || rec.Provider != "fake" {
+		t.Fatalf("after the wake: %+v", rec)
+	}
+}
+
+// TestTransientLosesNothing: a provider that answers 503 for two minutes
+// of passes (and a truncated listing after) loses no record, parked or
+// not, even one whose sandbox is really gone; once it answers, only the
+// gone one is dropped.
+func TestTransientLosesNothing(t *testing.T) {
+	e := setup(t, false)
+	e.create("parked")
+	e.later(16 * time.Minute)
+	e.m.Pass(context.Background())
+	e.create("gone")
+	e.create("kept")
+	if err := e.f.Provider.Destroy(context.Background(), sandbox.BuildHandle("fake", e.rec("gone").ProviderName)); err != nil {
+		t.Fatal(err)
+	}
+	e.f.down.Store(true)
+	for range 3 { // two minutes of passes, a minute apart
+		r := e.m.Pass(context.Background())
+		if r.Gone != 0 || len(r.Skipped) == 0 {
+			t.Fatalf("a pass while the provider is down: %+v", r)
+		}
+		e.later(time.Minute)
+	}
+	e.f.down.Store(false)
+	e.f.truncated.Store(true)
+	if r := e.m.Pass(context.Background()); r.Gone != 0 {
+		t.Fatalf("a truncated listing reconciled: %+v", r)
+	}
+	for _, n := range []string{"parked", "gone", "kept"} {
+		e.rec(n)
+	}
+	if e.rec("parked").State != store.StateParked {
+		t.Fatal("the parked sandbox changed state")
+	}
+	e.f.truncated.Store(false)
+	if r := e.m.Pass(context.Background()); r.Gone != 1 {
+		t.Fatalf("after recovery: %+v, want one gone", r)
+	}
+	if _, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the gone sandbox's record: %v", err)
+	}
+	if e.rec("parked").State != store.StateParked {
+		t.Fatal("the parked sandbox changed state")
+	}
+}
+
+// TestStateFollowsProvider: a sandbox suspended behind the platform's
+// back is recorded suspended after one pass.
+func TestStateFollowsProvider(t *testing.T) {
+	e := setup(t, false)
+	rec := e.create("box")
+	if err := e.f.Provider.Suspend(context.Background(), sandbox.BuildHandle("fake", rec.ProviderName)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.m.Pass(context.Background()); r.Updated != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if e.rec("box").State != store.StateSuspended {
+		t.Fatalf("state %s", e.rec("box").State)
+	}
+}
+
+// TestOrphansAfterGrace: a platform-made name with no record is destroyed
+// once it has been seen unrecorded for the grace period; other names are
+// never touched.
+func TestOrphansAfterGrace(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	for _, n := range []string{"mgp-00112233445566778899", "users-own"} {
+		if _, err := e.f.Provider.Create(ctx, n, sandbox.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.create("recorded")
+	if r := e.m.Pass(ctx); r.Orphans != 0 {
+		t.Fatalf("first sight: %+v", r)
+	}
+	e.later(9 * time.Minute)
+	if r := e.m.Pass(ctx); r.Orphans != 0 {
+		t.Fatalf("within grace: %+v", r)
+	}
+	e.later(2 * time.Minute)
+	if r := e.m.Pass(ctx); r.Orphans != 1 {
+		t.Fatalf("after grace: %+v", r)
+	}
+	names, _ := e.f.Provider.ListAllNames(ctx)
+	if len(names) != 2 || !strings.Contains(strings.Join(names, ","), "users-own") || !strings.Contains(strings.Join(names, ","), e.rec("recorded").ProviderName) {
+		t.Fatalf("left: %v", names)
+	}
+}
+
+// TestUncertainIntentsSettleWithoutRepeating: a create_new and a
+// destroy_once whose outcome was uncertain are settled by looking; neither
+// write is made twice.
+func TestUncertainIntentsSettleWithoutRepeating(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	e.f.uncertain.Store(true)
+	if code, body := e.call("POST", "/v1/sandboxes", `{"name": "cn", "create_new": true}`); code != 503 {
+		t.Fatalf("uncertain create_new: %d %s", code, body)
+	}
+	if rec := e.rec("cn"); rec.State != store.StateCreating {
+		t.Fatalf("record after an uncertain create_new: %+v", rec)
+	}
+	open, _ := e.pl.Store.OpenIntents(ctx)
+	if len(open) != 1 || open[0].Op != store.OpCreateNew || open[0].State != store.IntentUncertain {
+		t.Fatalf("intents: %+v", open)
+	}
+	e.f.uncertain.Store(false)
+	e.later(11 * time.Minute)
+	if r := e.m.Pass(ctx); r.Intents != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if rec := e.rec("cn"); rec.State != store.StateRunning {
+		t.Fatalf("after settling: %+v", rec)
+	}
+	e.f.uncertain.Store(true)
+	if code, body := e.call("DELETE", "/v1/sandboxes/cn?once=true", ""); code != 503 {
+		t.Fatalf("uncertain destroy_once: %d %s", code, body)
+	}
+	e.rec("cn") // kept while uncertain
+	e.f.uncertain.Store(false)
+	if r := e.m.Pass(ctx); r.Intents != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "cn"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record after the settled destroy: %v", err)
+	}
+	if open, _ := e.pl.Store.OpenIntents(ctx); len(open) != 0 {
+		t.Fatalf("open intents left: %+v", open)
+	}
+	if e.f.createNews.Load() != 1 || e.f.destroy.Load() != 1 {
+		t.Fatalf("writes repeated: %d create_new, %d destroy_once", e.f.createNews.Load(), e.f.destroy.Load())
+	}
+}
