@@ -17,6 +17,7 @@ import (
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/store/sqlite"
 	"github.com/managoat/managoat/provider/fake"
 	"github.com/managoat/managoat/runner"
@@ -323,4 +324,14 @@ func waitOnline(t *testing.T, pl *apitest.Platform, n int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func newPlatformClient(t *testing.T, pl *apitest.Platform, key string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Options{URL: pl.URL, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
