@@ -33,7 +33,10 @@
 // session by listing, which shows a session only once its process exists.
 // A socket that ends before announcing one returns a Command without an id
 // whose stream says how it ended; a detachable spawn whose socket stays
-// silent past the bound fails Unavailable{no_session_info}.
+// silent past the bound fails Unavailable{no_session_info}. An Exec past
+// its deadline is terminated (SIGKILL) through its session, rather than
+// left to run out the 10 s Sprites gives a non-TTY process after its
+// socket closes.
 //
 // The four bounded operations — CreateNew, DestroyOnce, TerminateSession
 // and CreateCheckpointOnce — follow the contract's algorithms exactly: one

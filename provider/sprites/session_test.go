@@ -149,3 +149,23 @@ func TestDetachableOutlivesItsClient(t *testing.T) {
 	}
 	ok(t, p.TerminateSession(ctx, h, d.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force, Timeout: 5 * time.Second}))
 }
+
+// An exec past its deadline is killed through its session, not left to
+// run out Sprites' 10 s after its socket closes.
+func TestExecDeadlineKillsTheSession(t *testing.T) {
+	srv, p := newFakeOpts(t, spritestest.Options{MaxRunAfterDisconnect: time.Minute})
+	ctx := ctxT(t)
+	h, err := p.Create(ctx, "dl", sandbox.CreateOptions{})
+	ok(t, err)
+	_, err = p.Exec(ctx, h, sandbox.Cmd{Name: "sleep", Args: []string{"30"}}, sandbox.ExecOptions{Timeout: 300 * time.Millisecond})
+	if !sandbox.IsExecTimeout(err) {
+		t.Fatalf("Exec = %v, want exec_timeout", err)
+	}
+	ss, err := p.ListSessions(ctx, h)
+	ok(t, err)
+	for _, s := range ss {
+		if srv.SessionRunning("dl", s.ID) {
+			t.Fatalf("session %s (%s) runs on after its exec's deadline", s.ID, s.Command)
+		}
+	}
+}

@@ -445,6 +445,14 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			return sandbox.ExecResult{}, err
 		}
 		defer cmd.Stop()
-		return sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, nil)
+		res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, nil)
+		if sandbox.IsExecTimeout(err) && cmd.SessionID != "" {
+			// Sprites runs a non-TTY process 10 s past its socket; an exec
+			// past its deadline is killed now, through its session.
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = p.TerminateSession(kctx, h, cmd.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force, Timeout: 5 * time.Second})
+			cancel()
+		}
+		return res, err
 	})
 }
