@@ -67,11 +67,20 @@
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //
+// Where the sources leave it open, the provider takes the safe side: what
+// the listing shows for a sandbox in transition is not documented (the
+// fake keeps the state it had), so Suspend re-reads and fails rather than
+// assume; an envd of unknown version gets the stdin workaround; a command
+// stream that dies at a capped end is reported as the cap only when the
+// heartbeat saw the cap; and the process-tree kill cannot find a process
+// that left the tree (a daemon reparented to init).
+//
 // # Identity, TTL and suspend
 //
-// E2B has no names: each sandbox is stamped with metadata fountain_name=<name>,
-// fountain=1 and its creation time fountain_created, and every operation re-resolves the name through the
-// listing (running and paused, every page). Create adopts a running or
+// E2B has no names: each sandbox is stamped with metadata
+// fountain_name=<name>, fountain=1 and its creation time fountain_created,
+// and every operation re-resolves the name through the listing (running
+// and paused, every page). Create adopts a running or
 // paused sandbox that carries the name; when a race made two, every racer
 // converges on the canonical one (oldest by fountain_created, not by
 // startedAt, which a resume resets; then smallest id): the extras of the
