@@ -36,7 +36,11 @@
 // silent past the bound fails Unavailable{no_session_info}. An Exec past
 // its deadline is terminated (SIGKILL) through its session, rather than
 // left to run out the 10 s Sprites gives a non-TTY process after its
-// socket closes.
+// socket closes. Two things the API reference leaves open are taken on the
+// safe side: whether an attach stops the max_run_after_disconnect clock
+// (a session that must outlive its client asks for forever, so it never
+// matters), and whether a socket can carry output before session_info
+// (output that comes first is delivered; only the id is waited for).
 //
 // The four bounded operations — CreateNew, DestroyOnce, TerminateSession
 // and CreateCheckpointOnce — follow the contract's algorithms exactly: one
