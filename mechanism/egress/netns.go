@@ -179,8 +179,11 @@ func (n *namespace) filter(denied []netip.Prefix) error {
 	f.t4 = c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName})
 	f.out = c.AddChain(&nftables.Chain{Name: "out", Table: f.t4, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(-150)})
-	f.hosts = &nftables.Set{Table: f.t4, Name: "hosts", KeyType: nftables.TypeIPAddr}
-	f.cidrs = &nftables.Set{Table: f.t4, Name: "cidrs", KeyType: nftables.TypeIPAddr, Interval: true}
+	// The sets' IDs (which name them within one batch) are set here:
+	// left zero, the library takes one from a global counter it does not
+	// guard, a data race between sandboxes starting at once.
+	f.hosts = &nftables.Set{Table: f.t4, ID: 1, Name: "hosts", KeyType: nftables.TypeIPAddr}
+	f.cidrs = &nftables.Set{Table: f.t4, ID: 2, Name: "cidrs", KeyType: nftables.TypeIPAddr, Interval: true}
 	for _, set := range []*nftables.Set{f.hosts, f.cidrs} {
 		if err := c.AddSet(set, nil); err != nil {
 			return fmt.Errorf("nftables set: %w", err)

@@ -5,6 +5,8 @@ import (
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
 	"github.com/managoat/managoat/mechanism/jail"
 	"github.com/managoat/managoat/mechanism/mechanismtest"
 )
@@ -18,9 +20,21 @@ func newForSuite(t *testing.T) mechanism.Mechanism {
 	return j
 }
 
+// suiteWithInternet makes each check's Jail with egress to in.
+func suiteWithInternet(in *egresstest.Internet) func(t *testing.T) mechanism.Mechanism {
+	return func(t *testing.T) mechanism.Mechanism {
+		j, err := jail.New(jail.Config{StateDir: t.TempDir(), Egress: egress.Config{Dial: in.Dial, Resolvers: []string{in.DNS}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+}
+
 func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
-	mechanismtest.Run(t, newForSuite, mechanismtest.Strict(testenv.InCI()))
+	in := egresstest.New(t)
+	mechanismtest.Run(t, suiteWithInternet(in), mechanismtest.Strict(testenv.InCI()), mechanismtest.Internet(in))
 }
 
 // TestConformanceGoInit runs the breach conformance again with the Go init,
@@ -32,5 +46,6 @@ func TestConformanceGoInit(t *testing.T) {
 		t.Skip("TestConformance already ran the Go init: this binary has no C init")
 	}
 	t.Setenv(jail.InitEnv, "go")
-	mechanismtest.Run(t, newForSuite, mechanismtest.Strict(testenv.InCI()))
+	in := egresstest.New(t)
+	mechanismtest.Run(t, suiteWithInternet(in), mechanismtest.Strict(testenv.InCI()), mechanismtest.Internet(in))
 }

@@ -1,16 +1,13 @@
 package jail_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
@@ -111,89 +108,29 @@ func TestEgressByDefault(t *testing.T) {
 	}
 }
 
-func TestEgressPolicy(t *testing.T) {
+// TestEgressPolicyKeptAcrossRestart: the list UpdateEgress put in force
+// holds after a Stop and Start (the breach cases are mechanismtest's
+// egress check, in TestConformance).
+func TestEgressPolicyKeptAcrossRestart(t *testing.T) {
 	testenv.RequireRoot(t)
 	hasCurl(t)
 	in := egresstest.New(t)
 	j := netJail(t, in)
-	started(t, j, "pol", mechanism.Spec{Egress: []string{egresstest.Allowed}})
+	started(t, j, "pol", mechanism.Spec{Egress: []string{egresstest.Denied}})
 	withCA(t, j, "pol", in)
-	deniedIP := egresstest.Hosts[egresstest.Denied].String()
-	if got := curl(t, j, "pol", "https://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {
-		t.Errorf("allowed domain = %q", got)
-	}
-	for name, args := range map[string][]string{
-		"other domain":    {"https://" + egresstest.Denied + "/"},
-		"raw IP":          {"-k", "https://" + deniedIP + "/"},
-		"forged SNI":      {"--resolve", egresstest.Allowed + ":443:" + deniedIP, "https://" + egresstest.Allowed + "/"},
-		"forged Host":     {"-H", "Host: " + egresstest.Allowed, "http://" + deniedIP + "/"},
-		"metadata":        {"http://169.254.169.254/"},
-		"outside DNS":     {"--dns-servers", egresstest.Resolver, "https://" + egresstest.Denied + "/"},
-		"outside DoT/TCP": {"telnet://" + egresstest.Resolver},
-	} {
-		if got := curl(t, j, "pol", args...); !strings.HasPrefix(got, "FAILED") {
-			t.Errorf("BREACHED (%s): %q", name, got)
-		}
-	}
-	// A policy change: at once for new connections, and it cuts a live one.
-	sess := "exec 3<>/dev/tcp/" + egresstest.Hosts[egresstest.Allowed].String() + "/7 || exit 9; " +
-		"echo one >&3; read -t 3 l <&3; echo got:$l; read -t 20 go; echo two >&3; read -t 3 l <&3 && echo got:$l; echo end"
-	if err := j.UpdateEgress(context.Background(), "pol", []string{egresstest.Allowed, "198.51.100.0/24:7"}); err != nil {
-		t.Fatal(err)
-	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	p, err := j.StartProcess(context.Background(), "pol", mechanism.ProcessSpec{Argv: []string{"bash", "-c", sess}, Stdin: inR, Stdout: outW})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	next := func() string {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return "EOF"
-			}
-			return l
-		case <-time.After(10 * time.Second):
-			return "TIMEOUT"
-		}
-	}
-	if l := next(); l != "got:one" {
-		t.Fatalf("live connection before the change: %q", l)
+	if got := curl(t, j, "pol", "https://"+egresstest.Denied+"/"); got != "hello from "+egresstest.Denied {
+		t.Errorf("the initial list of Spec.Egress: %q", got)
 	}
 	if err := j.UpdateEgress(context.Background(), "pol", []string{egresstest.Allowed}); err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(inW, "go\n")
-	var rest []string
-	for l := next(); l != "end" && l != "EOF" && l != "TIMEOUT"; l = next() {
-		rest = append(rest, l)
-	}
-	if slices.Contains(rest, "got:two") {
-		t.Errorf("BREACHED: a connection the new policy denies still carried data")
-	}
-	inW.Close()
-	outW.Close()
-	p.Wait()
-	if got := curl(t, j, "pol", "telnet://"+egresstest.Hosts[egresstest.Allowed].String()+":7"); !strings.HasPrefix(got, "FAILED") {
-		t.Errorf("BREACHED: a new connection the new policy denies: %q", got)
-	}
-	// The list is kept across a restart.
 	if err := j.Stop(context.Background(), "pol"); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.Start(context.Background(), "pol"); err != nil {
 		t.Fatal(err)
 	}
-	if got := curl(t, j, "pol", "-k", "https://"+deniedIP+"/"); !strings.HasPrefix(got, "FAILED") {
+	if got := curl(t, j, "pol", "https://"+egresstest.Denied+"/"); !strings.HasPrefix(got, "FAILED") {
 		t.Errorf("BREACHED after a restart: %q", got)
 	}
 	if got := curl(t, j, "pol", "https://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {

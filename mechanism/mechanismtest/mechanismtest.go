@@ -50,12 +50,16 @@ import (
 	"time"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
 )
 
 // Option tunes Run.
 type Option func(*config)
 
-type config struct{ strict bool }
+type config struct {
+	strict   bool
+	internet *egresstest.Internet // Internet: the egress checks' stand-in (network.go)
+}
 
 // Strict makes "not demonstrated" a failure (use it under CI for a
 // mechanism that must demonstrate everything).
@@ -125,6 +129,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"cpu", checkCPU},
 		{"wall_clock", checkWallClock},
 		{"network_deny_all", checkNetwork},
+		{"egress", checkEgress},
 		{"filesystem", checkFilesystem},
 		{"processes", checkProcesses},
 		{"privileges", checkPrivileges},
@@ -560,16 +565,20 @@ func checkNetwork(t *testing.T, k *kit, m mechanism.Mechanism) {
 		}
 		c.Close()
 	}
-	id := k.sandbox(t, m, "net", mechanism.Spec{})
-	for _, h := range targets {
-		script := fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' && echo CONNECTED || echo REFUSED`, h, port)
-		c := mustSh(t, m, id, script)
-		if bytes.Contains(c.Stdout, []byte("CONNECTED")) {
-			t.Errorf("BREACHED: connected to %s:%d from inside a deny-all sandbox", h, port)
-		} else if !bytes.Contains(c.Stdout, []byte("REFUSED")) {
-			t.Errorf("probe of %s inconclusive: %q %q", h, c.Stdout, c.Stderr)
-		} else {
-			t.Logf("%s:%d refused: %s", h, port, bytes.TrimSpace(c.Stderr))
+	// The host is out of reach with the mechanism's default network
+	// (egress, where it gives one) and with none.
+	for _, spec := range []mechanism.Spec{{}, {Network: mechanism.NetworkNone}} {
+		id := k.sandbox(t, m, "net", spec)
+		for _, h := range targets {
+			script := fmt.Sprintf(`timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d' && echo CONNECTED || echo REFUSED`, h, port)
+			c := mustSh(t, m, id, script)
+			if bytes.Contains(c.Stdout, []byte("CONNECTED")) {
+				t.Errorf("BREACHED: connected to %s:%d from inside a sandbox (network %q)", h, port, spec.Network)
+			} else if !bytes.Contains(c.Stdout, []byte("REFUSED")) {
+				t.Errorf("probe of %s inconclusive: %q %q", h, c.Stdout, c.Stderr)
+			} else {
+				t.Logf("%s:%d refused (network %q): %s", h, port, spec.Network, bytes.TrimSpace(c.Stderr))
+			}
 		}
 	}
 }
