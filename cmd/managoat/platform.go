@@ -83,6 +83,10 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if err != nil {
 		return nil, nil, wrap("serve", err)
 	}
+	if !st.Owner() {
+		st.Close()
+		return nil, nil, wrap("serve", fmt.Errorf("%s is in use by another managoat serve: %w", o.db, sandbox.ErrAlreadyExists))
+	}
 	localDir := filepath.Join(filepath.Dir(o.db), "local")
 	var lp *local.Provider
 	probe := func() error {

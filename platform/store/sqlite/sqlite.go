@@ -5,6 +5,15 @@
 //
 //	st, err := sqlite.Open(ctx, filepath.Join(stateDir, "platform.db"))
 //
+// The sandbox records are mirrored in memory and written through: the
+// process that holds the database's lock file (<path>.lock, taken by Open
+// when free) serves every read of them from memory (a listing of 10,000
+// records is a copy, not 10,000 row decodes) and is the only one that may
+// write them; a process that finds the lock held (`serve admin` beside a
+// running serve) reads them from SQLite and is refused a write of one
+// (ErrNotOwner). Accounts, keys and intents are always read from SQLite, so
+// a key revoked by another process is refused at once.
+//
 // Migrations are the numbered SQL statements of this file, applied in
 // order inside one transaction each and recorded in schema_migrations; they
 // are a few statements, so a migration library (goose, migrate) would add
@@ -19,12 +28,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/managoat/managoat/internal/flock"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/sandbox"
 )
@@ -84,8 +96,23 @@ var migrations = []string{
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	path string
+
+	unlock func() // the lock file's, when this process owns the sandbox records
+	wmu    sync.Mutex
+	mu     sync.RWMutex
+	cache  map[string]map[string]store.Sandbox // account → name → record; nil unless owner
+	names  map[string][]string                 // account → its names, sorted
 }
+
+// ErrNotOwner is a write of a sandbox record by a process that does not
+// hold the database's lock file.
+var ErrNotOwner = errors.New("sqlite store: another process (managoat serve) holds this database's sandbox records")
+
+// Owner reports whether this process holds the lock file, so serves and
+// writes the sandbox records.
+func (s *Store) Owner() bool { return s.cache != nil }
 
 var _ store.Store = (*Store)(nil)
 
@@ -110,12 +137,65 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(4)
-	s := &Store{db: db}
+	s := &Store{db: db, path: path}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
+	lock := path + ".lock"
+	if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+	}
+	if unlock, ok := flock.TryLock(lock); ok {
+		s.unlock = unlock
+		if err := s.load(ctx); err != nil {
+			unlock()
+			db.Close()
+			return nil, fmt.Errorf("store %s: %w", path, err)
+		}
+	}
 	return s, nil
+}
+
+// load fills the mirror from the table.
+func (s *Store) load(ctx context.Context) error {
+	all, err := s.listSQL(ctx, "")
+	if err != nil {
+		return err
+	}
+	c := map[string]map[string]store.Sandbox{}
+	for _, b := range all {
+		if c[b.AccountID] == nil {
+			c[b.AccountID] = map[string]store.Sandbox{}
+		}
+		c[b.AccountID][b.Name] = b
+	}
+	s.cache = c
+	s.names = map[string][]string{}
+	for acct, m := range c {
+		ns := make([]string, 0, len(m))
+		for n := range m {
+			ns = append(ns, n)
+		}
+		slices.Sort(ns)
+		s.names[acct] = ns
+	}
+	return nil
+}
+
+// addName and dropName keep an account's sorted names; s.mu is held.
+func (s *Store) addName(acct, name string) {
+	ns := s.names[acct]
+	if i, found := slices.BinarySearch(ns, name); !found {
+		s.names[acct] = slices.Insert(ns, i, name)
+	}
+}
+
+func (s *Store) dropName(acct, name string) {
+	ns := s.names[acct]
+	if i, found := slices.BinarySearch(ns, name); found {
+		s.names[acct] = slices.Delete(ns, i, i+1)
+	}
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -157,8 +237,15 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database and releases the lock file.
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.unlock != nil {
+		s.unlock()
+		s.unlock = nil
+	}
+	return err
+}
 
 func ns(t time.Time) int64 {
 	if t.IsZero() {
@@ -315,6 +402,26 @@ func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 
 // InsertSandbox implements store.Store.
 func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
+	if !s.Owner() {
+		return ErrNotOwner
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err := s.insertSQL(ctx, b)
+	if err == nil {
+		b.Version = 1
+		s.mu.Lock()
+		if s.cache[b.AccountID] == nil {
+			s.cache[b.AccountID] = map[string]store.Sandbox{}
+		}
+		s.cache[b.AccountID][b.Name] = b
+		s.addName(b.AccountID, b.Name)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Store) insertSQL(ctx context.Context, b store.Sandbox) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
 		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
 		b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
@@ -331,12 +438,49 @@ func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, accountID, name string) (store.Sandbox, error) {
+	if s.Owner() {
+		s.mu.RLock()
+		b, ok := s.cache[accountID][name]
+		s.mu.RUnlock()
+		if !ok {
+			return b, store.ErrNotFound
+		}
+		return b, nil
+	}
 	b, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE account_id = ? AND name = ?`, accountID, name))
 	return b, notFound(err)
 }
 
 // ListSandboxes implements store.Store.
 func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sandbox, error) {
+	if !s.Owner() {
+		return s.listSQL(ctx, accountID)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	accts := []string{accountID}
+	if accountID == "" {
+		accts = make([]string, 0, len(s.names))
+		for a := range s.names {
+			accts = append(accts, a)
+		}
+		slices.Sort(accts)
+	}
+	n := 0
+	for _, a := range accts {
+		n += len(s.names[a])
+	}
+	out := make([]store.Sandbox, 0, n)
+	for _, a := range accts {
+		m := s.cache[a]
+		for _, name := range s.names[a] {
+			out = append(out, m[name])
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) listSQL(ctx context.Context, accountID string) ([]store.Sandbox, error) {
 	q, args := `SELECT `+sbCols+` FROM sandboxes ORDER BY account_id, name`, []any(nil)
 	if accountID != "" {
 		q, args = `SELECT `+sbCols+` FROM sandboxes WHERE account_id = ? ORDER BY name`, []any{accountID}
@@ -359,6 +503,36 @@ func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sa
 
 // UpdateSandbox implements store.Store.
 func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
+	if !s.Owner() {
+		return b, ErrNotOwner
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.RLock()
+	old, ok := s.cache[b.AccountID][b.Name]
+	s.mu.RUnlock()
+	if !ok {
+		return b, store.ErrNotFound
+	}
+	if old.Version != b.Version {
+		return b, store.ErrConflict
+	}
+	if _, err := s.updateSQL(ctx, b); err != nil {
+		return b, err
+	}
+	nb := old
+	nb.ProviderName, nb.InstanceID, nb.State, nb.URL, nb.Limits = b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits
+	if b.LastActivity.After(nb.LastActivity) {
+		nb.LastActivity = b.LastActivity
+	}
+	nb.ParkedAt, nb.ParkedBy, nb.Version = b.ParkedAt, b.ParkedBy, old.Version+1
+	s.mu.Lock()
+	s.cache[b.AccountID][b.Name] = nb
+	s.mu.Unlock()
+	return nb, nil
+}
+
+func (s *Store) updateSQL(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
 	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET provider_name = ?, instance_id = ?, state = ?, url = ?,
 		mem_bytes = ?, pids = ?, cpu_millis = ?, wall_clock_ns = ?, last_activity = max(last_activity, ?), parked_at = ?, parked_by = ?,
 		version = version + 1 WHERE account_id = ? AND name = ? AND version = ?`,
@@ -376,11 +550,36 @@ func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandb
 		}
 		return b, store.ErrConflict
 	}
-	return s.GetSandbox(ctx, b.AccountID, b.Name)
+	return b, nil
 }
 
 // TouchSandbox implements store.Store.
 func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error {
+	if !s.Owner() {
+		return ErrNotOwner
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.RLock()
+	b, ok := s.cache[accountID][name]
+	s.mu.RUnlock()
+	if !ok {
+		return store.ErrNotFound
+	}
+	if !at.After(b.LastActivity) {
+		return nil
+	}
+	if err := s.touchSQL(ctx, accountID, name, at); err != nil {
+		return err
+	}
+	b.LastActivity = at
+	s.mu.Lock()
+	s.cache[accountID][name] = b
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) touchSQL(ctx context.Context, accountID, name string, at time.Time) error {
 	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_activity = max(last_activity, ?) WHERE account_id = ? AND name = ?`, ns(at), accountID, name)
 	if err != nil {
 		return err
@@ -393,7 +592,18 @@ func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at tim
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error {
+	if !s.Owner() {
+		return ErrNotOwner
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE account_id = ? AND name = ?`, accountID, name)
+	if err == nil {
+		s.mu.Lock()
+		delete(s.cache[accountID], name)
+		s.dropName(accountID, name)
+		s.mu.Unlock()
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -86,5 +87,44 @@ func BenchmarkList10k(b *testing.B) {
 		if err != nil || len(l) != 10000 {
 			b.Fatal(len(l), err)
 		}
+	}
+}
+
+// TestOneOwner: the first process to open a database owns its sandbox
+// records (served from memory, written through); a second opener (serve
+// admin beside serve) reads what the owner wrote from SQLite, may add
+// accounts and keys, and is refused a sandbox write.
+func TestOneOwner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "platform.db")
+	ctx := context.Background()
+	owner := open(t, path)
+	defer owner.Close()
+	other := open(t, path)
+	defer other.Close()
+	if !owner.Owner() || other.Owner() {
+		t.Fatalf("owner %v, other %v", owner.Owner(), other.Owner())
+	}
+	a, err := other.CreateAccount(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := owner.InsertSandbox(ctx, store.Sandbox{AccountID: a.ID, Name: "x", Provider: "local", ProviderName: "px", State: store.StateRunning, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := other.ListSandboxes(ctx, a.ID); err != nil || len(l) != 1 || l[0].Version != 1 {
+		t.Fatalf("the other's read: %+v, %v", l, err)
+	}
+	if err := other.InsertSandbox(ctx, store.Sandbox{AccountID: a.ID, Name: "y", Provider: "local", ProviderName: "py", State: store.StateRunning, CreatedAt: now, LastActivity: now}); !errors.Is(err, sqlite.ErrNotOwner) {
+		t.Fatalf("the other's write = %v, want ErrNotOwner", err)
+	}
+	owner.Close()
+	again := open(t, path)
+	defer again.Close()
+	if !again.Owner() {
+		t.Fatal("the lock was not released by Close")
+	}
+	if b, err := again.GetSandbox(ctx, a.ID, "x"); err != nil || !b.CreatedAt.Equal(now) {
+		t.Fatalf("after the owner's restart: %+v, %v", b, err)
 	}
 }
