@@ -304,8 +304,16 @@ func (m *Mechanism) writeSandbox(sb *sandbox) (err error) {
 	} else if st, err := os.Stat(sb.HomeDir); err != nil || !st.IsDir() {
 		return mechanism.Invalid("HomeDir", fmt.Sprintf("%s is not a directory", sb.HomeDir))
 	}
-	h := scanHost()
-	rootfs, err := m.rootfs(h)
+	var h hostLayout
+	var rootfs string
+	if sb.Spec.Image != nil {
+		// The image's root, not the host's (image.go).
+		rootfs = filepath.Join(final, "rootfs")
+		err = prepareImage(tmp, sb.Spec.Image)
+	} else {
+		h = scanHost()
+		rootfs, err = m.rootfs(h)
+	}
 	if err != nil {
 		return err
 	}
@@ -335,6 +343,9 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 	defer log.Close()
 	pidFile := filepath.Join(m.dir(sb.ID), "init.pid")
 	_ = os.Remove(pidFile)
+	if err := m.mountImage(sb); err != nil {
+		return err
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, runtimeTimeout)
@@ -355,6 +366,7 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 func (m *Mechanism) remove(ctx context.Context, sb *sandbox) error {
 	err := m.deleteContainer(ctx, sb.ID)
 	m.removeCgroups(ctx, sb)
+	unmountImage(m.dir(sb.ID))
 	if rerr := removeAll(m.dir(sb.ID)); rerr != nil && err == nil {
 		err = rerr
 	}
@@ -538,6 +550,7 @@ func (m *Mechanism) Destroy(ctx context.Context, id string) error {
 				return m.deleteContainer(ctx, id)
 			}
 		}
+		unmountImage(m.dir(id))
 		return removeAll(m.dir(id))
 	}
 	if err != nil {
