@@ -43,6 +43,43 @@ func NewSubscription(s *sandbox.Stream) *Subscription { return &Subscription{str
 // SessionID is the session the subscription was installed on, "" before.
 func (s *Subscription) SessionID() string { return s.sessionID }
 
+// Deliver feeds one stream frame to the subscription's Command as a
+// connection does (an exit whose code is malformed is a provider error,
+// never a made-up code; unknown kinds deliver nothing). It is for a Caller
+// that relays a runner's frames from elsewhere, such as another replica.
+func (s *Subscription) Deliver(f *wire.Stream) { s.deliver(f) }
+
+// Fail ends the subscription's Command with err (for a relaying Caller
+// that lost the replica holding the runner's socket).
+func (s *Subscription) Fail(err error) { s.stream.Fail(err) }
+
+// Cancel removes the subscription from the connection that installed it,
+// as Server.Unsubscribe does; total.
+func (s *Subscription) Cancel() {
+	if s != nil && s.conn != nil {
+		s.conn.Unsubscribe(s)
+	}
+}
+
+func (sub *Subscription) deliver(s *wire.Stream) {
+	switch s.Kind {
+	case wire.StreamStdout:
+		sub.stream.Stdout(s.Data)
+	case wire.StreamStderr:
+		sub.stream.Stderr(s.Data)
+	case wire.StreamExit:
+		if s.Malformed {
+			sub.stream.Fail(&sandbox.ProviderError{Provider: wire.ProviderName, Reason: "malformed_exit", Err: errors.New(s.Detail)})
+		} else {
+			sub.stream.Exit(s.Code)
+		}
+	case wire.StreamError:
+		sub.stream.Fail(wire.ErrorFrom(s.Error, s.Detail))
+	default:
+		// Unknown stream kinds deliver nothing.
+	}
+}
+
 type pending struct {
 	ch        chan callResult
 	sub       *Subscription
@@ -306,22 +343,7 @@ func (c *Conn) onStream(s *wire.Stream) {
 			keep = append(keep, sub)
 			continue
 		}
-		switch s.Kind {
-		case wire.StreamStdout:
-			sub.stream.Stdout(s.Data)
-		case wire.StreamStderr:
-			sub.stream.Stderr(s.Data)
-		case wire.StreamExit:
-			if s.Malformed {
-				sub.stream.Fail(&sandbox.ProviderError{Provider: wire.ProviderName, Reason: "malformed_exit", Err: errors.New(s.Detail)})
-			} else {
-				sub.stream.Exit(s.Code)
-			}
-		case wire.StreamError:
-			sub.stream.Fail(wire.ErrorFrom(s.Error, s.Detail))
-		default:
-			// Unknown stream kinds deliver nothing.
-		}
+		sub.deliver(s)
 		if !terminal {
 			keep = append(keep, sub)
 		}

@@ -55,6 +55,14 @@ type Host interface {
 	Presence(info Info, online bool)
 }
 
+// Deleter is a Host that can close a runner's socket wherever in a
+// cluster it is connected (with 4404 "runner deleted"); DeleteRunner
+// reports false when no runner of that id and account is online. The
+// Server's DELETE uses it when its Host has it.
+type Deleter interface {
+	DeleteRunner(id, account string) bool
+}
+
 // LocalHost is a single-process Host: a map under a lock.
 type LocalHost struct {
 	// OnPresence, if set, is called on every presence change.

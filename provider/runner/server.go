@@ -193,6 +193,15 @@ func (s *Server) serveDelete(w http.ResponseWriter, r *http.Request, id string) 
 	if !ok {
 		return
 	}
+	if d, ok := s.cfg.Host.(Deleter); ok {
+		// A cluster-wide host reaches the runner wherever it is connected.
+		if !d.DeleteRunner(id, account) {
+			httpError(w, http.StatusNotFound, "not_found", "no such runner online")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	c := s.cfg.Host.Whereis(id)
 	if c == nil || c.Info().Account != account {
 		httpError(w, http.StatusNotFound, "not_found", "no such runner online")
@@ -403,11 +412,7 @@ func (s *Server) Call(ctx context.Context, runnerID string, req *wire.Request, s
 }
 
 // Unsubscribe removes a subscription installed by Call; total.
-func (s *Server) Unsubscribe(sub *Subscription) {
-	if sub != nil && sub.conn != nil {
-		sub.conn.Unsubscribe(sub)
-	}
-}
+func (s *Server) Unsubscribe(sub *Subscription) { sub.Cancel() }
 
 // Runners lists the online runners, most recently connected first.
 func (s *Server) Runners(context.Context) ([]Info, error) {
