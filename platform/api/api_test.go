@@ -26,6 +26,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+func withFakeB(b *testing.B) *apitest.Platform {
+	f := fake.New()
+	b.Cleanup(func() { _ = f.Close() })
+	return apitest.Start(b, apitest.Options{Providers: map[string]sandbox.Provider{"fake": f}})
+}
+
 func withFake(t *testing.T, o apitest.Options) *apitest.Platform {
 	t.Helper()
 	f := fake.New()
@@ -326,7 +332,7 @@ func waitOnline(t *testing.T, pl *apitest.Platform, n int) {
 	}
 }
 
-func newPlatformClient(t *testing.T, pl *apitest.Platform, key string) *client.Client {
+func newPlatformClient(t testing.TB, pl *apitest.Platform, key string) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Options{URL: pl.URL, APIKey: key})
 	if err != nil {

@@ -334,7 +334,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k store.Key) {
 	for i, rec := range recs {
 		out[i] = view(rec)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+	writeList(w, out)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {

@@ -131,42 +131,70 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 		}
 	}()
 	events := cmd.Events()
+	var held *sandbox.Event // an event read ahead while coalescing
 	for {
-		select {
-		case <-gone:
-			return // the client left: detach (Stop, deferred)
-		case ev, ok := <-events:
-			if !ok {
-				return
-			}
-			var err error
-			switch ev.Kind {
-			case sandbox.Stdout, sandbox.Stderr:
-				tag := TagStdout
-				if ev.Kind == sandbox.Stderr {
-					tag = TagStderr
+		var ev sandbox.Event
+		if held != nil {
+			ev, held = *held, nil
+		} else {
+			select {
+			case <-gone:
+				return // the client left: detach (Stop, deferred)
+			case e, ok := <-events:
+				if !ok {
+					return
 				}
-				buf := make([]byte, 1+len(ev.Data))
-				buf[0] = tag
-				copy(buf[1:], ev.Data)
-				err = ws.Write(ctx, websocket.MessageBinary, buf)
-			case sandbox.Exit:
-				code := ev.Code
-				err = s.send(ctx, ws, StreamMsg{Type: MsgExit, Code: &code})
-			case sandbox.Error:
-				_, e := ErrorOf(ev.Err)
-				err = s.send(ctx, ws, StreamMsg{Type: MsgError, Error: e})
+				ev = e
 			}
-			if err != nil {
-				return
+		}
+		var err error
+		switch ev.Kind {
+		case sandbox.Stdout, sandbox.Stderr:
+			tag := TagStdout
+			if ev.Kind == sandbox.Stderr {
+				tag = TagStderr
 			}
-			if ev.Terminal() {
-				s.closeAfter(ws, gone)
-				return
+			buf := make([]byte, 1, 1+len(ev.Data))
+			buf[0] = tag
+			buf = append(buf, ev.Data...)
+			// Output already queued of the same stream goes in the same
+			// message (up to maxMessage): fewer, larger frames.
+		more:
+			for len(buf) < maxMessage {
+				select {
+				case e, ok := <-events:
+					if !ok {
+						break more
+					}
+					if e.Kind != ev.Kind {
+						held = &e
+						break more
+					}
+					buf = append(buf, e.Data...)
+				default:
+					break more
+				}
 			}
+			err = ws.Write(ctx, websocket.MessageBinary, buf)
+		case sandbox.Exit:
+			code := ev.Code
+			err = s.send(ctx, ws, StreamMsg{Type: MsgExit, Code: &code})
+		case sandbox.Error:
+			_, e := ErrorOf(ev.Err)
+			err = s.send(ctx, ws, StreamMsg{Type: MsgError, Error: e})
+		}
+		if err != nil {
+			return
+		}
+		if ev.Terminal() {
+			s.closeAfter(ws, gone)
+			return
 		}
 	}
 }
+
+// maxMessage bounds one output message of a stream.
+const maxMessage = 1 << 20
 
 // closeAfter closes the socket normally, giving the client a moment to read
 // the terminal message and answer the close.
