@@ -31,10 +31,12 @@ const (
 	writeTimeout = 30 * time.Second // one stdin frame
 	readLimit    = 8 << 20          // largest frame accepted from Sprites
 	closeGrace   = time.Second      // after the exit, as the SDK's stop grace
-	// infoTimeout bounds Spawn's wait for session_info, which Sprites
-	// sends first on every exec socket (sprites-go waits 30 s for it).
-	infoTimeout = 10 * time.Second
 )
+
+// infoTimeout bounds Spawn's wait for session_info, which Sprites sends
+// first on every exec socket (sprites-go waits 30 s for it). A variable
+// only so that a test can shorten it.
+var infoTimeout = 10 * time.Second
 
 // ReasonNoSessionInfo is the UnavailableError reason of a detachable
 // Spawn whose socket announced no session id within the bound.
@@ -182,12 +184,12 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	case <-w.done: // ended before announcing itself: the stream says how
 	case <-t.C:
 		if opts.Detachable {
-			_ = p.StopCommand(cmd)
+			_ = cmd.Stop()
 			return nil, &sandbox.UnavailableError{Reason: ReasonNoSessionInfo,
 				Err: errors.New("Sprites announced no session id within " + infoTimeout.String())}
 		}
 	case <-ctx.Done():
-		_ = p.StopCommand(cmd)
+		_ = cmd.Stop()
 		return nil, ctx.Err()
 	}
 	cmd.SessionID = SessionID(cmd)

@@ -2,6 +2,7 @@ package spritestest
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,10 +42,13 @@ type Fault struct {
 	// CloseWithoutExit, on the exec WebSocket, accepts the upgrade, sends
 	// Body as stdout, then closes the socket normally with no exit frame.
 	CloseWithoutExit bool
+	// Silent, on the exec WebSocket, accepts the upgrade and then sends
+	// nothing at all (no session_info) until the client goes away.
+	Silent bool
 }
 
 func (f *Fault) replaces() bool {
-	return f.Status != 0 || f.Body != nil || f.Oversize > 0 || f.Truncate || f.Drop || f.CloseWithoutExit || len(f.Header) > 0
+	return f.Status != 0 || f.Body != nil || f.Oversize > 0 || f.Truncate || f.Drop || f.CloseWithoutExit || f.Silent || len(f.Header) > 0
 }
 
 // Inject adds a fault; faults are tried in the order they were added.
@@ -112,6 +116,21 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault, is
 	}
 	if f.Drop {
 		hijackClose(w)
+		return true
+	}
+	if isWS && f.Silent {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		if err != nil {
+			return true
+		}
+		ctx, cancel := context.WithCancel(s.ctx)
+		defer cancel()
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				break
+			}
+		}
+		_ = c.CloseNow()
 		return true
 	}
 	if isWS && f.CloseWithoutExit {
