@@ -23,9 +23,21 @@
 // connect resumes them (SIGCONT); after a resume, processes started
 // before the pause answer 404 to tag selectors while List still shows
 // them (the quirk the pid fallback exists for); envd does not replay
-// output to a reconnecting client. Faults can be injected: any status
-// (429 with a body, 5xx), a stall before the answer, a stream that stalls
-// after its start event, and a stream that ends without its end event.
+// output to a reconnecting client. From E2B's public sources (e2b-dev/infra
+// API handlers, envd, E2B's SDK) it also keeps: envd answers a host
+// 49983-<id>.<domain> only under its cluster's domain (Options.Domain),
+// which create, connect and GET /sandboxes/{id} name with AnnounceDomain;
+// a sandbox changing state (Transition) makes pause, timeout, network and
+// the envd proxy answer 409 while connect waits; TTLs are capped at the
+// maximum instance length (Options.MaxInstanceLength), past which
+// /timeout answers 400, and a resume restarts startedAt; an unknown
+// template is a 404 on create; SendSignal signals the process alone; an
+// old envd (Options.EnvdVersion) ignores Start's stdin field (< 0.3.0)
+// and lacks CloseStdin (< 0.5.2); the metadata filter is decoded as the
+// API decodes it. Faults can be injected: any status with any body and
+// headers (a 429's Retry-After, 5xx), a delay or a stall before the
+// answer, a stream that stalls after its start event, and a stream that
+// ends without its end event.
 package e2btest
 
 import (
