@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/lifecycle"
@@ -89,9 +90,14 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	}
 	localDir := filepath.Join(filepath.Dir(o.db), "local")
 	var lp *local.Provider
+	// The probe `managoat doctor` runs: the gate admits a sandbox of the
+	// mechanism on this host.
 	probe := func() error {
 		p, err := local.New(local.Config{StateDir: localDir, MechanismName: o.mechanism})
 		if err != nil {
+			return err
+		}
+		if err := mechanism.Gate(ctx, p.Mechanism(), mechanism.Spec{}, &mechanism.CachingProber{P: mechanism.NewHostProber()}); err != nil {
 			return err
 		}
 		lp = p
