@@ -118,3 +118,19 @@ func TestPlatformTwoAccounts(t *testing.T) {
 		t.Fatalf("ls with a wrong key: %d %s", code, e)
 	}
 }
+
+// TestServeRefusesADefaultThatIsOff: an explicit SANDBOX_PROVIDER whose
+// provider is not enabled stops serve at start, naming the variable and
+// what is missing; so does a switch that is not a boolean.
+func TestServeRefusesADefaultThatIsOff(t *testing.T) {
+	for _, env := range [][]string{
+		{"SANDBOX_PROVIDER=e2b", "E2B_API_KEY="},
+		{"SANDBOX_RUNNERS_ENABLED=perhaps"},
+	} {
+		name := strings.SplitN(env[0], "=", 2)[0]
+		_, e, code := managoatEnv(t, append([]string{"MANAGOAT_HOME=" + t.TempDir()}, env...), "serve", "--listen", freeAddr(t))
+		if code != exitUsage || !strings.Contains(e, name) {
+			t.Errorf("serve with %v = exit %d %q, want a usage error naming %s", env, code, e, name)
+		}
+	}
+}

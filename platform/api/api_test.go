@@ -341,3 +341,22 @@ func newPlatformClient(t testing.TB, pl *apitest.Platform, key string) *client.C
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestNothingEnabled: a platform with no provider starts, and every
+// create fails naming what to set.
+func TestNothingEnabled(t *testing.T) {
+	pl := apitest.Start(t, apitest.Options{Env: map[string]string{"SANDBOX_RUNNERS_ENABLED": "false"}})
+	key := pl.Account(t, "alice")
+	a := call(t, "POST", pl.URL+"/v1/sandboxes", key, strings.NewReader(`{"name": "x"}`))
+	if a.status != 400 || a.err == nil || a.err.Reason != "provider" {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	for _, w := range []string{"SPRITES_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY", "SANDBOX_RUNNERS_ENABLED", "managoat doctor"} {
+		if !strings.Contains(a.err.Message, w) {
+			t.Errorf("the refusal %q does not name %s", a.err.Message, w)
+		}
+	}
+	if l := call(t, "GET", pl.URL+"/v1/sandboxes", key, nil); l.status != 200 {
+		t.Fatalf("list = %d", l.status)
+	}
+}
