@@ -69,6 +69,32 @@ func TestConformanceLocal(t *testing.T) {
 	sandboxtest.Run(t, c, sandboxtest.ShellFixtures(), sandboxtest.WithWriteDir("/home/sprite"), sandboxtest.WithTimeout(5*time.Second))
 }
 
+// TestConformanceLocalJail: the whole suite through serve on provider/local
+// over the jail, the mechanism serve uses by default (root only). The
+// jail's init ignores SIGTERM, so a graceful termination runs its whole
+// grace: shortGrace makes the default 10 s one second, as provider/local's
+// own jail conformance test does.
+func TestConformanceLocalJail(t *testing.T) {
+	testenv.RequireRoot(t)
+	p, err := local.New(local.Config{StateDir: t.TempDir(), MechanismName: "jail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(p) })
+	pl := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"local": shortGrace{p}}})
+	c := newClient(t, pl.URL, pl.Account(t, "alice"), "local")
+	sandboxtest.Run(t, c, sandboxtest.ShellFixtures(), sandboxtest.WithDir("/home/sprite"), sandboxtest.WithTimeout(5*time.Second))
+}
+
+type shortGrace struct{ *local.Provider }
+
+func (g shortGrace) TerminateSession(ctx context.Context, h *sandbox.Handle, id string, o sandbox.TerminateOptions) error {
+	if o.Timeout == 0 || o.Timeout > time.Second {
+		o.Timeout = time.Second
+	}
+	return g.Provider.TerminateSession(ctx, h, id, o)
+}
+
 // TestConformanceRunner: the whole suite through serve, on the runner
 // provider: a runner daemon (provider/fake behind it) authenticated with
 // the account's API key, so it is the account's runner.
