@@ -92,8 +92,25 @@ func (s *Server) activity(rec store.Sandbox) {
 	_ = s.cfg.Store.TouchSandbox(context.WithoutCancel(context.Background()), rec.AccountID, rec.Name, now.UTC())
 }
 
-// Active reports whether the record has an open stream (an attached client
-// or a running spawn) in this process.
+// busy counts a call in flight on the record as activity until it ends
+// (an hour-long exec is not idle), and marks the activity at its end.
+func (s *Server) busy(rec store.Sandbox) func() {
+	key := recKey(rec.AccountID, rec.Name)
+	s.mu.Lock()
+	s.active[key]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.active[key]--; s.active[key] <= 0 {
+			delete(s.active, key)
+		}
+		s.mu.Unlock()
+		s.activity(rec)
+	}
+}
+
+// Active reports whether the record has a call in flight or an open
+// stream (an attached client or a running spawn) in this process.
 func (s *Server) Active(accountID, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -460,13 +477,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	opts := sandbox.ExecOptions{Env: withURL(req.Env, rec), Dir: req.Dir, StderrToStdout: req.StderrToStdout, MaxOutput: req.MaxOutput,
 		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if req.TimeoutMS < 0 {
 		opts.Timeout = -1
 	}
 	res, err := sandbox.NewRegistry(p).Exec(r.Context(), handleOf(rec), sandbox.Cmd{Name: req.Cmd, Args: req.Args}, opts)
-	s.activity(rec)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -483,6 +500,7 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	ss, err := sandbox.NewRegistry(p).ListSessions(r.Context(), handleOf(rec))
 	if err != nil {
 		writeErr(w, err)
@@ -515,6 +533,7 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	sid := r.PathValue("session")
 	opts := sandbox.TerminateOptions{Mode: sandbox.TerminateMode(req.Mode), Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if _, err := sandbox.ValidateTermination(sid, opts); err != nil {
@@ -542,6 +561,7 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if err := sandbox.NewRegistry(p).Suspend(r.Context(), handleOf(rec)); err != nil {
 		writeErr(w, err)
 		return
@@ -556,6 +576,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if _, err := sandbox.NewRegistry(p).Resume(r.Context(), handleOf(rec)); err != nil {
 		writeErr(w, err)
 		return
@@ -586,6 +607,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) 
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if err := sandbox.NewRegistry(p).WriteFile(r.Context(), handleOf(rec), path, data, sandbox.WriteFileOptions{Mode: mode}); err != nil {
 		writeErr(w, err)
 		return
@@ -599,6 +621,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	data, err := sandbox.NewRegistry(p).ReadFile(r.Context(), handleOf(rec), r.URL.Query().Get("path"))
 	if err != nil {
 		writeErr(w, err)
@@ -619,6 +642,7 @@ func (s *Server) networkPolicy(w http.ResponseWriter, r *http.Request, k store.K
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if err := sandbox.NewRegistry(p).ApplyNetworkPolicy(r.Context(), handleOf(rec), sandbox.NetworkPolicy{Allow: req.Allow}); err != nil {
 		writeErr(w, err)
 		return
@@ -632,6 +656,7 @@ func (s *Server) url(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if rec.URL != "" {
 		writeJSON(w, http.StatusOK, map[string]string{"url": rec.URL})
 		return
@@ -661,6 +686,7 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, k store.Key)
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	reg := sandbox.NewRegistry(p)
 	var id string
 	if req.OperationID != "" {
@@ -685,6 +711,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
+	defer s.busy(rec)()
 	if err := sandbox.NewRegistry(p).RestoreCheckpoint(r.Context(), handleOf(rec), r.PathValue("checkpoint")); err != nil {
 		writeErr(w, err)
 		return

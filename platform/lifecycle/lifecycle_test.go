@@ -344,3 +344,35 @@ func TestUncertainIntentsSettleWithoutRepeating(t *testing.T) {
 		t.Fatalf("writes repeated: %d create_new, %d destroy_once", e.f.createNews.Load(), e.f.destroy.Load())
 	}
 }
+
+// TestBusyIsNotIdle: a sandbox with a call in flight (a long exec) or an
+// attached stream is not parked, however long ago the call began.
+func TestBusyIsNotIdle(t *testing.T) {
+	e := setup(t, false)
+	e.create("long")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.call("POST", "/v1/sandboxes/long/exec", `{"cmd": "emit", "args": ["sleep:2s", "out:done"]}`)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !e.pl.API.Active(e.acct.ID, "long") {
+		if time.Now().After(deadline) {
+			t.Fatal("the exec never showed as active")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.later(20 * time.Minute)
+	if r := e.m.Pass(context.Background()); r.Parked != 0 {
+		t.Fatalf("parked a sandbox with an exec in flight: %+v", r)
+	}
+	<-done
+	if e.rec("long").State != store.StateRunning {
+		t.Fatalf("state %s", e.rec("long").State)
+	}
+	// Its activity is the end of the exec: idle only from then.
+	e.later(10 * time.Minute)
+	if r := e.m.Pass(context.Background()); r.Parked != 0 {
+		t.Fatalf("parked 10 minutes after the exec ended: %+v", r)
+	}
+}
