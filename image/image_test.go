@@ -98,6 +98,9 @@ func TestPullMergesLayers(t *testing.T) {
 	if a.Ino == 0 || a.Ino != h.Ino {
 		t.Errorf("hard is not a hard link of a/keep (%d, %d)", a.Ino, h.Ino)
 	}
+	if st, err := os.Stat(filepath.Join(r, "a/keep")); err != nil || st.ModTime().Unix() != 1700000000 {
+		t.Errorf("a/keep's modification time: %v %v", st.ModTime(), err)
+	}
 	if st, err := os.Stat(filepath.Join(r, "suid")); err != nil || st.Mode()&os.ModeSetuid == 0 {
 		t.Errorf("suid lost its mode: %v %v", st.Mode(), err)
 	}

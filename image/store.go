@@ -626,14 +626,18 @@ func applyBlob(u *unpacker, path string, diffID v1.Hash) error {
 	return nil
 }
 
+// diskUsage is the bytes allocated under dir, each inode counted once
+// (an image's hard links share their blocks).
 func diskUsage(dir string) int64 {
 	var n int64
+	seen := map[[2]uint64]bool{}
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
 		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && !seen[[2]uint64{st.Dev, st.Ino}] {
+				seen[[2]uint64{st.Dev, st.Ino}] = true
 				n += st.Blocks * 512
 			}
 		}

@@ -316,15 +316,23 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header, p string, buf []byte) er
 		if err != nil {
 			return err
 		}
-		if _, err := clearFor(pfd, name, false); err != nil {
-			return err
+		// Create first, as tar does: whatever is there is looked at only
+		// when the name is taken.
+		const flags = unix.O_CREAT | unix.O_EXCL | unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		fd, err := unix.Openat(pfd, name, flags, 0o600)
+		if err == unix.EEXIST {
+			if _, err = clearFor(pfd, name, false); err == nil {
+				fd, err = unix.Openat(pfd, name, flags, 0o600)
+			}
 		}
-		fd, err := unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", p, err)
 		}
 		f := os.NewFile(uintptr(fd), p)
 		_, err = io.CopyBuffer(fileWriter{f}, tr, buf)
+		if err == nil {
+			err = u.fileAttrs(fd, h, mode)
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -332,7 +340,7 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header, p string, buf []byte) er
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 		u.markCreated(p)
-		return u.attrs(pfd, name, h, mode, false)
+		return nil
 	case tar.TypeSymlink:
 		pfd, name, err := u.parent(p)
 		if err != nil {
@@ -394,6 +402,24 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header, p string, buf []byte) er
 	default:
 		return nil // other kinds (GNU sparse, ...) carry no file
 	}
+}
+
+// fileAttrs is attrs for a regular file open at fd (three system calls
+// on the descriptor rather than three path walks).
+func (u *unpacker) fileAttrs(fd int, h *tar.Header, mode uint32) error {
+	if u.chown {
+		if err := unix.Fchown(fd, h.Uid, h.Gid); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fchmod(fd, mode); err != nil { // after chown, which clears set-id bits
+		return err
+	}
+	if !h.ModTime.IsZero() && !h.ModTime.Before(time.Unix(0, 0)) {
+		ts := []unix.Timespec{unix.NsecToTimespec(h.ModTime.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
+		_ = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
+	}
+	return nil
 }
 
 // attrs sets ownership (as root), mode and modification time of name.

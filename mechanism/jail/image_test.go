@@ -22,7 +22,7 @@ import (
 // pullTestImage serves an image of imagetest.Conformance's layers and
 // extra layers, pulls it into a store under dir and
 // returns it.
-func pullTestImage(t *testing.T, dir string, cfg v1.Config, extra ...imagetest.Layer) *image.Image {
+func pullTestImage(t testing.TB, dir string, cfg v1.Config, extra ...imagetest.Layer) *image.Image {
 	t.Helper()
 	reg := imagetest.Serve(t)
 	layers := append(imagetest.Conformance(t), extra...)
