@@ -488,6 +488,9 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	if spec.Network, err = networkOf(opts.Network); err != nil {
 		return nil, err
 	}
+	if err := p.withImage(ctx, iid, &spec, &opts); err != nil {
+		return nil, err
+	}
 	// The record is made in tmp first, before the instance: a Create cut
 	// short leaves this mark, which Sweep looks for. The mark is locked
 	// while this Create runs, however long, and Sweep leaves it alone.
@@ -505,6 +508,7 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	// undo releases what this Create made; the mark goes only once all of
 	// it has, or stays for Sweep to finish the job.
 	undo := func() {
+		p.releaseImage(iid)
 		err := p.mech.Destroy(context.WithoutCancel(ctx), iid)
 		if err == nil {
 			err = removeAll(context.WithoutCancel(ctx), p.instanceDir(iid))
@@ -745,6 +749,7 @@ func (p *Provider) destroy(ctx context.Context, name string) error {
 		err = m.Destroy(ctx, r.InstanceID)
 	}
 	if err == nil {
+		p.releaseImage(r.InstanceID)
 		err = removeAll(ctx, p.instanceDir(r.InstanceID)) // a tree the sandbox made: as deep as it liked
 	}
 	<-trashed

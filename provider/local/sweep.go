@@ -131,6 +131,7 @@ func (p *Provider) Sweep(ctx context.Context) error {
 			continue
 		}
 		if p.mech.Destroy(ctx, iid) == nil {
+			p.releaseImage(iid)
 			_ = removeAll(ctx, path)
 		}
 	}

@@ -1,0 +1,78 @@
+package local
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/managoat/managoat/image/imagetest"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// A local sandbox on an image: Create pulls it (once), the commands run
+// on its root with its Env, WorkingDir and User; Destroy releases the
+// image, which image rm may then remove.
+func TestCreateOnImage(t *testing.T) {
+	p := newJail(t)
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "local:v1", v1.Config{Env: []string{"FROM_IMAGE=yes", "LANG=C"}, WorkingDir: "/work", User: "app"},
+		append(imagetest.Conformance(t), imagetest.Layer{{Name: "work/", Type: tar.TypeDir, Mode: 0o777}, {Name: "etc/marker", Body: "image\n"}})...)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "onimg", sandbox.CreateOptions{Image: ref, Env: []string{"LANG=C.UTF-8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Destroy(ctx, h)
+	res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "cat /etc/marker; echo $FROM_IMAGE $LANG; pwd; id -u"}}, sandbox.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Output); got != "image\nyes C.UTF-8\n/work\n1234\n" {
+		t.Fatalf("inside: %q (exit %d)", got, res.ExitCode)
+	}
+	s, err := p.Images()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, ref); sandbox.Kind(err) != "invalid" {
+		t.Fatalf("image rm of an image in use: %v", err)
+	}
+	if err := p.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx, ref); err != nil {
+		t.Fatalf("image rm after destroy: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(s.Dir(), "roots"))
+	if len(ents) != 0 {
+		t.Fatalf("roots left: %v", ents)
+	}
+}
+
+// An unknown image is not_found naming it and leaves nothing; a mechanism
+// without a root of its own refuses images.
+func TestCreateOnBadImage(t *testing.T) {
+	p := newJail(t)
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
+	reg := imagetest.Serve(t)
+	ref := reg.Host + "/nothere:v1"
+	_, err := p.Create(context.Background(), "bad", sandbox.CreateOptions{Image: ref})
+	if !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("unknown image: %v", err)
+	}
+	if names, _ := p.ListAllNames(context.Background()); len(names) != 0 {
+		t.Fatalf("left %v", names)
+	}
+	tp := newTrusted(t)
+	if _, err := tp.Create(context.Background(), "tr", sandbox.CreateOptions{Image: ref}); sandbox.Kind(err) != "invalid" || !strings.Contains(err.Error(), "trusted") {
+		t.Fatalf("trusted with an image: %v", err)
+	}
+}
