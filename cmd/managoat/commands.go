@@ -108,11 +108,15 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 	var ef envFlags
 	ef.add(fs)
 	name := fs.String("name", "", "sandbox name (default run-<random>)")
+	imgRef := imageFlag(fs)
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		argv := fs.Args()
+		argv, err := imageArgv(ctx, g, *imgRef, fs.Args()) // image.go
+		if err != nil {
+			return err
+		}
 		if len(argv) == 0 {
 			return usageError{msg: "missing CMD"}
 		}
@@ -155,7 +159,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			}
 		}
 		sp := startSpinner("creating sandbox " + *name)
-		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits})
+		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits, Image: *imgRef})
 		sp.Stop()
 		if err != nil {
 			return createErr(ctx, err)
@@ -236,6 +240,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	ef.add(fs)
 	jsize := fs.String("journal-max-size", "", "bound on all of the sandbox's session journals together, e.g. 256M; the oldest finished ones are pruned (default 1G, local provider)")
 	jage := fs.Duration("journal-max-age", 0, "prune a finished session's journal this long after it ended (default 168h, local provider)")
+	imgRef := imageFlag(fs)
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -294,7 +299,12 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if err := sandbox.ValidateName(name); err != nil {
 			return usageError{msg: err.Error(), bare: true}
 		}
-		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir}
+		if *imgRef != "" {
+			if _, err := ensureImage(ctx, g, *imgRef); err != nil { // image.go
+				return err
+			}
+		}
+		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Image: *imgRef}
 		if len(pos) == 1 {
 			if err := createConflict(ctx, reg, sandbox.BuildHandle(p.Name(), name), fs, opts); err != nil {
 				return err

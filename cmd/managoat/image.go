@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/managoat/managoat/image"
+	"github.com/managoat/managoat/provider/local"
+	"github.com/managoat/managoat/sandbox"
+)
+
+func init() {
+	register("image", "pull|ls|rm|prune [flags] [REF...]", "Manage the images local sandboxes run on (--image): pull, list, remove, prune", cmdImage)
+}
+
+// imageStore is the local provider's image store (its state directory's
+// images/), which run and create --image pull into.
+func imageStore() (*image.Store, error) {
+	return image.Open(filepath.Join(local.DefaultStateDir(), "images"))
+}
+
+// imageFlag defines run's and create's --image.
+func imageFlag(fs *flag.FlagSet) *string {
+	return fs.String("image", "", "run the sandbox on the OCI image `REF` (pulled when not in the store; local provider, jail or oci)")
+}
+
+// ensureImage checks that the provider runs images and pulls ref into the
+// store (with progress on a terminal) unless it is there; the provider's
+// Create then finds it. It returns the image, whose config run uses when
+// it is given no command.
+func ensureImage(ctx context.Context, g *globals, ref string) (*image.Image, error) {
+	if g.provider != "local" {
+		return nil, &sandbox.InvalidError{Reason: "image", Msg: fmt.Sprintf("provider %s chooses its own images; --image is the local provider's", g.provider)}
+	}
+	s, err := imageStore()
+	if err != nil {
+		return nil, err
+	}
+	if img, err := s.Get(ref); err == nil {
+		return img, nil
+	}
+	return pullImage(ctx, s, ref)
+}
+
+func pullImage(ctx context.Context, s *image.Store, ref string) (*image.Image, error) {
+	pr := newPullProgress(ref)
+	img, err := s.Pull(ctx, ref, image.PullOptions{Progress: pr.update})
+	pr.stop()
+	if err != nil {
+		return nil, wrap("pull "+ref, err)
+	}
+	return img, nil
+}
+
+// pullProgress draws one line on a terminal's stderr: the layers done, the
+// bytes downloaded of the layers' total, a bar. Written here: it is one
+// line, like the spinner, and needs no terminal library.
+type pullProgress struct {
+	ref    string
+	tty    bool
+	mu     sync.Mutex
+	layers map[string]image.Progress
+	last   time.Time
+	drawn  bool
+}
+
+func newPullProgress(ref string) *pullProgress {
+	return &pullProgress{ref: ref, tty: isTerminal(os.Stderr), layers: map[string]image.Progress{}}
+}
+
+func (p *pullProgress) update(u image.Progress) {
+	if !p.tty {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.layers[u.Layer] = u
+	if time.Since(p.last) < 100*time.Millisecond && u.Done != u.Total {
+		return
+	}
+	p.last = time.Now()
+	var done, total int64
+	complete, n := 0, u.N
+	for _, l := range p.layers {
+		done += l.Done
+		total += l.Total
+		if l.Done == l.Total {
+			complete++
+		}
+	}
+	const width = 24
+	fill := 0
+	if total > 0 {
+		fill = int(done * width / total)
+	}
+	fmt.Fprintf(os.Stderr, "\r\033[Kpulling %s: layers %d/%d  %s / %s  [%s%s]", p.ref, complete, n,
+		mib(done), mib(total), strings.Repeat("#", fill), strings.Repeat(" ", width-fill))
+	p.drawn = true
+}
+
+func (p *pullProgress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func cmdImage(g *globals, fs *flag.FlagSet) action {
+	var of outputFlags
+	of.add(fs, false)
+	return func(ctx context.Context, args []string) error {
+		// Flags may come before the subcommand (--help among them) and
+		// after it.
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			return usageError{msg: "missing pull, ls, rm or prune"}
+		}
+		sub := fs.Arg(0)
+		if err := parse(fs, fs.Args()[1:]); err != nil {
+			return err
+		}
+		if err := of.check(); err != nil {
+			return err
+		}
+		refs := fs.Args()
+		s, err := imageStore()
+		if err != nil {
+			return err
+		}
+		switch sub {
+		case "pull":
+			if len(refs) == 0 {
+				return usageError{msg: "missing REF"}
+			}
+			for _, ref := range refs {
+				img, err := pullImage(ctx, s, ref)
+				if err != nil {
+					return err
+				}
+				if of.json() {
+					if err := json.NewEncoder(os.Stdout).Encode(imageJSON(img)); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Printf("%s %s %s\n", img.Ref, img.Digest, mib(img.Size))
+			}
+			return nil
+		case "ls":
+			if err := noMore(refs); err != nil {
+				return err
+			}
+			list, err := s.List()
+			if err != nil {
+				return err
+			}
+			if of.json() {
+				out := []map[string]any{}
+				for i := range list {
+					out = append(out, imageJSON(&list[i]))
+				}
+				return json.NewEncoder(os.Stdout).Encode(out)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "REF\tDIGEST\tSIZE\tPULLED")
+			for _, img := range list {
+				refs := img.Refs
+				if len(refs) == 0 {
+					refs = []string{"<none>"}
+				}
+				for _, r := range refs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r, shortDigest(img.Digest), mib(img.Size), img.PulledAt.Local().Format(time.DateTime))
+				}
+			}
+			return tw.Flush()
+		case "rm":
+			if len(refs) == 0 {
+				return usageError{msg: "missing REF"}
+			}
+			for _, ref := range refs {
+				if err := s.Remove(ctx, ref); err != nil {
+					return wrap("rm "+ref, err)
+				}
+			}
+			return nil
+		case "prune":
+			if err := noMore(refs); err != nil {
+				return err
+			}
+			res, err := s.Prune(ctx)
+			if err != nil {
+				return err
+			}
+			if of.json() {
+				return json.NewEncoder(os.Stdout).Encode(map[string]any{"roots": res.Roots, "blobs": res.Blobs, "partial": res.Partial, "bytes": res.Bytes})
+			}
+			fmt.Printf("removed %d images, %d layers, %d partial pulls: %s\n", res.Roots, res.Blobs, res.Partial, mib(res.Bytes))
+			return nil
+		}
+		return usageError{msg: fmt.Sprintf("unknown image command %q (pull, ls, rm, prune)", sub)}
+	}
+}
+
+func shortDigest(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
+
+func imageJSON(img *image.Image) map[string]any {
+	return map[string]any{"ref": img.Ref, "refs": img.Refs, "digest": img.Digest, "config_digest": img.ConfigDigest,
+		"size": img.Size, "layers": img.Layers, "pulled_at": img.PulledAt, "config": img.Config}
+}
+
+// imageArgv pulls run's --image when given (see ensureImage) and, when
+// run was given no command, returns the image's Entrypoint and Cmd.
+func imageArgv(ctx context.Context, g *globals, ref string, argv []string) ([]string, error) {
+	if ref == "" {
+		return argv, nil
+	}
+	img, err := ensureImage(ctx, g, ref)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 {
+		argv = img.Config.Command(nil)
+	}
+	return argv, nil
+}
