@@ -67,10 +67,14 @@ var ErrCorrupt = errors.New("journal: corrupt record")
 
 // Writer appends records to a journal. It is safe for concurrent use.
 type Writer struct {
-	mu   sync.Mutex
-	f    *os.File
-	size int64
-	done bool
+	mu    sync.Mutex
+	f     *os.File
+	size  int64
+	done  bool
+	cap   int64    // bound on the records kept (SetCap); 0: none
+	head  int64    // offset of the first record kept
+	marks []int64  // record boundaries the writer may drop up to (cap.go)
+	headf *os.File // the head file, once written
 }
 
 // Create creates a new journal at path; it fails if path exists.
@@ -93,7 +97,9 @@ func OpenAppend(path string) (*Writer, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Writer{f: f, size: st.Size()}, nil
+	w := &Writer{f: f, size: st.Size(), head: loadHead(path)}
+	w.scanMarks()
+	return w, nil
 }
 
 // Name is the journal's file name.
@@ -134,6 +140,7 @@ func (w *Writer) AppendFramed(k Kind, buf []byte) (int64, error) {
 		_ = w.f.Truncate(w.size)
 		return w.size, err
 	}
+	w.committed(w.size, w.size+int64(len(buf)))
 	w.size += int64(len(buf))
 	return w.size, nil
 }
@@ -190,6 +197,7 @@ func (w *Writer) AppendSplice(k Kind, fd int, n int) (int64, error) {
 		_ = w.f.Truncate(w.size)
 		return w.size, serr
 	}
+	w.committed(w.size, w.size+HeaderSize+int64(n))
 	w.size += HeaderSize + int64(n)
 	return w.size, nil
 }
@@ -210,6 +218,9 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.done = true
+	if w.headf != nil {
+		w.headf.Close()
+	}
 	return w.f.Close()
 }
 
@@ -236,6 +247,8 @@ type Reader struct {
 	// cap the record's length. Its header was consumed from pending.
 	big     []byte
 	bigKind Kind
+	headf   *os.File // the journal's head file, once seen (cap.go)
+	skipped int64    // bytes jumped over because the writer dropped them
 }
 
 // DefaultChunk is how much a Reader reads per call by default.
@@ -247,11 +260,18 @@ func Open(path string) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{f: f, chunk: DefaultChunk}, nil
+	r := &Reader{f: f, chunk: DefaultChunk}
+	r.behind()
+	return r, nil
 }
 
 // Close closes the reader's file.
-func (r *Reader) Close() error { return r.f.Close() }
+func (r *Reader) Close() error {
+	if r.headf != nil {
+		r.headf.Close()
+	}
+	return r.f.Close()
+}
 
 // Offset is the offset of the first record not yet returned.
 func (r *Reader) Offset() int64 { return r.pendOff }
@@ -267,6 +287,10 @@ func (r *Reader) Offset() int64 { return r.pendOff }
 // returns when it reached limit (or EOF), or fn returned an error.
 func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 	count := 0
+	// A capped journal's oldest records may be gone (cap.go): after every
+	// read from the file, behind checks that what was read was not
+	// dropped meanwhile, and jumps to the head if it was.
+	r.behind()
 	for {
 		if r.big != nil {
 			// Go on filling the large record a previous call began.
@@ -275,6 +299,9 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 				return count, nil // not committed yet
 			}
 			n, err := r.f.ReadAt(r.big[have:l], r.off)
+			if r.behind() {
+				continue
+			}
 			r.off += int64(n)
 			r.big = r.big[:have+n]
 			if have+n < l {
@@ -295,6 +322,9 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 		// Make sure a header is buffered.
 		if len(r.pending) < HeaderSize {
 			more, err := r.fill(limit, HeaderSize-len(r.pending))
+			if r.behind() {
+				continue
+			}
 			if !more {
 				return count, err
 			}
@@ -303,6 +333,9 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 		k := Kind(r.pending[0])
 		l := int(binary.BigEndian.Uint32(r.pending[1:HeaderSize]))
 		if (k != KindStdout && k != KindStderr && k != KindExit) || l > MaxRecord {
+			if r.behind() {
+				continue
+			}
 			return count, fmt.Errorf("%w at offset %d", ErrCorrupt, r.pendOff)
 		}
 		avail := len(r.pending) - HeaderSize
@@ -315,6 +348,9 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 				data := make([]byte, l)
 				copy(data, r.pending[HeaderSize:])
 				n, err := r.f.ReadAt(data[avail:], r.off)
+				if r.behind() {
+					continue
+				}
 				r.off += int64(n)
 				r.pending = r.pending[:0]
 				if n < l-avail {
@@ -335,6 +371,9 @@ func (r *Reader) Read(limit int64, fn func(Record) error) (int, error) {
 				continue
 			}
 			more, err := r.fill(limit, l-avail)
+			if r.behind() {
+				continue
+			}
 			if !more {
 				return count, err
 			}

@@ -12,14 +12,19 @@ import (
 // together hold more than MaxBytes, and once a finished session ended
 // longer than MaxAge ago. A running session's journal is never pruned. A
 // zero field is no bound of that kind.
+//
+// MaxSessionBytes bounds each session's journal while it runs too: past
+// it the oldest output is dropped, down to half of it (Writer.SetCap), and
+// an attach says how much was dropped.
 type Retention struct {
-	MaxBytes int64         `json:"max_bytes,omitempty"`
-	MaxAge   time.Duration `json:"max_age,omitempty"`
+	MaxBytes        int64         `json:"max_bytes,omitempty"`
+	MaxAge          time.Duration `json:"max_age,omitempty"`
+	MaxSessionBytes int64         `json:"max_session_bytes,omitempty"`
 }
 
 // DefaultRetention is the retention of a sandbox made without one: 1 GiB
-// of journals and a week.
-var DefaultRetention = Retention{MaxBytes: 1 << 30, MaxAge: 7 * 24 * time.Hour}
+// of journals, a week, and 256 MiB of the latest output of each session.
+var DefaultRetention = Retention{MaxBytes: 1 << 30, MaxAge: 7 * 24 * time.Hour, MaxSessionBytes: 256 << 20}
 
 // Entry is one session's journal as Retention.Select weighs it.
 type Entry struct {

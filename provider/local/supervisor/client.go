@@ -218,7 +218,16 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 	defer r.Close()
 	var out Outcome
 	stopped := false
+	var noted int64
 	deliver := func(rec journal.Record) error {
+		if s := r.Skipped(); s > noted {
+			// The journal's cap dropped older output: say so, in order.
+			if !emit(journal.Record{Kind: journal.KindStderr, Data: []byte(DroppedMessage(s - noted))}) {
+				stopped = true
+				return errStopRead
+			}
+			noted = s
+		}
 		if rec.Kind == journal.KindExit {
 			out = Outcome{Exited: true, Code: rec.Code, Signal: rec.Signal}
 			return errStopRead
@@ -305,3 +314,9 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 }
 
 var errStopRead = errors.New("stop")
+
+// DroppedMessage is the line a follower gets where the session's journal
+// cap dropped n bytes of older output before it read them.
+func DroppedMessage(n int64) string {
+	return fmt.Sprintf("[managoat: %d bytes of older output were dropped: the session's journal keeps only its latest output]\n", n)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/managoat/managoat/provider/local/journal"
@@ -60,7 +61,11 @@ func (s *server) prune() {
 		if err != nil {
 			continue // none, or already pruned
 		}
-		en := journal.Entry{ID: e.Name(), Size: st.Size()}
+		size := st.Size()
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			size = sys.Blocks * 512 // a capped journal is sparse
+		}
+		en := journal.Entry{ID: e.Name(), Size: size}
 		if x, err := os.Stat(filepath.Join(d, exitName)); err == nil {
 			en.Ended = x.ModTime()
 		}
@@ -74,6 +79,7 @@ func (s *server) prune() {
 		if err := writeFileAtomic(filepath.Join(d, prunedName), []byte(why[i])); err != nil {
 			continue
 		}
+		_ = os.Remove(filepath.Join(d, journalName+journal.HeadSuffix))
 		if err := os.Remove(filepath.Join(d, journalName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			if s.log != nil {
 				s.log.Warn("prune journal", "id", id, "err", err)

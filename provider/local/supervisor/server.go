@@ -468,6 +468,9 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if err != nil {
 		return fail(codeInternal, err)
 	}
+	if err := w.SetCap(ReadRetention(s.dir).MaxSessionBytes); err != nil && s.log != nil {
+		s.log.Warn("session journal not capped", "err", err)
+	}
 	io, err := openStdio(req)
 	if err != nil {
 		w.Close()

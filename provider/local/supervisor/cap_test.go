@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/provider/local/journal"
+)
+
+// TestSessionJournalCapped is issue 24's unattached `yes`: a session
+// writing without end keeps only its latest output on disk (the
+// sandbox's MaxSessionBytes), and a follower from byte zero is told how
+// much older output was dropped before it gets the rest, in order.
+func TestSessionJournalCapped(t *testing.T) {
+	c := newSandbox(t)
+	const limit = 2 << 20
+	if err := WriteRetention(c.Dir, journal.Retention{MaxSessionBytes: limit}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "yes | head -c 33554432; echo end"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the end, unattached, then look at the disk.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		state, _ := SessionState(c.Dir, id)
+		if state == "exited" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session did not end: %s", state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(JournalPath(c.Dir, id), &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > limit+1<<20 {
+		t.Fatalf("the journal uses %d bytes of disk, its cap is %d", used, limit)
+	}
+	var col collected
+	o, err := c.Follow(ctx, id, col.emit)
+	if err != nil || !o.Exited || o.Code != 0 {
+		t.Fatalf("outcome %+v, %v", o, err)
+	}
+	if !strings.Contains(col.err.String(), "bytes of older output were dropped") {
+		t.Fatalf("no word of the dropped output; stderr %q", col.err.String())
+	}
+	out := col.out.String()
+	if !strings.HasSuffix(out, "y\nend\n") || len(out) > limit || len(out) < limit/4 {
+		t.Fatalf("followed %d bytes ending %q", len(out), out[max(0, len(out)-10):])
+	}
+	if strings.Trim(strings.TrimSuffix(out, "end\n"), "y\n") != "" {
+		t.Fatal("the kept output holds bytes yes never wrote")
+	}
+}
