@@ -275,7 +275,11 @@ func (e *Error) Err() error {
 		}
 		return &sandbox.UnavailableError{Reason: r, HTTP: detail, Timeout: time.Duration(e.TimeoutMS) * time.Millisecond, Err: remote(r, msg)}
 	case "denied", KindUnauthorized:
-		return &sandbox.DeniedError{Reason: e.Reason + ": " + msg, HTTP: detail}
+		r := e.Reason
+		if r == "" {
+			r = e.Kind
+		}
+		return &sandbox.DeniedError{Reason: r + ": " + strings.TrimPrefix(msg, "sandbox: denied: "), HTTP: detail}
 	case "invalid", KindTooLarge, KindNotAllowed:
 		r := e.Reason
 		if r == "" {
