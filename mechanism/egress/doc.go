@@ -9,37 +9,39 @@
 //
 // # How
 //
-// The sandbox's namespace gets an eth0 whose peer is in the same
-// namespace (so nothing routes anywhere), a default route through it,
-// and an nftables ruleset (installed over netlink by
-// github.com/google/nftables) that the workload cannot change (it has
-// no CAP_NET_ADMIN, and seccomp refuses new namespaces):
+// The sandbox's namespace keeps lo as its only interface, gets a default
+// IPv4 route through it (and no IPv6 route but ::1), and one nftables NAT
+// chain on its output hook (installed over netlink by
+// github.com/google/nftables) that the workload cannot change (it has no
+// CAP_NET_ADMIN, and seccomp refuses new namespaces):
 //
-//   - IPv4 TCP to a forbidden destination is reset at connect (the
-//     workload sees "connection refused"): loopback, link-local with the
-//     metadata address 169.254.169.254, this host's own addresses,
-//     multicast and reserved ranges, and the private ranges (10/8,
-//     100.64/10, 172.16/12, 192.168/16, 198.18/15) unless
-//     Config.AllowPrivate;
-//   - every other IPv4 TCP connection is redirected (NAT) to a port on the
-//     sandbox's loopback where this process listens: the listening socket
-//     was made in the sandbox's namespace, the connection to the outside
-//     is made from the host's (or Config.Dial's). The proxy reads the
-//     original destination (SO_ORIGINAL_DST), checks it again, applies the
-//     policy, dials, and relays (splice(2) between the two sockets);
-//   - UDP is rejected except to the sandbox's resolver, 127.0.0.53:53,
-//     also a socket of this process in the sandbox's namespace, which
-//     forwards allowed queries to the upstream resolvers
-//     (github.com/miekg/dns) and remembers which addresses each name
-//     resolved to for this sandbox; AAAA is answered empty and IPv6 TCP
-//     is reset (the sandbox has no IPv6 route);
-//   - anything else (ICMP, raw sockets' other protocols) is dropped.
+//   - to 127.0.0.0/8, the sandbox's own loopback: untouched;
+//   - UDP: redirected to a closed port of that loopback (port
+//     unreachable), so the only UDP that is answered is the sandbox's
+//     resolver's, 127.0.0.53:53, a socket of this process made in the
+//     sandbox's namespace, which forwards allowed queries to the upstream
+//     resolvers (github.com/miekg/dns) and remembers which addresses each
+//     name resolved to for this sandbox (AAAA is answered empty);
+//   - TCP to a forbidden destination: redirected to the closed port,
+//     so refused at connect: this host's own addresses, loopback,
+//     link-local with the metadata address 169.254.169.254, multicast and
+//     reserved ranges, and the private ranges (10/8, 100.64/10,
+//     172.16/12, 192.168/16, 198.18/15) unless Config.AllowPrivate;
+//   - with a policy, TCP to an address that neither a CIDR entry nor an
+//     allowed name the sandbox resolved can allow: the same;
+//   - every other TCP connection: redirected to a port on the sandbox's
+//     loopback where this process listens (a socket made in the
+//     sandbox's namespace); the proxy reads the original destination
+//     (SO_ORIGINAL_DST), checks it again, applies the policy, dials from
+//     the host's namespace (or through Config.Dial), and relays (splice(2)
+//     between the two sockets).
 //
-// Other sandboxes are not reachable: they have no address the host
-// routes to (each one's eth0 is the same 10.0.2.15, inside its own
-// namespace), and what they publish on the host's loopback is loopback.
+// Nothing else has anywhere to go: a packet no rule redirects loops back
+// through lo and is dropped, as the namespace forwards nothing. Other
+// sandboxes are not reachable: they have no address but their own
+// loopback, and what they publish on the host's loopback is loopback.
 // A sandbox whose proxy is gone (the process serving it died) fails
-// closed: its connections are reset and its queries go unanswered.
+// closed: its connections are refused and its queries go unanswered.
 //
 // This is a userspace proxy rather than NAT and forwarding because the
 // policy is about names, which only the resolver and the connection's

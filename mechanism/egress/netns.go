@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,22 +14,13 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
-// The sandbox's side of the network, the same in every sandbox: it never
-// leaves the sandbox's namespace (the peer of eth0 is in the namespace
-// too and forwards nothing), so two sandboxes sharing it see nothing of
-// each other.
 const (
-	// SandboxAddr is the sandbox's own address on eth0.
-	SandboxAddr = "10.0.2.15"
 	// ResolverAddr is the sandbox's resolver, on the sandbox's own
 	// loopback (its /etc/resolv.conf names it).
 	ResolverAddr = "127.0.0.53"
-	ifName       = "eth0"
-	peerName     = "eth0-peer"
 	tableName    = "managoat"
 )
 
@@ -109,36 +99,26 @@ func openNamespace(nsfd int, allowPrivate bool) (*namespace, error) {
 
 // setup runs on a thread in the namespace.
 func (n *namespace) setup(denied []netip.Prefix) error {
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.nsfd))
+	h, err := netlink.NewHandle() // this thread's namespace: the sandbox's
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
-	if lo, err := h.LinkByName("lo"); err == nil {
-		_ = h.LinkSetUp(lo)
-	}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ifName}, PeerName: peerName}
-	if err := h.LinkAdd(veth); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("add %s: %w", ifName, err)
-	}
-	eth, err := h.LinkByName(ifName)
+	lo, err := h.LinkByName("lo")
 	if err != nil {
-		return err
+		return fmt.Errorf("lo: %w", err)
 	}
-	peer, err := h.LinkByName(peerName)
-	if err != nil {
-		return err
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
 	}
-	addr, _ := netlink.ParseAddr(SandboxAddr + "/24")
-	if err := h.AddrReplace(eth, addr); err != nil {
-		return fmt.Errorf("address %s: %w", ifName, err)
-	}
-	for _, l := range []netlink.Link{peer, eth} {
-		if err := h.LinkSetUp(l); err != nil {
-			return fmt.Errorf("up %s: %w", l.Attrs().Name, err)
-		}
-	}
-	if err := h.RouteReplace(&netlink.Route{LinkIndex: eth.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}); err != nil {
+	// A default route through lo: connect(2) to any IPv4 address gets
+	// as far as the NAT rules (it would fail with ENETUNREACH before
+	// them); a packet they do not redirect loops back and is dropped, as
+	// the namespace has no other interface and forwards nothing.
+	// Its source is 127.0.0.1 (lo's only address, of host scope, is not
+	// chosen for a link-scope route by itself).
+	if err := h.RouteReplace(&netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}, Src: net.IPv4(127, 0, 0, 1)}); err != nil {
 		return fmt.Errorf("default route: %w", err)
 	}
 	// The sockets first, so nothing is redirected to a port nobody holds.
@@ -156,52 +136,56 @@ func (n *namespace) setup(denied []netip.Prefix) error {
 	return n.filter(denied)
 }
 
-// filter installs the sandbox's packet filter (nftables, in the
-// sandbox's namespace, out of the workload's reach: it has no
-// CAP_NET_ADMIN and seccomp refuses new namespaces):
+// closedPort is where a connection that may not leave is redirected: a
+// port on the sandbox's loopback nothing listens on (below 1024, which
+// the workload, without CAP_NET_BIND_SERVICE, cannot bind), so TCP is
+// refused at connect and UDP gets port unreachable.
+const closedPort = 1
+
+// filter installs the sandbox's packet filter: one nftables NAT chain on
+// the output hook, in the sandbox's namespace, out of the workload's
+// reach (it has no CAP_NET_ADMIN, and seccomp refuses new namespaces):
 //
-//	output, before NAT: to lo: accept; IPv4 TCP to a denied prefix:
-//	    reset; with no policy other TCP: accept; with one, TCP to an
-//	    address of the sets (hosts: what the sandbox resolved an allowed
-//	    name to; cidrs: the policy's IPv4 CIDRs): accept, other TCP:
-//	    reset; anything else: reject (UDP) or drop
-//	output NAT: TCP not to lo: redirect to the proxy's port
-//	IPv6: anything not to lo: reset or drop
+//	to 127.0.0.0/8 (the sandbox's own loopback): as is
+//	UDP: to closedPort (only the resolver, on the loopback, answers)
+//	TCP to a denied prefix (set "deny"): to closedPort
+//	with a policy: TCP to an address of set "hosts" (what the sandbox
+//	    resolved an allowed name to) or "cidrs" (the policy's IPv4
+//	    CIDRs): to the proxy; other TCP: to closedPort
+//	with none: TCP to the proxy
+//
+// The namespace has no interface but lo and no IPv6 route but ::1, so
+// nothing else has anywhere to go.
 func (n *namespace) filter(denied []netip.Prefix) error {
-	c, err := nftables.New(nftables.WithNetNSFd(n.nsfd), nftables.AsLasting())
+	// The netlink socket is made on this thread, in the sandbox's
+	// namespace, and stays there for later changes.
+	c, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	f := &nft{c: c, denied: denied, loIdx: binaryutil.NativeEndian.PutUint32(1)}
-	if lo, err := net.InterfaceByName("lo"); err == nil {
-		f.loIdx = binaryutil.NativeEndian.PutUint32(uint32(lo.Index))
-	}
+	f := &nft{c: c, port: n.port}
 	f.t4 = c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName})
-	f.out = c.AddChain(&nftables.Chain{Name: "out", Table: f.t4, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(-150)})
+	f.out = c.AddChain(&nftables.Chain{Name: "out", Table: f.t4, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
 	// The sets' IDs (which name them within one batch) are set here:
 	// left zero, the library takes one from a global counter it does not
 	// guard, a data race between sandboxes starting at once.
-	f.hosts = &nftables.Set{Table: f.t4, ID: 1, Name: "hosts", KeyType: nftables.TypeIPAddr}
-	f.cidrs = &nftables.Set{Table: f.t4, ID: 2, Name: "cidrs", KeyType: nftables.TypeIPAddr, Interval: true}
-	for _, set := range []*nftables.Set{f.hosts, f.cidrs} {
-		if err := c.AddSet(set, nil); err != nil {
+	f.deny = &nftables.Set{Table: f.t4, ID: 1, Name: "deny", KeyType: nftables.TypeIPAddr, Interval: true}
+	f.hosts = &nftables.Set{Table: f.t4, ID: 2, Name: "hosts", KeyType: nftables.TypeIPAddr}
+	f.cidrs = &nftables.Set{Table: f.t4, ID: 3, Name: "cidrs", KeyType: nftables.TypeIPAddr, Interval: true}
+	var rules []cidrRule
+	for _, p := range denied {
+		rules = append(rules, cidrRule{prefix: p})
+	}
+	for _, set := range []*nftables.Set{f.deny, f.hosts, f.cidrs} {
+		var elems []nftables.SetElement
+		if set == f.deny {
+			elems = intervals(rules)
+		}
+		if err := c.AddSet(set, elems); err != nil {
 			return fmt.Errorf("nftables set: %w", err)
 		}
 	}
-	nat := c.AddChain(&nftables.Chain{Name: "nat", Table: f.t4, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
-	f.rule(nat, f.toLo(), accept)
-	f.rule(nat, isTCP, []expr.Any{
-		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(n.port)},
-		&expr.Redir{RegisterProtoMin: 1},
-	})
-	t6 := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: tableName})
-	f6 := c.AddChain(&nftables.Chain{Name: "out", Table: t6, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
-	f.rule(f6, f.toLo(), accept)
-	f.rule(f6, isTCP, rstTCP)
-	f.rule(f6, drop)
 	f.outRules(false)
 	if err := c.Flush(); err != nil {
 		c.CloseLasting()
@@ -213,14 +197,14 @@ func (n *namespace) filter(denied []netip.Prefix) error {
 
 // nft is a sandbox's packet filter, kept to change it with its policy.
 type nft struct {
-	mu     sync.Mutex
-	c      *nftables.Conn
-	t4     *nftables.Table
-	out    *nftables.Chain
-	hosts  *nftables.Set
-	cidrs  *nftables.Set
-	denied []netip.Prefix
-	loIdx  []byte
+	mu    sync.Mutex
+	c     *nftables.Conn
+	t4    *nftables.Table
+	out   *nftables.Chain
+	deny  *nftables.Set
+	hosts *nftables.Set
+	cidrs *nftables.Set
+	port  uint16 // the proxy's
 }
 
 var (
@@ -232,48 +216,45 @@ var (
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
 	}
-	daddr4  = []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}}
-	accept  = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	drop    = []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
-	rstTCP  = []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}
-	unreach = []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3}} // port unreachable
+	toLoopback = []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127}},
+	}
+	daddr4 = []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}}
+	accept = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 )
 
-func (f *nft) toLo() []expr.Any {
+func redirectTo(port uint16) []expr.Any {
 	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyOIF, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: f.loIdx},
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: 1},
 	}
 }
 
-func (f *nft) rule(ch *nftables.Chain, parts ...[]expr.Any) {
+func inSet(s *nftables.Set) []expr.Any {
+	return []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}}
+}
+
+func (f *nft) rule(parts ...[]expr.Any) {
 	var e []expr.Any
 	for _, p := range parts {
 		e = append(e, p...)
 	}
-	f.c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
+	f.c.AddRule(&nftables.Rule{Table: f.t4, Chain: f.out, Exprs: e})
 }
 
-// outRules queues the output chain's rules (see filter).
+// outRules queues the chain's rules (see filter).
 func (f *nft) outRules(policed bool) {
-	f.rule(f.out, f.toLo(), accept)
-	for _, p := range f.denied {
-		m := net.CIDRMask(p.Bits(), 32)
-		net4 := p.Masked().Addr().As4()
-		f.rule(f.out, isTCP, daddr4, []expr.Any{
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net4[:]},
-		}, rstTCP)
-	}
+	f.rule(toLoopback, accept)
+	f.rule(isUDP, redirectTo(closedPort))
+	f.rule(isTCP, daddr4, inSet(f.deny), redirectTo(closedPort))
 	if policed {
-		f.rule(f.out, isTCP, daddr4, []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: f.hosts.Name, SetID: f.hosts.ID}}, accept)
-		f.rule(f.out, isTCP, daddr4, []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: f.cidrs.Name, SetID: f.cidrs.ID}}, accept)
-		f.rule(f.out, isTCP, rstTCP)
+		f.rule(isTCP, daddr4, inSet(f.hosts), redirectTo(f.port))
+		f.rule(isTCP, daddr4, inSet(f.cidrs), redirectTo(f.port))
+		f.rule(isTCP, redirectTo(closedPort))
 	} else {
-		f.rule(f.out, isTCP, accept)
+		f.rule(isTCP, redirectTo(f.port))
 	}
-	f.rule(f.out, isUDP, unreach)
-	f.rule(f.out, drop)
 }
 
 // setPolicy replaces the filter's rules and sets for pol (nil: no
@@ -288,11 +269,7 @@ func (f *nft) setPolicy(pol *Policy, hosts []netip.Addr) error {
 		if err := f.addHostsLocked(hosts); err != nil {
 			return err
 		}
-		var elems []nftables.SetElement
-		for _, r := range mergeV4(pol.cidrs) {
-			elems = append(elems, nftables.SetElement{Key: r[0][:]}, nftables.SetElement{Key: r[1][:], IntervalEnd: true})
-		}
-		if len(elems) > 0 {
+		if elems := intervals(pol.cidrs); len(elems) > 0 {
 			if err := f.c.SetAddElements(f.cidrs, elems); err != nil {
 				return err
 			}
@@ -367,6 +344,16 @@ func mergeV4(rules []cidrRule) [][2][4]byte {
 		out = append(out, [2][4]byte{be4(r.lo), be4(r.hi)})
 	}
 	return out
+}
+
+// intervals are the elements of an interval set holding rules' IPv4
+// prefixes.
+func intervals(rules []cidrRule) []nftables.SetElement {
+	var elems []nftables.SetElement
+	for _, r := range mergeV4(rules) {
+		elems = append(elems, nftables.SetElement{Key: r[0][:]}, nftables.SetElement{Key: r[1][:], IntervalEnd: true})
+	}
+	return elems
 }
 
 func be4(v uint64) [4]byte { return [4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }

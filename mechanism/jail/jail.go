@@ -711,6 +711,13 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 			j.mu.Unlock()
 		}
 	}()
+	// The sandbox's network is set up while the init gets ready.
+	netw := j.beginNetwork(st, pid, done)
+	defer func() {
+		if err != nil {
+			netw.abort()
+		}
+	}()
 	cfgR.Close()
 	readyW.Close()
 	if born {
@@ -762,7 +769,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	if born && lc.Image == nil && j.bornStarts.Add(1) >= 2 {
 		j.tmpl.ensure(lc)
 	}
-	if err = j.startNetwork(st, pid, done); err != nil {
+	if err = netw.wait(); err != nil {
 		return err
 	}
 	start, _ := procStart(pid)

@@ -119,6 +119,35 @@ func (j *Jail) startNetwork(st *state, pid int, done <-chan struct{}) error {
 	return nil
 }
 
+// netStart is a startNetwork under way (begun as soon as the init
+// exists, so that it overlaps the init's own start).
+type netStart struct {
+	j    *Jail
+	id   string
+	ch   chan error
+	once sync.Once
+	err  error
+}
+
+func (j *Jail) beginNetwork(st *state, pid int, done <-chan struct{}) *netStart {
+	n := &netStart{j: j, id: st.ID, ch: make(chan error, 1)}
+	stc := *st
+	go func() { n.ch <- j.startNetwork(&stc, pid, done) }()
+	return n
+}
+
+// wait returns startNetwork's result.
+func (n *netStart) wait() error {
+	n.once.Do(func() { n.err = <-n.ch })
+	return n.err
+}
+
+// abort waits for the start and ends the proxy it made.
+func (n *netStart) abort() {
+	_ = n.wait()
+	n.j.stopNetwork(n.id)
+}
+
 // stopNetwork ends the proxy this process serves for id, if any.
 func (j *Jail) stopNetwork(id string) {
 	j.nets.mu.Lock()
