@@ -276,23 +276,42 @@ func (c *Client) CreateNew(ctx context.Context, name string, opts sandbox.Create
 	return c.create(ctx, name, api.CreateRequest{CreateNew: true, TimeoutMS: opts.Timeout.Milliseconds()})
 }
 
-// Get returns the sandbox's status; Raw is the platform's whole view of it
-// (provider, state, url, the provider's own raw).
+// Get returns the sandbox's status. Raw is the provider's own body with
+// the platform's word added: "provider" (where it lives), "platform_state"
+// (creating, running, suspended, parked), "url", "parked_by"; for a
+// sandbox parked by destroy, which its provider no longer has, it is the
+// platform's view (Lookup) alone.
 func (c *Client) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	v, err := c.Lookup(ctx, h)
+	if err != nil {
 		return sandbox.Info{}, err
 	}
-	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, c.path(h.Name), nil, &raw); err != nil {
-		return sandbox.Info{}, err
-	}
-	var v api.Sandbox
-	_ = json.Unmarshal(raw, &v)
 	st := sandbox.Status(v.Status)
 	if st != sandbox.StatusRunning && st != sandbox.StatusSuspended {
 		st = sandbox.StatusUnknown
 	}
-	return sandbox.Info{Status: st, Raw: raw}, nil
+	return sandbox.Info{Status: st, Raw: rawOf(v)}, nil
+}
+
+func rawOf(v api.Sandbox) json.RawMessage {
+	var m map[string]json.RawMessage
+	if len(v.Raw) == 0 || json.Unmarshal(v.Raw, &m) != nil || m == nil {
+		v.Raw = nil
+		b, _ := json.Marshal(v)
+		return b
+	}
+	set := func(k, val string) {
+		if val != "" {
+			b, _ := json.Marshal(val)
+			m[k] = b
+		}
+	}
+	set("provider", v.Provider)
+	set("platform_state", v.State)
+	set("url", v.URL)
+	set("parked_by", v.ParkedBy)
+	b, _ := json.Marshal(m)
+	return b
 }
 
 // Destroy destroys the sandbox; nil when the account has none of that name.
