@@ -360,3 +360,19 @@ func TestNothingEnabled(t *testing.T) {
 		t.Fatalf("list = %d", l.status)
 	}
 }
+
+// TestRevokedKeyIsRefusedAtOnce: a key revoked by another process (serve
+// admin key revoke) is refused on the next request.
+func TestRevokedKeyIsRefusedAtOnce(t *testing.T) {
+	pl := withFake(t, apitest.Options{})
+	key := pl.Account(t, "alice")
+	if a := call(t, "GET", pl.URL+"/v1/sandboxes", key, nil); a.status != 200 {
+		t.Fatalf("before: %d", a.status)
+	}
+	if err := pl.Store.RevokeKey(context.Background(), api.KeyID(key), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a := call(t, "GET", pl.URL+"/v1/sandboxes", key, nil); a.status != 401 {
+		t.Fatalf("after revocation: %d %s", a.status, a.body)
+	}
+}
