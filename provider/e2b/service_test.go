@@ -175,7 +175,7 @@ func TestRetryAfterHeader(t *testing.T) {
 		slack  time.Duration
 	}{
 		{"seconds", map[string]string{"Retry-After": "7"}, body, 7 * time.Second, 0},
-		{"http-date", map[string]string{"Retry-After": time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)}, body, 30 * time.Second, 2 * time.Second},
+		{"http-date", map[string]string{"Retry-After": "+30s"}, body, 30 * time.Second, 2 * time.Second},
 		{"past date", map[string]string{"Retry-After": "Mon, 02 Jan 2006 15:04:05 GMT"}, body, 0, 0},
 		{"negative", map[string]string{"Retry-After": "-3"}, body, 0, 0},
 		{"garbage", map[string]string{"Retry-After": "soon"}, body, 0, 0},
@@ -183,6 +183,9 @@ func TestRetryAfterHeader(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
+			if row.header["Retry-After"] == "+30s" { // an HTTP-date 30 s from now
+				row.header = map[string]string{"Retry-After": time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)}
+			}
 			check := func(where string, err error) {
 				t.Helper()
 				var rl *sandbox.RateLimitedError
@@ -209,7 +212,7 @@ func TestRetryAfterHeader(t *testing.T) {
 // envd proxy answer it too, and it passes.
 func TestConflictIsATransition(t *testing.T) {
 	e := newEnv(t, e2btest.Options{TTLCheck: 5 * time.Millisecond}, func(c *e2b.Config) {
-		c.TransitionBackoff = sandbox.Backoff{Attempts: 40, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+		c.TransitionBackoff = sandbox.Backoff{Attempts: 200, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
 	})
 	h := e.create("tr-1")
 	id := h.Private.(string)
@@ -243,7 +246,7 @@ func TestConflictIsATransition(t *testing.T) {
 	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/timeout", Status: 409,
 		Body: `{"code":409,"message":"Sandbox \"` + id + `\" is being snapshotted"}`, Times: 2})
 	e.srv.ResetRequests()
-	if _, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"0.3"}}, sandbox.ExecOptions{Timeout: 5 * time.Second}); err != nil {
+	if _, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"1"}}, sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
@@ -288,7 +291,7 @@ func TestExecDeadlineKillsTheTree(t *testing.T) {
 	e := newEnv(t, e2btest.Options{}, nil)
 	h := e.create("tree-1")
 	_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 30 & echo $! > child.pid; sleep 30 & wait"}},
-		sandbox.ExecOptions{Timeout: 500 * time.Millisecond})
+		sandbox.ExecOptions{Timeout: 2 * time.Second})
 	if !sandbox.IsExecTimeout(err) {
 		t.Fatalf("Exec = %v, want exec_timeout", err)
 	}
@@ -312,7 +315,7 @@ func TestExecDeadlineKillsTheTree(t *testing.T) {
 // pauses under a live command. The command says why, rather than a bare
 // closed_before_exit.
 func TestMaxInstanceLength(t *testing.T) {
-	e := newEnv(t, e2btest.Options{Second: 20 * time.Millisecond, TTLCheck: 5 * time.Millisecond, MaxInstanceLength: 30},
+	e := newEnv(t, e2btest.Options{Second: 20 * time.Millisecond, TTLCheck: 5 * time.Millisecond, MaxInstanceLength: 75},
 		func(c *e2b.Config) { c.Heartbeat = 100 * time.Millisecond })
 	h := e.create("max-1")
 	c, err := e.p.Spawn(ctx(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"30"}}, sandbox.SpawnOptions{})
@@ -397,22 +400,22 @@ func TestOldEnvd(t *testing.T) {
 // an ordinary request: they get Config.LongRequestTimeout.
 func TestSlowPauseAndConnect(t *testing.T) {
 	e := newEnv(t, e2btest.Options{}, func(c *e2b.Config) {
-		c.RequestTimeout = 300 * time.Millisecond
-		c.LongRequestTimeout = 5 * time.Second
+		c.RequestTimeout = time.Second
+		c.LongRequestTimeout = 10 * time.Second
 	})
 	h := e.create("slow-1")
 	id := h.Private.(string)
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/pause", Delay: time.Second})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/pause", Delay: 1500 * time.Millisecond})
 	if err := e.p.Suspend(ctx(t), h); err != nil {
-		t.Fatalf("a pause that takes 1 s = %v", err)
+		t.Fatalf("a pause that takes 1.5 s = %v", err)
 	}
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Delay: time.Second})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Delay: 1500 * time.Millisecond})
 	if _, err := e.p.Resume(ctx(t), h); err != nil {
-		t.Fatalf("a resume that takes 1 s = %v", err)
+		t.Fatalf("a resume that takes 1.5 s = %v", err)
 	}
 	// An ordinary request keeps the ordinary bound.
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Delay: time.Second})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes", Delay: 1500 * time.Millisecond})
 	if _, err := e.p.ListAllNames(ctx(t)); sandbox.Kind(err) != "unavailable" {
-		t.Fatalf("a listing that takes 1 s with a 300 ms bound = %v", err)
+		t.Fatalf("a listing that takes 1.5 s with a 1 s bound = %v", err)
 	}
 }

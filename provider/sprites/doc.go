@@ -33,7 +33,9 @@
 // session by listing, which shows a session only once its process exists.
 // A socket that ends before announcing one returns a Command without an id
 // whose stream says how it ended; a detachable spawn whose socket stays
-// silent past the bound fails Unavailable{no_session_info}. An Exec past
+// silent past the bound fails Unavailable{no_session_info}. A Spawn whose
+// caller gives up first still waits (within the bound) for the id and
+// terminates the process it started. An Exec past
 // its deadline is terminated (SIGKILL) through its session, rather than
 // left to run out the 10 s Sprites gives a non-TTY process after its
 // socket closes. Two things the API reference leaves open are taken on the

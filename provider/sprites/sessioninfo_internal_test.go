@@ -41,3 +41,38 @@ func TestSpawnWithoutSessionInfoTimesOut(t *testing.T) {
 	}
 	_ = c.Stop()
 }
+
+// A Spawn whose caller gives up before the session is announced still
+// learns the id and terminates the process it started.
+func TestSpawnCancelledBeforeSessionInfo(t *testing.T) {
+	srv := spritestest.NewServer(spritestest.Options{StartDelay: 300 * time.Millisecond, MaxRunAfterDisconnect: time.Minute})
+	defer srv.Close()
+	p, err := New(Config{Token: srv.Token, BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := p.Create(ctx, "cancel", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer scancel()
+	if _, err := p.Spawn(sctx, h, sandbox.Cmd{Name: "sleep", Args: []string{"30"}}, sandbox.SpawnOptions{Detachable: true}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Spawn cut by its context = %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // past the start: the session is listed
+	ss, err := p.ListSessions(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) == 0 {
+		t.Fatal("no session listed")
+	}
+	for _, s := range ss {
+		if srv.SessionRunning("cancel", s.ID) {
+			t.Fatalf("session %s runs on after its Spawn was given up", s.ID)
+		}
+	}
+}

@@ -189,6 +189,20 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 				Err: errors.New("Sprites announced no session id within " + infoTimeout.String())}
 		}
 	case <-ctx.Done():
+		// The process may be running already: learn its id (bounded) so
+		// that a spawn given up by its caller does not leave it behind.
+		t2 := time.NewTimer(infoTimeout)
+		select {
+		case <-w.info:
+		case <-w.done:
+		case <-t2.C:
+		}
+		t2.Stop()
+		if id := SessionID(cmd); id != "" && !cmd.Finished() {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = p.TerminateSession(kctx, h, id, sandbox.TerminateOptions{Mode: sandbox.Force, Timeout: 5 * time.Second})
+			cancel()
+		}
 		_ = cmd.Stop()
 		return nil, ctx.Err()
 	}
