@@ -75,6 +75,16 @@ func (p *Proxy) control(c net.Conn) {
 	_ = json.NewEncoder(c).Encode(rep)
 }
 
+// Serving reports whether a proxy answers on the control socket path.
+func Serving(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // Apply asks the proxy serving the control socket path to put allow in
 // force, and returns once it is (new connections are checked against it,
 // and the open ones it does not allow are cut). An invalid list is an

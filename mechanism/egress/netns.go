@@ -164,6 +164,15 @@ func (n *namespace) filter(denied []netip.Prefix) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	f := &nft{c: c, port: n.port}
+	// A namespace set up before (by a process that died) gets its rules
+	// anew: the old ones redirect to a port nobody holds now.
+	if ts, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4); err == nil {
+		for _, t := range ts {
+			if t.Name == tableName {
+				c.DelTable(t)
+			}
+		}
+	}
 	f.t4 = c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName})
 	f.out = c.AddChain(&nftables.Chain{Name: "out", Table: f.t4, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})

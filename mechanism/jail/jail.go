@@ -466,7 +466,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		return err
 	}
 	if alive(st) {
-		return nil
+		return j.adoptNetwork(st) // a new manager takes over a running sandbox
 	}
 	var rs *restrictedStart
 	if born {
