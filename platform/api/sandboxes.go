@@ -315,17 +315,38 @@ func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.H
 	return u
 }
 
+// createWait is how long a create waits for a concurrent create of the
+// same name to finish; a record still "creating" after it is a crashed
+// create's.
+const createWait = 2 * time.Minute
+
 func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limits) (store.Sandbox, bool, error) {
 	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return rec, false, err
 	}
+	// Another create of this name (here or on another replica) is under
+	// way: wait for its outcome rather than race it on the provider.
+	for rec.State == store.StateCreating && s.cfg.Now().Sub(rec.CreatedAt) < createWait {
+		select {
+		case <-ctx.Done():
+			return rec, false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+		if errors.Is(err, store.ErrNotFound) {
+			return s.Create(ctx, rec.AccountID, rec.Name, rec.Provider, lim, false, 0) // it failed: try ours
+		}
+		if err != nil {
+			return rec, false, err
+		}
+		rec = cur
+	}
+	// Still "creating" after createWait: a create that crashed. The
+	// provider's create adopts whatever it left.
 	if rec.State == store.StateParked {
 		rec, err = s.Wake(ctx, rec)
 		return rec, false, err
-	}
-	if rec.State == store.StateCreating && rec.InstanceID == "" && s.cfg.Now().Sub(rec.CreatedAt) < 10*time.Second {
-		return rec, false, sandbox.Unavailable("create_in_progress", fmt.Errorf("sandbox %q is being created", rec.Name))
 	}
 	if lim == (sandbox.Limits{}) {
 		lim = rec.Limits
