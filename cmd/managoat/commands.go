@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/managoat/managoat/provider/local/journal"
@@ -107,6 +106,8 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 	lf.add(fs)
 	var ef envFlags
 	ef.add(fs)
+	var iof ioFlags
+	iof.add(fs, true, false) // no detach: the sandbox is run's own
 	name := fs.String("name", "", "sandbox name (default run-<random>)")
 	imgRef := imageFlag(fs)
 	return func(ctx context.Context, args []string) error {
@@ -177,7 +178,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			sctx, cancel = context.WithTimeout(ctx, limits.WallClock)
 			defer cancel()
 		}
-		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir}, false)
+		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]}, sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir}, false, &iof)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return wrap("run", sandbox.ExecTimeout(limits.WallClock))
 		}
@@ -205,8 +206,16 @@ func createErr(ctx context.Context, err error) error {
 // stream spawns c and copies its output until it ends. When ctx ends
 // first, the command is left running (Stop only detaches), or with kill
 // its session is terminated (exec's timeout and Ctrl-C).
-func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd, o sandbox.SpawnOptions, kill bool) (int, error) {
-	cmd, err := reg.Spawn(ctx, h, c, o)
+func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c sandbox.Cmd, o sandbox.SpawnOptions, kill bool, iof *ioFlags) (int, error) {
+	keys, err := iof.keys()
+	if err != nil {
+		return 0, err
+	}
+	p, err := reg.Provider(h.Provider)
+	if err != nil {
+		return 0, err
+	}
+	cmd, err := reg.Spawn(ctx, h, c, iof.spawnOptions(o))
 	if err != nil {
 		return 0, wrap("spawn", err)
 	}
@@ -218,14 +227,25 @@ func stream(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, c san
 		}
 		_ = cmd.Stop()
 	}()
-	if o.Stdin {
-		go forwardStdin(ctx, cmd, os.Stdin)
+	s := &session{p: p, cmd: cmd, flags: iof, keys: keys, stdin: o.Stdin}
+	code, err := s.run(ctx)
+	if errors.Is(err, errDetached) {
+		detachedFrom(h, cmd.SessionID)
+		return 0, exitError{0}
 	}
-	code, err := pump(ctx, cmd, os.Stdout, os.Stderr)
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, wrap("command", err)
 	}
 	return code, err
+}
+
+// detachedFrom says how to attach again to the session left running.
+func detachedFrom(h *sandbox.Handle, id string) {
+	if id == "" {
+		fmt.Fprintln(os.Stderr, "\r\nmanagoat: detached; the command keeps running")
+		return
+	}
+	fmt.Fprintf(os.Stderr, "\r\nmanagoat: detached from session %s; it keeps running (managoat attach %s %s)\r\n", id, h.Name, id)
 }
 
 // minter is a provider that routes by name and mints its own (the runner).
@@ -238,6 +258,10 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	lf.add(fs)
 	var ef envFlags
 	ef.add(fs)
+	var lab labelFlags
+	fs.Var(&lab, "label", "a label `KEY=VALUE` kept with the sandbox, for ls --filter (repeatable; local provider)")
+	var of outputFlags
+	of.add(fs, false)
 	jsize := fs.String("journal-max-size", "", "bound on all of the sandbox's session journals together, e.g. 256M; the oldest finished ones are pruned (default 1G, local provider)")
 	jage := fs.Duration("journal-max-age", 0, "prune a finished session's journal this long after it ended (default 168h, local provider)")
 	imgRef := imageFlag(fs)
@@ -277,6 +301,16 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 			}
 			g.retention = &r
 		}
+		if err := of.check(); err != nil {
+			return err
+		}
+		labels, err := lab.labels()
+		if err != nil {
+			return err
+		}
+		if len(labels) > 0 && g.provider != "local" {
+			return &sandbox.InvalidError{Reason: "labels", Msg: fmt.Sprintf("provider %s keeps no labels through managoat; --label is the local provider's", g.provider)}
+		}
 		if (len(env) > 0 || ef.dir != "") && g.provider != "local" {
 			return &sandbox.InvalidError{Reason: "defaults", Msg: fmt.Sprintf(
 				"provider %s keeps no per-sandbox environment or working directory; give -e and -w to each exec instead", g.provider)}
@@ -304,7 +338,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 				return err
 			}
 		}
-		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Image: *imgRef}
+		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Labels: labels, Image: *imgRef}
 		if len(pos) == 1 {
 			if err := createConflict(ctx, reg, sandbox.BuildHandle(p.Name(), name), fs, opts); err != nil {
 				return err
@@ -316,6 +350,9 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return createErr(ctx, err)
 		}
+		if of.json() {
+			return json.NewEncoder(os.Stdout).Encode(map[string]string{"name": name, "provider": p.Name()})
+		}
 		fmt.Println(name)
 		return nil
 	}
@@ -324,6 +361,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 func cmdExec(g *globals, fs *flag.FlagSet) action {
 	var ef envFlags
 	ef.add(fs)
+	var iof ioFlags
+	iof.add(fs, true, true)
 	timeout := fs.Duration("timeout", 0, "budget for the whole command")
 	return func(ctx context.Context, args []string) error {
 		pos, argv, err := positionals(fs, args, 1, "NAME")
@@ -354,7 +393,7 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 			defer cancel()
 		}
 		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
-			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir}, true)
+			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir, Detachable: true}, true, &iof)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			return wrap("exec", sandbox.ExecTimeout(*timeout))
@@ -370,6 +409,10 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 
 func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 	detach := fs.Bool("detach", false, "print the session id and leave it running")
+	var iof ioFlags
+	iof.add(fs, true, true)
+	var of outputFlags
+	of.add(fs, false)
 	var ef envFlags
 	ef.add(fs)
 	return func(ctx context.Context, args []string) error {
@@ -379,6 +422,9 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 		}
 		if len(argv) == 0 {
 			return usageError{msg: "missing CMD"}
+		}
+		if err := of.check(); err != nil {
+			return err
 		}
 		env, err := ef.environ()
 		if err != nil {
@@ -395,7 +441,11 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 			return err
 		}
 		c := sandbox.Cmd{Name: argv[0], Args: argv[1:]}
-		cmd, err := reg.Spawn(ctx, h, c, sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: ef.dir})
+		keys, err := iof.keys()
+		if err != nil {
+			return err
+		}
+		cmd, err := reg.Spawn(ctx, h, c, iof.spawnOptions(sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: ef.dir}))
 		if err != nil {
 			return wrap("spawn", err)
 		}
@@ -407,21 +457,30 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 		if id == "" && *detach {
 			return errors.New("spawn --detach: the provider named no session id, so the command (left running) cannot be attached to")
 		}
+		if *detach && of.json() {
+			return json.NewEncoder(os.Stdout).Encode(map[string]string{"session": id, "sandbox": h.Name})
+		}
 		if *detach {
 			fmt.Println(id)
 			return nil
 		}
-		return follow(ctx, h, id, cmd, true)
+		return follow(ctx, reg, h, id, cmd, &iof, keys, true)
 	}
 }
 
 // follow streams an attached or spawned session; Ctrl-C detaches. With
 // stdin, managoat's stdin goes to the session's, and its end closes it.
-func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Command, stdin bool) error {
-	if stdin {
-		go forwardStdin(ctx, cmd, os.Stdin)
+func follow(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, id string, cmd *sandbox.Command, iof *ioFlags, keys []byte, stdin bool) error {
+	p, err := reg.Provider(h.Provider)
+	if err != nil {
+		return err
 	}
-	code, err := pump(ctx, cmd, os.Stdout, os.Stderr)
+	s := &session{p: p, cmd: cmd, flags: iof, keys: keys, stdin: stdin}
+	code, err := s.run(ctx)
+	if errors.Is(err, errDetached) {
+		detachedFrom(h, id)
+		return exitError{0}
+	}
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "\nmanagoat: detached from session %s; it keeps running (managoat attach %s %s)\n", id, h.Name, id)
 		return exitError{exitDetached}
@@ -434,12 +493,23 @@ func follow(ctx context.Context, h *sandbox.Handle, id string, cmd *sandbox.Comm
 
 func cmdAttach(g *globals, fs *flag.FlagSet) action {
 	noStdin := fs.Bool("no-stdin", false, "watch only: managoat's stdin is not forwarded, and its end does not close the session's")
+	var iof ioFlags
+	iof.add(fs, false, true)
 	return func(ctx context.Context, args []string) error {
 		reg, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and SESSION")
 		if err != nil {
 			return err
 		}
+		keys, err := iof.keys()
+		if err != nil {
+			return err
+		}
 		id := pos[1]
+		if ss, err := reg.ListSessions(ctx, h); err == nil {
+			for _, s := range ss {
+				iof.tty = iof.tty || (s.ID == id && s.TTY) // a terminal session: managoat's goes raw
+			}
+		}
 		cmd, err := reg.Attach(ctx, h, id, sandbox.AttachOptions{Stdin: !*noStdin})
 		if err != nil {
 			if errors.Is(err, sandbox.ErrNotFound) {
@@ -448,7 +518,7 @@ func cmdAttach(g *globals, fs *flag.FlagSet) action {
 			return wrap("attach", err)
 		}
 		defer func() { _ = cmd.Stop() }()
-		return follow(ctx, h, id, cmd, !*noStdin)
+		return follow(ctx, reg, h, id, cmd, &iof, keys, !*noStdin)
 	}
 }
 
@@ -474,132 +544,6 @@ func cmdTerminate(g *globals, fs *flag.FlagSet) action {
 			mode = sandbox.Force
 		}
 		return wrap("terminate", reg.TerminateSession(ctx, h, pos[1], sandbox.TerminateOptions{Mode: mode, Timeout: *grace}))
-	}
-}
-
-type lsRow struct {
-	Name     string         `json:"name"`
-	Provider string         `json:"provider"`
-	Status   sandbox.Status `json:"status"`
-	State    string         `json:"state,omitempty"` // the provider's own word, when it gives one
-	Error    string         `json:"error,omitempty"`
-	// Limits are the sandbox's limits, when its provider says them.
-	Limits map[string]any `json:"limits,omitempty"`
-}
-
-func cmdLs(g *globals, fs *flag.FlagSet) action {
-	asJSON := fs.Bool("json", false, "print JSON")
-	output := fs.String("o", "", "output format: wide adds each sandbox's limits (as kubectl get -o wide)")
-	return func(ctx context.Context, args []string) error {
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if err := noMore(fs.Args()); err != nil {
-			return err
-		}
-		if *output != "" && *output != "wide" {
-			return usageError{msg: fmt.Sprintf("-o %q: the one output format is wide", *output)}
-		}
-		reg, p, err := openProvider(g.provider)
-		if err != nil {
-			return err
-		}
-		var names []string
-		var failed []sandbox.ListPart
-		if pl, ok := p.(sandbox.PartialLister); ok {
-			// Each source (runner) apart: the ones that answer are shown,
-			// the others named, never the whole listing lost to one.
-			parts, err := pl.ListParts(ctx)
-			if err != nil {
-				return wrap("ls", err)
-			}
-			for _, part := range parts {
-				if part.Err != nil {
-					failed = append(failed, part)
-					continue
-				}
-				names = append(names, part.Names...)
-			}
-		} else if names, err = reg.ListAllNames(ctx, p.Name()); err != nil {
-			return wrap("ls", err)
-		}
-		rows := make([]lsRow, 0, len(names))
-		for _, n := range names {
-			row := lsRow{Name: n, Provider: p.Name()}
-			info, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), n))
-			switch {
-			case errors.Is(err, sandbox.ErrNotFound):
-				continue // gone between the listing and the look-up
-			case err != nil:
-				row.Status, row.Error = sandbox.StatusUnknown, err.Error()
-			default:
-				row.Status = info.Status
-				var raw struct {
-					State  string         `json:"state"`
-					Limits map[string]any `json:"limits"`
-				}
-				if json.Unmarshal(info.Raw, &raw) == nil {
-					if raw.State != string(info.Status) {
-						row.State = raw.State
-					}
-					row.Limits = raw.Limits
-				}
-			}
-			rows = append(rows, row)
-		}
-		if *asJSON {
-			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
-				return err
-			}
-		} else {
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			if *output == "wide" {
-				fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tTIMEOUT")
-			} else {
-				fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
-			}
-			for _, r := range rows {
-				state := r.State
-				if state == "" {
-					state = "-"
-				}
-				if *output != "wide" {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, state)
-					continue
-				}
-				lim := func(k string) string {
-					v, ok := r.Limits[k]
-					if !ok {
-						return "-"
-					}
-					if f, ok := v.(float64); ok {
-						switch k {
-						case "memory_bytes":
-							return fmt.Sprintf("%dM", int64(f)>>20)
-						case "cpu_millis":
-							return fmt.Sprintf("%dm", int64(f))
-						}
-						return fmt.Sprintf("%d", int64(f))
-					}
-					return fmt.Sprint(v)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, state, lim("memory_bytes"), lim("pids"), lim("cpu_millis"), lim("wall_clock"))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-		}
-		// What was listed is shown; a source that did not answer makes
-		// the listing incomplete, which the exit code says (as kubectl's
-		// partial results do) with the sources named.
-		if len(failed) > 0 {
-			var why []string
-			for _, f := range failed {
-				why = append(why, fmt.Sprintf("%s did not answer (%v)", f.Source, f.Err))
-			}
-			return wrap("ls", fmt.Errorf("the listing is incomplete: %s: %w", strings.Join(why, "; "), sandbox.ErrTruncated))
-		}
-		return nil
 	}
 }
 
@@ -656,8 +600,16 @@ func cmdResume(g *globals, fs *flag.FlagSet) action {
 }
 
 func cmdURL(g *globals, fs *flag.FlagSet) action {
+	var of outputFlags
+	of.add(fs, false)
 	return onOne(g, fs, "url", func(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
+		if err := of.check(); err != nil {
+			return err
+		}
 		u, err := reg.PublicURL(ctx, h)
+		if err == nil && of.json() {
+			return json.NewEncoder(os.Stdout).Encode(map[string]string{"url": u, "sandbox": h.Name})
+		}
 		if err == nil {
 			fmt.Println(u)
 		}

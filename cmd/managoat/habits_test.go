@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -360,5 +361,97 @@ func TestCheckpoints(t *testing.T) {
 	}
 	if _, e, code := managoatEnv(t, env, "checkpoint", "list", "ckbox"); code != exitUsage {
 		t.Errorf("checkpoint list: exit %d %q", code, e)
+	}
+}
+
+// snakeKeysOnly fails t when any object key in the JSON document is not
+// snake_case.
+func snakeKeysOnly(t *testing.T, what, doc string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		t.Errorf("%s: not JSON (%v): %q", what, err, doc)
+		return
+	}
+	key := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var walk func(any)
+	walk = func(x any) {
+		switch x := x.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if !key.MatchString(k) {
+					t.Errorf("%s: key %q is not snake_case", what, k)
+				}
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+}
+
+// TestMachineOutput: every command that prints data prints JSON with
+// --json and with -o json, all keys snake_case; ls -o wide shows provider,
+// mechanism, limits, creation time and labels; labels given at create are
+// what ls --filter label=k=v (or label=k) selects by.
+func TestMachineOutput(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, args := range [][]string{{"create", "--label", "team=a", "--label", "tier=gold", "--memory", "64M", "m1"}, {"create", "--label", "team=b", "m2"}} {
+		if _, e, code := managoatEnv(t, env, args...); code != 0 {
+			t.Fatalf("%v: %s", args, e)
+		}
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "m1", "m2") })
+	if _, e, code := managoatEnv(t, env, "exec", "m1", "--", "true"); code != 0 {
+		t.Fatal(e)
+	}
+	for _, args := range [][]string{
+		{"ls"}, {"sessions", "m1"}, {"create", "m1"}, {"spawn", "--detach", "m1", "--", "true"}, {"version"}, {"doctor"},
+		{"checkpoint", "create", "m1"}, {"checkpoint", "ls", "m1"},
+	} {
+		for _, flag := range [][]string{{"--json"}, {"-o", "json"}} {
+			a := append(append([]string{args[0]}, flag...), args[1:]...)
+			out, e, code := managoatEnv(t, env, a...)
+			if code != 0 {
+				t.Errorf("%v: exit %d %s", a, code, e)
+				continue
+			}
+			snakeKeysOnly(t, strings.Join(a, " "), out)
+		}
+	}
+	out, _, _ := managoatEnv(t, env, "ls", "-o", "wide")
+	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+STATE\s+MEMORY\s+PIDS\s+CPU\s+TIMEOUT\s+PROVIDER\s+MECHANISM\s+CREATED\s+LABELS$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^m1\s+running\s+-\s+64M\s+\d+\s+-\s+-\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+team=a,tier=gold$`).MatchString(out) {
+		t.Errorf("ls -o wide:\n%s", out)
+	}
+	for filter, want := range map[string]string{"label=team=a": "m1", "label=team=b": "m2", "label=tier": "m1", "label=team=c": ""} {
+		out, e, code := managoatEnv(t, env, "ls", "--filter", filter, "-o", "json")
+		var rows []struct {
+			Name string `json:"name"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+			t.Errorf("ls --filter %s: exit %d %q %s", filter, code, out, e)
+			continue
+		}
+		var names []string
+		for _, r := range rows {
+			names = append(names, r.Name)
+		}
+		if strings.Join(names, ",") != want {
+			t.Errorf("ls --filter %s: %v, want %s", filter, names, want)
+		}
+	}
+	if out, _, _ := managoatEnv(t, env, "ls", "--filter", "label=team", "--filter", "label=tier=gold"); !strings.Contains(out, "m1") || strings.Contains(out, "m2") {
+		t.Errorf("two filters: %s", out)
+	}
+	if _, e, code := managoatEnv(t, env, "ls", "--filter", "name=m1"); code != exitUsage {
+		t.Errorf("ls --filter name=m1: exit %d %s", code, e)
+	}
+	if _, e, code := managoatEnv(t, env, "--provider", "fake", "create", "--label", "a=b", "x"); code != exitCouldNotRun || !strings.Contains(e, "(invalid labels)") {
+		t.Errorf("--label on the fake: exit %d %s", code, e)
 	}
 }

@@ -229,7 +229,7 @@ func run(args []string) int {
 	}
 	cfs := g.flagSet(name)
 	act := c.setup(g, cfs)
-	ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM)
+	ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	err := act(ctx, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -264,11 +264,19 @@ func notifyContext(sig ...os.Signal) (ctx context.Context, stop func()) {
 		signal.Notify(ch, sig...)
 		close(ready)
 		defer signal.Stop(ch)
-		select {
-		case <-ch:
-			cancel()
-			<-stopped
-		case <-stopped:
+		for {
+			select {
+			case s := <-ch:
+				// A command's signal proxy (interactive.go) takes it
+				// first; untaken, it cancels the command.
+				if h := signalHook.Load(); h != nil && (*h)(s) {
+					continue
+				}
+				cancel()
+				<-stopped
+			case <-stopped:
+			}
+			return
 		}
 	}()
 	var once sync.Once

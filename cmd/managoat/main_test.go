@@ -173,9 +173,11 @@ func TestCommandsRefuseWhatIsNotTheirs(t *testing.T) {
 	}
 
 	// attach --no-stdin watches: the end of its stdin (here at once) does
-	// not close the session's, which another attach then feeds.
+	// not close the session's, which another attach then feeds. With
+	// --sig-proxy=false, Ctrl-C (SIGINT) detaches instead of going to the
+	// command.
 	started := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
-		c := exec.Command(binary, append([]string{"--mechanism", "trusted"}, args...)...)
+		c := exec.Command(binary, append([]string{"--mechanism", "trusted", args[0], "--sig-proxy=false"}, args[1:]...)...)
 		c.Env = append(os.Environ(), env...)
 		var o, e syncBuffer
 		c.Stdout, c.Stderr = &o, &e
@@ -195,7 +197,7 @@ func TestCommandsRefuseWhatIsNotTheirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pw.Close()
-	sp := exec.Command(binary, "--mechanism", "trusted", "spawn", "tb", "--", "sh", "-c", "echo ready; read l; echo got $l")
+	sp := exec.Command(binary, "--mechanism", "trusted", "spawn", "--sig-proxy=false", "tb", "--", "sh", "-c", "echo ready; read l; echo got $l")
 	sp.Env = append(os.Environ(), env...)
 	sp.Stdin = pr
 	var spOut, spErr syncBuffer

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
+	"unicode"
 )
 
 // outputFlags are --json and -o FORMAT (json, or with wide, wide), as
@@ -43,3 +48,58 @@ func (o *outputFlags) check() error {
 func (o *outputFlags) json() bool { return o.asJSON || o.format == "json" }
 
 func (o *outputFlags) isWide() bool { return o.format == "wide" }
+
+// snakeJSON encodes v as JSON with every object key in snake_case, for
+// values whose types (another package's) carry Go-style or camelCase keys.
+func snakeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var x any
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&x); err != nil {
+		return err
+	}
+	return json.NewEncoder(w).Encode(snakeKeys(x))
+}
+
+func snakeKeys(x any) any {
+	switch v := x.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[snake(k)] = snakeKeys(e)
+		}
+		return m
+	case []any:
+		for i := range v {
+			v[i] = snakeKeys(v[i])
+		}
+	}
+	return x
+}
+
+// snake is s in snake_case: cgroupMode is cgroup_mode, OK is ok, HTTPCode
+// is http_code.
+func snake(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		if unicode.IsUpper(c) {
+			prevLower := i > 0 && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1]))
+			nextLower := i > 0 && i+1 < len(r) && unicode.IsUpper(r[i-1]) && unicode.IsLower(r[i+1])
+			if prevLower || nextLower {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(c))
+			continue
+		}
+		if c == '-' || c == ' ' {
+			c = '_'
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

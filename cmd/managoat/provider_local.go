@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -26,12 +25,16 @@ func init() {
 }
 
 func cmdDoctor(g *globals, fs *flag.FlagSet) action {
-	asJSON := fs.Bool("json", false, "print JSON")
+	var of outputFlags
+	of.add(fs, false)
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
 		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		if err := of.check(); err != nil {
 			return err
 		}
 		r, err := doctor.Default(ctx)
@@ -49,8 +52,8 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		}
 		d := local.DefaultLimits()
 		defaults := map[string]int64{"pids": int64(d.Pids), "memory_bytes": d.MemoryBytes}
-		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(struct {
+		if of.json() {
+			return snakeJSON(os.Stdout, struct {
 				doctor.Report
 				OCI           []oci.Check      `json:"oci"`
 				JailInit      string           `json:"jail_init"`

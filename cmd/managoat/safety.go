@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -41,10 +42,10 @@ func createConflict(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handl
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var raw struct {
-		Limits map[string]any `json:"limits"`
-		Env    []string       `json:"env"`
-		Dir    string         `json:"dir"`
-		Labels map[string]any `json:"labels"`
+		Limits map[string]any    `json:"limits"`
+		Env    []string          `json:"env"`
+		Dir    string            `json:"dir"`
+		Labels map[string]string `json:"labels"`
 	}
 	_ = json.Unmarshal(info.Raw, &raw)
 	var diffs []string
@@ -77,6 +78,9 @@ func createConflict(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handl
 		if !slices.Equal(opts.Env, raw.Env) {
 			diffs = append(diffs, fmt.Sprintf("environment %q asked, the existing one has %q", opts.Env, raw.Env))
 		}
+	}
+	if given["label"] && !maps.Equal(opts.Labels, raw.Labels) {
+		diffs = append(diffs, fmt.Sprintf("labels %v asked, the existing one has %v", opts.Labels, raw.Labels))
 	}
 	if given["w"] || given["dir"] {
 		if opts.Dir != raw.Dir {
@@ -147,12 +151,20 @@ func buildVersion() string {
 }
 
 func cmdVersion(g *globals, fs *flag.FlagSet) action {
+	var of outputFlags
+	of.add(fs, false)
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
 		}
 		if err := noMore(fs.Args()); err != nil {
 			return err
+		}
+		if err := of.check(); err != nil {
+			return err
+		}
+		if of.json() {
+			return json.NewEncoder(os.Stdout).Encode(map[string]string{"version": buildVersion()})
 		}
 		fmt.Println("managoat", buildVersion())
 		return nil

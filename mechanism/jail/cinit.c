@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -368,6 +369,11 @@ static void child(const struct ci_spawn *s, const char *path, const int fds[3], 
 	 * command's (or the init's) group. */
 	if (r == 0)
 		r = syscall(SYS_setsid) < 0 ? -1 : 0;
+	/* A terminal on stdin (a PTY session) becomes the session's
+	 * controlling terminal, for job control; on anything else the call
+	 * fails (ENOTTY) and changes nothing. */
+	if (r == 0)
+		(void)syscall(SYS_ioctl, fd[0], TIOCSCTTY, 0);
 	if (r == 0 && !(cfg.flags & 1)) /* not rootless: become the workload's uid */
 		r = syscall(SYS_setgroups, 0, NULL) || syscall(SYS_setgid, cfg.gid) || syscall(SYS_setuid, cfg.uid);
 	if (r == 0)

@@ -203,6 +203,11 @@ func (s *server) handle(c *net.UnixConn) {
 	// process group, nor its descendants join another's.
 	pidfd := -1
 	sys := &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}
+	if _, err := unix.IoctlGetTermios(fds[0], unix.TCGETS); err == nil {
+		// A terminal on stdin (a PTY session) becomes the session's
+		// controlling terminal, for job control, as in cinit.c.
+		sys.Setctty, sys.Ctty = true, 0
+	}
 	if !s.cfg.Rootless {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
 	}

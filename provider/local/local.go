@@ -354,6 +354,8 @@ type record struct {
 	// Env and Dir are the defaults of every command (CreateOptions).
 	Env []string `json:"env,omitempty"`
 	Dir string   `json:"dir,omitempty"`
+	// Labels are the caller's (CreateOptions.Labels).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // dir is the working directory of a command asked to run in d.
@@ -533,7 +535,7 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 		}
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
-		Env: opts.Env, Dir: opts.Dir}
+		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
@@ -621,6 +623,9 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	}
 	if r.Dir != "" {
 		raw["dir"] = r.Dir
+	}
+	if len(r.Labels) > 0 {
+		raw["labels"] = r.Labels
 	}
 	if r.Fresh {
 		raw["id"] = r.InstanceID

@@ -37,6 +37,9 @@ type request struct {
 
 	// shutdown
 	Destroy bool `json:"destroy,omitempty"`
+
+	// signal (a session's process group); resize takes Rows and Cols
+	Signal int `json:"signal,omitempty"`
 }
 
 // response answers one request.

@@ -354,6 +354,10 @@ func (s *server) handle(req *request) (response, func()) {
 		return s.writeStdin(req), nil
 	case "close_stdin":
 		return s.closeStdin(req), nil
+	case "signal":
+		return s.signal(req), nil
+	case "resize":
+		return s.resize(req), nil
 	case "terminate":
 		return s.terminate(ctx, req), nil
 	case "start":

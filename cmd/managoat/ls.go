@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/managoat/managoat/sandbox"
+)
+
+type lsRow struct {
+	Name      string         `json:"name"`
+	Provider  string         `json:"provider"`
+	Status    sandbox.Status `json:"status"`
+	State     string         `json:"state,omitempty"` // the provider's own word, when it gives one
+	Error     string         `json:"error,omitempty"`
+	Mechanism string         `json:"mechanism,omitempty"`
+	CreatedAt *time.Time     `json:"created_at,omitempty"`
+	// Limits are the sandbox's limits, when its provider says them.
+	Limits map[string]any    `json:"limits,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// labelFlags collects --label k=v.
+type labelFlags struct{ multiFlag }
+
+func (l *labelFlags) labels() (map[string]string, error) {
+	if len(l.multiFlag) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range l.multiFlag {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError{msg: fmt.Sprintf("--label %q is not KEY=VALUE", kv)}
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// filter is one ls --filter: label=KEY (the label is set) or
+// label=KEY=VALUE (set to VALUE).
+type filter struct {
+	key, value string
+	anyValue   bool
+}
+
+func parseFilters(fs []string) ([]filter, error) {
+	var out []filter
+	for _, f := range fs {
+		kv, ok := strings.CutPrefix(f, "label=")
+		if !ok || kv == "" {
+			return nil, usageError{msg: fmt.Sprintf("--filter %q: the filter is label=KEY or label=KEY=VALUE", f)}
+		}
+		k, v, hasValue := strings.Cut(kv, "=")
+		out = append(out, filter{k, v, !hasValue})
+	}
+	return out, nil
+}
+
+func (f filter) match(labels map[string]string) bool {
+	v, ok := labels[f.key]
+	return ok && (f.anyValue || v == f.value)
+}
+
+func cmdLs(g *globals, fs *flag.FlagSet) action {
+	var of outputFlags
+	of.add(fs, true)
+	var filters multiFlag
+	fs.Var(&filters, "filter", "only sandboxes with a label: `label=KEY=VALUE` or label=KEY (repeatable: all must match)")
+	return func(ctx context.Context, args []string) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		if err := of.check(); err != nil {
+			return err
+		}
+		fl, err := parseFilters(filters)
+		if err != nil {
+			return err
+		}
+		reg, p, err := openProvider(g.provider)
+		if err != nil {
+			return err
+		}
+		var names []string
+		var failed []sandbox.ListPart
+		if pl, ok := p.(sandbox.PartialLister); ok {
+			// Each source (runner) apart: the ones that answer are shown,
+			// the others named, never the whole listing lost to one.
+			parts, err := pl.ListParts(ctx)
+			if err != nil {
+				return wrap("ls", err)
+			}
+			for _, part := range parts {
+				if part.Err != nil {
+					failed = append(failed, part)
+					continue
+				}
+				names = append(names, part.Names...)
+			}
+		} else if names, err = reg.ListAllNames(ctx, p.Name()); err != nil {
+			return wrap("ls", err)
+		}
+		rows := make([]lsRow, 0, len(names))
+		for _, n := range names {
+			row := lsRow{Name: n, Provider: p.Name()}
+			info, err := reg.Get(ctx, sandbox.BuildHandle(p.Name(), n))
+			switch {
+			case errors.Is(err, sandbox.ErrNotFound):
+				continue // gone between the listing and the look-up
+			case err != nil:
+				row.Status, row.Error = sandbox.StatusUnknown, err.Error()
+			default:
+				row.Status = info.Status
+				var raw struct {
+					State     string            `json:"state"`
+					Limits    map[string]any    `json:"limits"`
+					Mechanism string            `json:"mechanism"`
+					CreatedAt time.Time         `json:"created_at"`
+					Labels    map[string]string `json:"labels"`
+				}
+				if json.Unmarshal(info.Raw, &raw) == nil {
+					if raw.State != string(info.Status) {
+						row.State = raw.State
+					}
+					row.Limits, row.Mechanism, row.Labels = raw.Limits, raw.Mechanism, raw.Labels
+					if !raw.CreatedAt.IsZero() {
+						t := raw.CreatedAt.UTC()
+						row.CreatedAt = &t
+					}
+				}
+			}
+			if !slices.ContainsFunc(fl, func(f filter) bool { return !f.match(row.Labels) }) {
+				rows = append(rows, row)
+			}
+		}
+		if of.json() {
+			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
+				return err
+			}
+		} else if err := lsTable(rows, of.isWide()); err != nil {
+			return err
+		}
+		// What was listed is shown; a source that did not answer makes
+		// the listing incomplete, which the exit code says (as kubectl's
+		// partial results do) with the sources named.
+		if len(failed) > 0 {
+			var why []string
+			for _, f := range failed {
+				why = append(why, fmt.Sprintf("%s did not answer (%v)", f.Source, f.Err))
+			}
+			return wrap("ls", fmt.Errorf("the listing is incomplete: %s: %w", strings.Join(why, "; "), sandbox.ErrTruncated))
+		}
+		return nil
+	}
+}
+
+func lsTable(rows []lsRow, wide bool) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS")
+	} else {
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
+	}
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, r := range rows {
+		if !wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, dash(r.State))
+			continue
+		}
+		lim := func(k string) string {
+			v, ok := r.Limits[k]
+			if !ok {
+				return "-"
+			}
+			if f, ok := v.(float64); ok {
+				switch k {
+				case "memory_bytes":
+					return fmt.Sprintf("%dM", int64(f)>>20)
+				case "cpu_millis":
+					return fmt.Sprintf("%dm", int64(f))
+				}
+				return fmt.Sprintf("%d", int64(f))
+			}
+			return fmt.Sprint(v)
+		}
+		created := "-"
+		if r.CreatedAt != nil {
+			created = r.CreatedAt.Local().Format(time.DateTime)
+		}
+		var labels []string
+		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			labels = append(labels, k+"="+r.Labels[k])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State),
+			lim("memory_bytes"), lim("pids"), lim("cpu_millis"), lim("wall_clock"),
+			r.Provider, dash(r.Mechanism), created, dash(strings.Join(labels, ",")))
+	}
+	return tw.Flush()
+}
