@@ -382,3 +382,45 @@ func TestResolveUser(t *testing.T) {
 		}
 	}
 }
+
+// Commit makes a new image of a base and a directory: its root holds
+// both, its symlinks are kept as links (never followed out of the
+// directory), Get finds it by its ref, and Prune keeps its layers.
+func TestCommit(t *testing.T) {
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "base:v1", v1.Config{Cmd: []string{"sh"}}, base, top)
+	s, opts := newStore(t)
+	b, err := s.Pull(context.Background(), ref, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".local/bin"), 0o755)
+	os.WriteFile(filepath.Join(home, ".local/bin/tool"), []byte("#!/bin/sh\n"), 0o755)
+	os.Symlink("/etc/shadow", filepath.Join(home, "shadow"))
+	img, err := s.Commit(context.Background(), b, []image.CommitDir{{Src: home, Path: "/home/sprite"}}, "local/made:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(img.Root, "home/sprite/.local/bin/tool")); err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("tool: %v %v", st, err)
+	}
+	if l, err := os.Readlink(filepath.Join(img.Root, "home/sprite/shadow")); err != nil || l != "/etc/shadow" {
+		t.Fatalf("shadow -> %q %v", l, err)
+	}
+	if got := read(t, filepath.Join(img.Root, "b/new")); got != "new" {
+		t.Fatalf("base content: %q", got)
+	}
+	if got, err := s.Get("local/made:v1"); err != nil || got.Digest != img.Digest || got.Config.Cmd[0] != "sh" {
+		t.Fatalf("Get: %+v %v", got, err)
+	}
+	if res, err := s.Prune(context.Background()); err != nil || res.Blobs != 0 || res.Roots != 0 {
+		t.Fatalf("prune: %+v %v", res, err)
+	}
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, _ := os.ReadFile(p)
+	return string(b)
+}

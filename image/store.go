@@ -800,6 +800,7 @@ func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
 			for _, l := range img.Layers {
 				keep[l] = true
 			}
+			keep[img.Digest], keep[img.ConfigDigest] = true, true // a commit's manifest and config
 			continue
 		}
 		unlock, ok := flock.TryLock(filepath.Join(s.dir, "locks", "root-"+e.Name()))

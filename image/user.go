@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -87,4 +89,12 @@ func readDB(p string) [][]string {
 		out = append(out, strings.Split(line, ":"))
 	}
 	return out
+}
+
+func hashOf(digest string) (v1.Hash, error) {
+	h, err := v1.NewHash(digest)
+	if err != nil {
+		return h, sandbox.Invalid("digest", err.Error())
+	}
+	return h, nil
 }

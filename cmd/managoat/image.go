@@ -19,6 +19,43 @@ import (
 
 func init() {
 	register("image", "pull|ls|rm|prune [flags] [REF...]", "Manage the images local sandboxes run on (--image): pull, list, remove, prune", cmdImage)
+	register("commit", "[flags] NAME REF", "Save a local sandbox made with --image, home included, as the image REF for the next sandboxes", cmdCommit)
+}
+
+// committer is a provider that saves a sandbox as an image (local).
+type committer interface {
+	Commit(ctx context.Context, h *sandbox.Handle, ref string) (*image.Image, error)
+}
+
+func cmdCommit(g *globals, fs *flag.FlagSet) action {
+	var of outputFlags
+	of.add(fs, false)
+	return func(ctx context.Context, args []string) error {
+		_, h, pos, err := sandboxArgs(g, fs, args, 2, "NAME and REF")
+		if err != nil {
+			return err
+		}
+		if err := of.check(); err != nil {
+			return err
+		}
+		_, p, err := openProvider(g.provider)
+		if err != nil {
+			return err
+		}
+		c, ok := p.(committer)
+		if !ok {
+			return &sandbox.InvalidError{Reason: "commit", Msg: fmt.Sprintf("provider %s saves no sandbox as an image; commit is the local provider's", g.provider)}
+		}
+		img, err := c.Commit(ctx, h, pos[1])
+		if err != nil {
+			return wrap("commit "+h.Name, err)
+		}
+		if of.json() {
+			return json.NewEncoder(os.Stdout).Encode(imageJSON(img))
+		}
+		fmt.Printf("%s %s %s\n", img.Ref, img.Digest, mib(img.Size))
+		return nil
+	}
 }
 
 // imageStore is the local provider's image store (its state directory's

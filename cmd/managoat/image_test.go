@@ -13,8 +13,9 @@ import (
 
 // The image commands and --image end to end, against a registry served
 // by this test: pull, ls, run on the image (its Entrypoint and Cmd when
-// no command is given), create on it, rm refused while a sandbox uses
-// it, prune; an unknown image is not_found naming it.
+// no command is given), create on it, commit it and run on the committed
+// image (its home kept), rm refused while a sandbox uses it, prune; an
+// unknown image is not_found naming it.
 func TestImageCommands(t *testing.T) {
 	testenv.RequireRoot(t)
 	reg := imagetest.Serve(t)
@@ -43,6 +44,15 @@ func TestImageCommands(t *testing.T) {
 	if out, e, code := mg("exec", "onimg", "--", "cat", "/etc/marker"); code != 0 || out != "from the image\n" {
 		t.Fatalf("exec: %d %q %q", code, out, e)
 	}
+	if _, e, code := mg("exec", "onimg", "--", "sh", "-c", "echo prepared > $HOME/state"); code != 0 {
+		t.Fatalf("prepare: %d %q", code, e)
+	}
+	if out, e, code := mg("commit", "onimg", "local/prepared:v1"); code != 0 || !strings.Contains(out, "local/prepared:v1 sha256:") {
+		t.Fatalf("commit: %d %q %q", code, out, e)
+	}
+	if out, e, code := mg("run", "--image", "local/prepared:v1", "--", "sh", "-c", "cat $HOME/state /etc/marker"); code != 0 || out != "prepared\nfrom the image\n" {
+		t.Fatalf("run on the committed image: %d %q %q", code, out, e)
+	}
 	if _, e, code := mg("image", "rm", ref); code == 0 || !strings.Contains(e, "image_in_use") {
 		t.Fatalf("rm of an image in use: %d %q", code, e)
 	}
@@ -51,6 +61,9 @@ func TestImageCommands(t *testing.T) {
 	}
 	if _, e, code := mg("image", "rm", ref); code != 0 {
 		t.Fatalf("image rm: %d %q", code, e)
+	}
+	if _, e, code := mg("image", "rm", "local/prepared:v1"); code != 0 {
+		t.Fatalf("image rm of the committed image: %d %q", code, e)
 	}
 	if out, e, code := mg("image", "prune"); code != 0 || !strings.Contains(out, "removed 0 images") {
 		t.Fatalf("prune: %d %q %q", code, out, e)

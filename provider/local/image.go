@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -53,7 +54,54 @@ func (p *Provider) withImage(ctx context.Context, iid string, spec *mechanism.Sp
 	if opts.Dir == "" {
 		opts.Dir = img.Config.WorkingDir
 	}
+	if err := seedHome(ctx, img, spec.HomeDir); err != nil {
+		return err
+	}
 	return s.Use(img, iid)
+}
+
+// seedHome copies the image's /home/sprite (what Commit saved of a
+// sandbox's home) into the new sandbox's home, which the mechanism binds
+// over it.
+func seedHome(ctx context.Context, img *image.Image, home string) error {
+	src, err := openDir(filepath.Join(img.Root, mechanism.Home))
+	if err != nil {
+		return nil // the image has no home of ours
+	}
+	defer src.Close()
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return stateErr("create home", err)
+	}
+	dst, err := openDir(home)
+	if err != nil {
+		return stateErr("create home", err)
+	}
+	defer dst.Close()
+	if err := copyDir(ctx, src, dst, 0); err != nil {
+		return stateErr("seed home from the image", err)
+	}
+	return nil
+}
+
+// Commit saves sandbox h's prepared environment as the image ref in the
+// provider's store: the image it runs on plus its home (what it
+// installed with pip --user, npm, or wrote there), so a Create with
+// Image: ref starts the next sandbox from it, home included. A sandbox
+// made without an image is Invalid{commit}.
+func (p *Provider) Commit(ctx context.Context, h *sandbox.Handle, ref string) (*image.Image, error) {
+	r, _, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	s, err := p.Images()
+	if err != nil {
+		return nil, err
+	}
+	base, err := s.UsedBy(r.InstanceID)
+	if err != nil {
+		return nil, sandbox.Invalid("commit", fmt.Sprintf("sandbox %q runs on no image (create it with an image to commit it)", h.Name))
+	}
+	return s.Commit(ctx, base, []image.CommitDir{{Src: p.homeDir(r.InstanceID), Path: mechanism.Home}}, ref)
 }
 
 // releaseImage undoes withImage's use mark of sandbox iid.

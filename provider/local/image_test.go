@@ -76,3 +76,43 @@ func TestCreateOnBadImage(t *testing.T) {
 		t.Fatalf("trusted with an image: %v", err)
 	}
 }
+
+// Commit saves a sandbox's home over its image; a sandbox made from the
+// committed image starts with that home, and one made without an image
+// cannot be committed.
+func TestCommitStartsTheNextSandbox(t *testing.T) {
+	p := newJail(t)
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "base:v1", v1.Config{Env: []string{"FROM_IMAGE=yes"}}, imagetest.Conformance(t)...)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "prep", sandbox.CreateOptions{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Exec(ctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "mkdir -p $HOME/.local/bin && printf '#!/bin/sh\\necho prepared tool\\n' > $HOME/.local/bin/tool && chmod +x $HOME/.local/bin/tool"}}, sandbox.ExecOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("prepare: %v %q", err, res.Output)
+	}
+	img, err := p.Commit(ctx, h, "local/prepared:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Ref != "index.docker.io/local/prepared:v1" || len(img.Layers) != len(imagetest.Conformance(t))+1 {
+		t.Fatalf("committed %+v", img)
+	}
+	h2, err := p.Create(ctx, "next", sandbox.CreateOptions{Image: "local/prepared:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Exec(ctx, h2, sandbox.Cmd{Name: "sh", Args: []string{"-c", "tool; echo $FROM_IMAGE"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "prepared tool\nyes\n" {
+		t.Fatalf("the next sandbox: %v %q", err, res.Output)
+	}
+	plain, err := p.Create(ctx, "plain", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(ctx, plain, "local/x:v1"); sandbox.Kind(err) != "invalid" {
+		t.Fatalf("commit of a sandbox without an image: %v", err)
+	}
+}
