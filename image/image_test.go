@@ -3,6 +3,7 @@ package image_test
 import (
 	"archive/tar"
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"os"
@@ -423,4 +424,29 @@ func read(t *testing.T, p string) string {
 	t.Helper()
 	b, _ := os.ReadFile(p)
 	return string(b)
+}
+
+// A private registry's credentials come from the usual docker config
+// ($DOCKER_CONFIG/config.json); wrong ones are denied.
+func TestPrivateRegistryCredentials(t *testing.T) {
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "private:v1", v1.Config{}, base)
+	reg.Set(func(r *imagetest.Registry) { r.BasicAuth = "agent:s3cret" })
+	cfg := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", cfg)
+	write := func(auth string) {
+		b := `{"auths":{"` + reg.Host + `":{"auth":"` + base64.StdEncoding.EncodeToString([]byte(auth)) + `"}}}`
+		if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, opts := newStore(t)
+	write("agent:wrong")
+	if _, err := s.Pull(context.Background(), ref, opts); sandbox.Kind(err) != "denied" {
+		t.Fatalf("wrong credentials: %v (%s)", err, sandbox.Kind(err))
+	}
+	write("agent:s3cret")
+	if _, err := s.Pull(context.Background(), ref, opts); err != nil {
+		t.Fatalf("right credentials: %v", err)
+	}
 }

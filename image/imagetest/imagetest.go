@@ -120,6 +120,10 @@ type Registry struct {
 	Status int
 	// Cut, when set, aborts each blob GET after this many bytes.
 	Cut int
+	// BasicAuth, when set ("user:password"), is the only credential the
+	// registry takes: any request without it is 401 with a Basic
+	// challenge, as a private registry answers.
+	BasicAuth string
 }
 
 // Serve starts a registry for the test (closed at its end).
@@ -128,8 +132,14 @@ func Serve(t testing.TB) *Registry {
 	inner := registry.New(registry.Logger(nullLogger()))
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
-		status, tamper, cut := r.Status, r.Tamper, r.Cut
+		status, tamper, cut, auth := r.Status, r.Tamper, r.Cut, r.BasicAuth
 		r.mu.Unlock()
+		if auth != "" {
+			u, p, ok := req.BasicAuth()
+			if !ok || u+":"+p != auth {
+				status = http.StatusUnauthorized
+			}
+		}
 		if status != 0 {
 			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Basic realm="imagetest"`)
