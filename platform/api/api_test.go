@@ -280,7 +280,7 @@ func TestRunnerPlacement(t *testing.T) {
 	waitOnline(t, pl, 1)
 	// alice has no runner: no_runner_online, nothing recorded.
 	a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "r", "provider": "runner"}`))
-	if a.status != 503 || a.err == nil || a.err.Reason != "no_runner_online" {
+	if a.status != 503 || a.err == nil || a.err.Reason != "no_runner_online" || a.header.Get("Retry-After") == "" {
 		t.Fatalf("create with no runner of the account = %d %s", a.status, a.body)
 	}
 	startRunner(t, pl.URL, alice, "first", fa1)

@@ -252,8 +252,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeErr(w http.ResponseWriter, err error) {
 	status, e := ErrorOf(err)
-	if e.Kind == "rate_limited" && w.Header().Get("Retry-After") == "" {
+	switch {
+	case e.Kind == "rate_limited" && w.Header().Get("Retry-After") == "":
 		w.Header().Set("Retry-After", RetryAfterHeader(time.Duration(e.RetryAfterMS)*time.Millisecond))
+	case status == http.StatusServiceUnavailable && strings.HasPrefix(e.Reason, "runner_") || e.Reason == "no_runner_online":
+		// A machine that is off comes back on its own time: say when to ask again.
+		w.Header().Set("Retry-After", "5")
 	}
 	writeJSON(w, status, errorBody{Error: e})
 }
