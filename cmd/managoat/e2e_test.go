@@ -128,6 +128,35 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling for the runner to connect
 	}
+	// cp works on the runner both ways (issue 22 item 3): a directory in,
+	// with its modes, and back out.
+	renv := env[len(os.Environ()):]
+	name, e, code := managoatEnv(t, renv, "--provider", "runner", "create")
+	if code != 0 {
+		t.Fatalf("create on the runner: %s", e)
+	}
+	name = strings.TrimSpace(name)
+	defer managoatEnv(t, renv, "--provider", "runner", "rm", "-f", name)
+	src := filepath.Join(t.TempDir(), "tree")
+	if err := os.MkdirAll(src+"/sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src+"/sub/run.sh", []byte("#!/bin/sh\necho ran on the runner\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := managoatEnv(t, renv, "--provider", "runner", "cp", src, name+":/tmp/tree"); code != 0 {
+		t.Fatalf("cp to the runner: %s", e)
+	}
+	if out, e, code := managoatEnv(t, renv, "--provider", "runner", "exec", name, "--", "/tmp/tree/sub/run.sh"); code != 0 || out != "ran on the runner\n" {
+		t.Fatalf("the copy on the runner: exit %d %q %s", code, out, e)
+	}
+	back := t.TempDir()
+	if _, e, code := managoatEnv(t, renv, "--provider", "runner", "cp", name+":/tmp/tree", back); code != 0 {
+		t.Fatalf("cp from the runner: %s", e)
+	}
+	if st, err := os.Stat(back + "/tree/sub/run.sh"); err != nil || st.Mode() != 0o755 {
+		t.Fatalf("downloaded from the runner: %v %v", st, err)
+	}
 	// While a command runs on the runner, no process but serve and the
 	// runner themselves holds the token in its environment: not the
 	// sandbox's supervisor, not the command.
