@@ -123,6 +123,11 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		}
 		provs[name] = p
 	}
+	// The hosted providers have read their credentials: no process serve
+	// starts from here (a local sandbox's supervisor) inherits them.
+	for _, k := range []string{policy.EnvSprites, policy.EnvE2B, policy.EnvDaytona} {
+		os.Unsetenv(k)
+	}
 	auth := platformAuth{store: st, token: o.token}
 	rcfg := runnerprov.ServerConfig{Auth: auth, Logger: o.logger, Disabled: !pol.Enabled(policy.Runner)}
 	if !o.open {
