@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
 )
@@ -163,29 +161,7 @@ func (j *Jail) adoptNetwork(st *state) error {
 	if ours || egress.Serving(j.egressSocket(st.ID)) {
 		return nil
 	}
-	return j.startNetwork(st, st.InitPid, pidExit(st.InitPid))
-}
-
-// pidExit is closed when pid exits (a pidfd polled by a goroutine that
-// also ends when the process is gone at once).
-func pidExit(pid int) <-chan struct{} {
-	done := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		close(done)
-		return done
-	}
-	go func() {
-		defer close(done)
-		defer unix.Close(fd)
-		for {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, -1); n > 0 || (err != nil && err != unix.EINTR) {
-				return
-			}
-		}
-	}()
-	return done
+	return j.startNetwork(st, st.InitPid, egress.WhenExits(st.InitPid))
 }
 
 // stopNetwork ends the proxy this process serves for id, if any.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
 	"github.com/managoat/managoat/mechanism/mechanismtest"
 	"github.com/managoat/managoat/mechanism/oci"
 )
@@ -14,7 +15,8 @@ import (
 // TestConformanceRunc: every check must be demonstrated (strict under CI).
 func TestConformanceRunc(t *testing.T) {
 	requireRuntime(t, "runc")
-	mechanismtest.Run(t, factory("runc", nil), mechanismtest.Strict(testenv.InCI()))
+	in := egresstest.New(t)
+	mechanismtest.Run(t, factoryNet("runc", in), mechanismtest.Strict(testenv.InCI()), mechanismtest.Internet(in))
 }
 
 // runscNotDemonstrated are the checks gVisor's ptrace platform cannot
@@ -23,6 +25,7 @@ func TestConformanceRunc(t *testing.T) {
 var runscNotDemonstrated = map[string]string{
 	"memory": "a memory breach OOM-kills the sentry (the whole sandbox), so the workload cannot be shown killed with the sandbox surviving",
 	"pids":   "gVisor's tasks are not host processes; pids.max does not count them",
+	"egress": "gVisor keeps its own network stack (--network=none), which the egress proxy cannot enter: oci/runsc claims no egress_allowlist",
 }
 
 func TestConformanceRunsc(t *testing.T) {

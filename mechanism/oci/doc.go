@@ -34,7 +34,12 @@
 // fresh pid, mount, network (only lo), ipc and uts namespaces. Those are
 // the ConstructedCapabilities (plus the wall-clock budget the mechanism
 // keeps), so the gate probes the host only for the cgroup controllers a
-// Spec's limits need.
+// Spec's limits need. With runc as root a container's network is egress
+// by default (network.go, mechanism/egress: the outside world through a
+// proxy of the process that started it, under an allow list UpdateEgress
+// puts in force; never the host's loopback or addresses, link-local or
+// private ranges); Spec.Network none keeps only lo, and gVisor's
+// containers have no network.
 //
 // Limits are the launch's, written in the OCI config (memory with no swap,
 // pids, CPU quota). After start the mechanism finds the container's cgroup

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
 )
 
 // UID and GID are the ids the workload runs as, inside the container and
@@ -41,6 +42,10 @@ type Config struct {
 	StateDir string
 	// Prober answers the Gate's host probes; default mechanism.HostProber().
 	Prober mechanism.Prober
+	// Egress is how runc containers whose network is egress reach the
+	// outside world (default: from this process's network namespace;
+	// a test gives a stand-in, mechanism/egress/egresstest).
+	Egress egress.Config
 }
 
 // Mechanism is a mechanism.Mechanism that runs each sandbox as a container
@@ -55,6 +60,7 @@ type Mechanism struct {
 	rootfsMu sync.Mutex
 	locks    map[string]*sync.Mutex
 	booting  map[string]bool
+	nets     nets // egress proxies this process serves (network.go)
 }
 
 var _ mechanism.Mechanism = (*Mechanism)(nil)
@@ -121,7 +127,11 @@ func (m *Mechanism) RequiredCapabilities() []mechanism.Capability {
 
 // ConstructedCapabilities implements mechanism.CapabilityConstructor.
 func (m *Mechanism) ConstructedCapabilities() []mechanism.Capability {
-	return append(slices.Clone(constructed), mechanism.TimeBudget)
+	c := append(slices.Clone(constructed), mechanism.TimeBudget)
+	if m.egressOK() {
+		c = append(c, mechanism.EgressAllowlist) // network.go
+	}
+	return c
 }
 
 // GuaranteedCapabilities: the isolation, the CPU quota and the wall-clock
@@ -131,6 +141,9 @@ func (m *Mechanism) GuaranteedCapabilities() []mechanism.Capability {
 	g := append(slices.Clone(constructed), mechanism.CPUCap, mechanism.TimeBudget)
 	if !m.rt.gvisor {
 		g = append(g, mechanism.ResourceLimits, mechanism.MemoryCap, mechanism.PidsCap)
+	}
+	if m.egressOK() {
+		g = append(g, mechanism.EgressAllowlist)
 	}
 	return g
 }
@@ -228,6 +241,9 @@ func (m *Mechanism) Provision(ctx context.Context, id string, spec mechanism.Spe
 		return err
 	}
 	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := validateNetwork(spec); err != nil {
 		return err
 	}
 	unlock := m.lock(id)
@@ -434,6 +450,9 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 		st, serr := m.state(ctx, id)
 		switch {
 		case serr == nil && st.Status == "running":
+			if pid, err := m.initPid(id); err == nil {
+				return m.startNetwork(id, sb.Spec, pid) // a new manager adopts it
+			}
 			return nil
 		case serr == nil && st.Status == "created":
 			return err
@@ -458,6 +477,9 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 	pid, err := m.initPid(id)
 	if err == nil {
 		err = m.verify(pid, sb.Spec)
+	}
+	if err == nil {
+		err = m.startNetwork(id, sb.Spec, pid)
 	}
 	if err != nil {
 		_ = m.deleteContainer(context.Background(), id)
@@ -530,6 +552,7 @@ func (m *Mechanism) Stop(ctx context.Context, id string) error {
 	if err := m.deleteContainer(ctx, id); err != nil {
 		return err
 	}
+	m.stopNetwork(id)
 	m.removeCgroups(ctx, sb)
 	return nil
 }
@@ -556,7 +579,9 @@ func (m *Mechanism) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return m.remove(ctx, sb)
+	err = m.remove(ctx, sb)
+	m.stopNetwork(id)
+	return err
 }
 
 // Status implements mechanism.Mechanism. The runtime's state is the truth;
@@ -706,23 +731,6 @@ func (m *Mechanism) HostPath(id, sandboxPath string) (string, error) {
 		return "", err
 	}
 	return mechanism.ResolveHome(sb.HomeDir, sandboxPath)
-}
-
-// UpdateEgress implements mechanism.EgressUpdater: the container's network
-// is a namespace with only lo, so deny-all is what is in force; any allowed
-// destination is refused, naming egress_allowlist.
-func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string) error {
-	if err := mechanism.ValidateID(id); err != nil {
-		return err
-	}
-	if _, err := m.load(id); err != nil {
-		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-	}
-	if len(allow) == 0 {
-		return nil
-	}
-	return &mechanism.UnavailableError{Mechanism: m.Name(), Missing: []mechanism.Report{{
-		Name: mechanism.EgressAllowlist, Detail: "the container's network namespace has only lo; per-connection egress is not implemented"}}}
 }
 
 func randHex(n int) string {

@@ -1,0 +1,181 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
+)
+
+// Egress of a runc container (as root) is mechanism/egress's, as the
+// jail's: once the runtime made the container's network namespace (only
+// lo), the proxy of the process that started it sets the namespace up
+// and serves its connections and queries; it ends with the container's
+// init or at Stop. gVisor's runsc keeps its own network stack
+// (--network=none), which the proxy cannot enter: its containers have
+// no network, and an explicit egress network is refused.
+
+// nets are the proxies this process serves, by sandbox id.
+type nets struct {
+	mu sync.Mutex
+	m  map[string]*egress.Proxy
+}
+
+// egressOK reports whether this mechanism gives containers egress.
+func (m *Mechanism) egressOK() bool { return !m.rt.gvisor && os.Geteuid() == 0 }
+
+// networkOf is the network a container of spec gets.
+func (m *Mechanism) networkOf(spec mechanism.Spec) string {
+	if spec.Network == "" {
+		if m.egressOK() {
+			return mechanism.NetworkEgress
+		}
+		return mechanism.NetworkNone
+	}
+	return spec.Network
+}
+
+func (m *Mechanism) policyPath(id string) string { return filepath.Join(m.dir(id), "egress.json") }
+
+func (m *Mechanism) egressSocket(id string) string {
+	run, _ := mechanism.DefaultRunDir()
+	sum := sha256.Sum256([]byte(m.dir(id)))
+	return filepath.Join(run, "oci-"+hex.EncodeToString(sum[:8])+".egress")
+}
+
+// validateNetwork refuses a Spec whose allow list does not parse.
+func validateNetwork(spec mechanism.Spec) error {
+	if len(spec.Egress) > 0 {
+		if _, err := egress.ParsePolicy(spec.Egress); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyOf: the list UpdateEgress recorded, else Spec.Egress, else none.
+func (m *Mechanism) policyOf(id string, spec mechanism.Spec) (*egress.Policy, error) {
+	b, err := os.ReadFile(m.policyPath(id))
+	if err == nil {
+		var allow []string
+		if err := json.Unmarshal(b, &allow); err != nil {
+			return nil, fmt.Errorf("egress policy of %s: %w", id, err)
+		}
+		return egress.ParsePolicy(allow)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if len(spec.Egress) > 0 {
+		return egress.ParsePolicy(spec.Egress)
+	}
+	return nil, nil
+}
+
+// startNetwork gives the running container whose init is pid its egress
+// (when its network is egress and nobody serves it already).
+func (m *Mechanism) startNetwork(id string, spec mechanism.Spec, pid int) error {
+	if m.networkOf(spec) != mechanism.NetworkEgress {
+		return nil
+	}
+	m.nets.mu.Lock()
+	_, ours := m.nets.m[id]
+	m.nets.mu.Unlock()
+	if ours || egress.Serving(m.egressSocket(id)) {
+		return nil
+	}
+	pol, err := m.policyOf(id, spec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(m.egressSocket(id)), 0o700); err != nil {
+		return err
+	}
+	p, err := egress.Attach(pid, pol, m.cfg.Egress)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if err := p.ServeControl(m.egressSocket(id)); err != nil {
+		p.Close()
+		return fmt.Errorf("egress control socket: %w", err)
+	}
+	p.CloseWhen(egress.WhenExits(pid))
+	m.nets.mu.Lock()
+	if m.nets.m == nil {
+		m.nets.m = map[string]*egress.Proxy{}
+	}
+	m.nets.m[id] = p
+	m.nets.mu.Unlock()
+	return nil
+}
+
+// stopNetwork ends the proxy this process serves for id, if any.
+func (m *Mechanism) stopNetwork(id string) {
+	m.nets.mu.Lock()
+	p := m.nets.m[id]
+	delete(m.nets.m, id)
+	m.nets.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+}
+
+// UpdateEgress implements mechanism.EgressUpdater: for a container whose
+// network is egress, allow is put in force in its proxy (new connections
+// at once; the open ones it denies are cut before it returns) and kept
+// for the next start; an empty list denies all. A container without
+// network has nothing to open: the empty list is what is in force,
+// anything else is refused naming egress_allowlist.
+func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string) error {
+	if err := mechanism.ValidateID(id); err != nil {
+		return err
+	}
+	if _, err := egress.ParsePolicy(allow); err != nil {
+		return err
+	}
+	sb, err := m.load(id)
+	if err != nil {
+		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+	}
+	if m.networkOf(sb.Spec) != mechanism.NetworkEgress {
+		if len(allow) == 0 {
+			return nil
+		}
+		return &mechanism.UnavailableError{Mechanism: m.Name(), Missing: []mechanism.Report{{
+			Name: mechanism.EgressAllowlist, Detail: "the container has no network (network none, or gVisor's own stack): it can deny all but allow nothing"}}}
+	}
+	if allow == nil {
+		allow = []string{}
+	}
+	b, _ := json.Marshal(allow)
+	tmp := m.policyPath(id) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, m.policyPath(id)); err != nil {
+		return err
+	}
+	m.nets.mu.Lock()
+	p := m.nets.m[id]
+	m.nets.mu.Unlock()
+	if p != nil {
+		pol, _ := egress.ParsePolicy(allow)
+		_, err := p.SetPolicy(pol)
+		return err
+	}
+	if st, err := m.Status(ctx, id); err != nil {
+		return err
+	} else if st != mechanism.StatusRunning {
+		return nil // in force from its next start
+	}
+	return egress.Apply(ctx, m.egressSocket(id), allow)
+}
