@@ -132,6 +132,9 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					CreatedAt time.Time         `json:"created_at"`
 					Labels    map[string]string `json:"labels"`
 				}
+				if where := platformProviderOf(p, info.Raw); where != "" {
+					row.Provider = where // through the platform: where it lives
+				}
 				if json.Unmarshal(info.Raw, &raw) == nil {
 					if raw.State != string(info.Status) {
 						row.State = raw.State
@@ -151,7 +154,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
 				return err
 			}
-		} else if err := lsTable(rows, of.isWide()); err != nil {
+		} else if err := lsTable(rows, of.isWide(), isPlatform(p)); err != nil {
 			return err
 		}
 		// What was listed is shown; a source that did not answer makes
@@ -168,11 +171,16 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 	}
 }
 
-func lsTable(rows []lsRow, wide bool) error {
+// lsTable prints rows; withProvider adds the PROVIDER column to the narrow
+// table (a platform's sandboxes live on several providers).
+func lsTable(rows []lsRow, wide, withProvider bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	if wide {
+	switch {
+	case wide:
 		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS")
-	} else {
+	case withProvider:
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tPROVIDER")
+	default:
 		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE")
 	}
 	dash := func(s string) string {
@@ -182,6 +190,10 @@ func lsTable(rows []lsRow, wide bool) error {
 		return s
 	}
 	for _, r := range rows {
+		if !wide && withProvider {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State), r.Provider)
+			continue
+		}
 		if !wide {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, dash(r.State))
 			continue

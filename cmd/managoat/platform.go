@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -286,4 +287,22 @@ func serveAdmin(ctx context.Context, db string, args []string) error {
 		return usage
 	}
 	return nil
+}
+
+// isPlatform reports whether p is the platform client.
+func isPlatform(p sandbox.Provider) bool { return p.Name() == client.Name }
+
+// platformProviderOf is the provider a sandbox listed through the platform
+// lives on ("" for any other provider), from its Get's raw body.
+func platformProviderOf(p sandbox.Provider, raw []byte) string {
+	if !isPlatform(p) {
+		return ""
+	}
+	var r struct {
+		Provider string `json:"provider"`
+	}
+	if json.Unmarshal(raw, &r) != nil {
+		return ""
+	}
+	return r.Provider
 }
