@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,10 @@ func TestPlatformTwoAccounts(t *testing.T) {
 			t.Fatalf("%s's ls = %s (%v), want only %s", who, out, err, want)
 		}
 		lists[who] = out
+	}
+	if out, e, code := managoatEnv(t, as("alice"), "ls"); code != 0 || !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+STATE\s+PROVIDER$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^box-a\s+running\s+\S+\s+local$`).MatchString(out) {
+		t.Fatalf("alice's ls = %d %q %s, want a PROVIDER column saying local", code, out, e)
 	}
 	if _, e, code := managoatEnv(t, as("bob"), "exec", "box-a", "--", "true"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
 		t.Fatalf("bob's exec in alice's box = %d %s, want not_found", code, e)
