@@ -135,6 +135,22 @@
 // Stop kills the init (the kernel then kills its whole pid namespace) and
 // removes the cgroups; Destroy also removes the files.
 //
+// # On an image
+//
+// A Spec with Image (an image unpacked by package image) runs the sandbox
+// on the image's root instead of the host's runtime: an overlay of the
+// image's directory, shared read-only by every sandbox on it, under an
+// upper layer in the sandbox's own state directory (a copy of the image
+// where the kernel has no overlayfs), with the same home, /dev, /tmp,
+// /proc, Landlock ruleset, seccomp filter and capabilities as on the
+// host's root, and the image's /etc but for hosts, hostname and
+// resolv.conf. Mount points the image has as symlinks are made real
+// directories in the upper layer, never followed. The workload runs as
+// the image's user unless that is root (then as Config.UID): the
+// sandbox's root user is not given to an image's workload, so it
+// writes, as on the host's root, only its home and /tmp. See image.go;
+// the breach conformance runs on an image root too (TestConformanceOnImage).
+//
 // # Cost
 //
 // Start is measured against `unshare --mount --pid --net --fork true` and

@@ -48,6 +48,15 @@
 // namespaces are not the managing process's; anything not in force deletes
 // the container and refuses the start.
 //
+// A Spec with Image (an image unpacked by package image) gets the image
+// as its bundle's rootfs instead: an overlay of the image's shared
+// read-only directory under the sandbox's own upper layer, mounted at the
+// sandbox's rootfs before the runtime creates the container and
+// unmounted at Destroy (a copy of the image where there is no overlayfs);
+// the host's runtime binds are left out, the rest of the root is the
+// same, and the workload still runs as uid 1000 (the image's User is the
+// jail's to honour). See image.go.
+//
 // # Running commands
 //
 // Execute and StartProcess enter the running container with the runtime's
