@@ -93,9 +93,10 @@
 // # Limits
 //
 // A policy has at most MaxEntries entries; the resolver remembers at most
-// 65536 name/address pairs per sandbox; a sandbox has at most
-// Config.MaxConns (default 1024) connections open at once, past which a
-// new one is reset, and its resolver answers at most 64 UDP queries at
-// once, dropping the rest. Each sandbox has its own listening sockets
+// 65536 name/address pairs per sandbox; a sandbox opens at most
+// Config.ConnRate new connections a second (default 256, bursts of twice
+// that) and has at most Config.MaxConns (default 1024) open at once, past
+// which a new one is reset, and its resolver answers at most 64 UDP
+// queries at once, dropping the rest. Each sandbox has its own listening sockets
 // and goroutines, so one that floods them does not starve another's.
 package egress

@@ -477,3 +477,44 @@ func TestConnectionBound(t *testing.T) {
 	}
 	echo(t, other, ip(egresstest.Allowed)+":7").Close()
 }
+
+// TestConnectionRate: a sandbox opening connections as fast as it can
+// gets ConnRate of them relayed (and bursts), the rest reset, and another
+// sandbox is not affected.
+func TestConnectionRate(t *testing.T) {
+	testenv.RequireRoot(t)
+	in := egresstest.New(t)
+	ns, err := egresstest.NewNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ns)
+	p, err := egress.AttachNetns(ns, nil, egress.Config{Dial: in.Dial, Resolvers: []string{in.DNS}, ConnRate: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	flood := &box{t: t, in: in, ns: ns, p: p}
+	other := newBox(t, in, nil)
+	addr := ip(egresstest.Allowed) + ":7"
+	relayed := 0
+	began := time.Now()
+	for range 200 {
+		c, err := flood.dial(addr)
+		if err != nil {
+			continue
+		}
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("ping\n")); err == nil {
+			if _, err := io.ReadFull(c, make([]byte, 5)); err == nil {
+				relayed++
+			}
+		}
+		c.Close()
+	}
+	max := 21 + int(10*time.Since(began).Seconds()) + 1 // the burst, then 10 a second
+	if relayed > max || relayed == 0 {
+		t.Errorf("%d of 200 connections relayed in %v, want between 1 and %d", relayed, time.Since(began), max)
+	}
+	echo(t, other, addr).Close()
+}

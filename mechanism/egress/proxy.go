@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Config is how sandboxes' traffic leaves the host. The zero Config
@@ -36,6 +38,11 @@ type Config struct {
 	// MaxConns bounds a sandbox's connections open at once (default
 	// 1024); past it a new connection is reset.
 	MaxConns int
+	// ConnRate bounds how many new connections a sandbox may open per
+	// second (default 256, with bursts of twice as many); past it a new
+	// connection is reset, so a sandbox opening connections as fast as it
+	// can spends neither the host's ports nor this process's time.
+	ConnRate float64
 	// PeekTimeout bounds how long a connection that only a domain entry
 	// can allow may take to send its TLS ClientHello or HTTP request
 	// head (default 10 s).
@@ -52,6 +59,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 1024
+	}
+	if c.ConnRate <= 0 {
+		c.ConnRate = 256
 	}
 	if c.PeekTimeout <= 0 {
 		c.PeekTimeout = 10 * time.Second
@@ -83,6 +93,7 @@ type Proxy struct {
 	cfg Config
 	ns  *namespace
 	sem chan struct{}
+	lim *rate.Limiter
 
 	mu       sync.Mutex
 	policy   *Policy
@@ -131,7 +142,7 @@ func AttachNetns(nsfd int, policy *Policy, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, ns: ns, sem: make(chan struct{}, cfg.MaxConns), policy: policy,
+	p := &Proxy{cfg: cfg, ns: ns, sem: make(chan struct{}, cfg.MaxConns), lim: rate.NewLimiter(rate.Limit(cfg.ConnRate), int(2*cfg.ConnRate)+1), policy: policy,
 		flows: map[*flow]struct{}{}, resolved: map[netip.Addr]map[string]time.Time{}, done: make(chan struct{})}
 	if policy != nil {
 		if err := ns.nft.setPolicy(policy, nil); err != nil {
@@ -250,6 +261,10 @@ func (p *Proxy) acceptTCP() {
 				return
 			}
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		if !p.lim.Allow() {
+			reset(c) // too many too fast
 			continue
 		}
 		select {
