@@ -52,6 +52,9 @@ const (
 	NetworkNone   = "none"   // only lo: no egress at all
 )
 
+// MaxPublish is the most ports a Spec may publish.
+const MaxPublish = 64
+
 // Spec is what Provision builds a sandbox from.
 type Spec struct {
 	Limits
@@ -64,6 +67,11 @@ type Spec struct {
 	// mechanism's egress proxy), NetworkNone (only lo), or "" for the
 	// mechanism's default: egress where it provides it, else none.
 	Network string `json:",omitempty"`
+	// Publish are ports inside the sandbox (on its loopback) the
+	// mechanism publishes on the host's loopback while the sandbox runs;
+	// Address says where (an Addresser). At most MaxPublish, each 1 to
+	// 65535 and once.
+	Publish []int `json:",omitempty"`
 	// HomeDir is the host directory mounted at Home. Empty lets the
 	// mechanism create one in its own state. It must be absolute.
 	HomeDir string
@@ -108,6 +116,19 @@ func (s Spec) Validate() error {
 		return Invalid("Image.Dir", "not an absolute path")
 	case s.Image != nil && (s.Image.UID < 0 || s.Image.GID < 0):
 		return Invalid("Image.UID", "negative")
+	}
+	if len(s.Publish) > MaxPublish {
+		return Invalid("Publish", fmt.Sprintf("%d ports: at most %d", len(s.Publish), MaxPublish))
+	}
+	for i, p := range s.Publish {
+		if p < 1 || p > 65535 {
+			return Invalid("Publish", fmt.Sprintf("port %d is not 1 to 65535", p))
+		}
+		for _, q := range s.Publish[:i] {
+			if q == p {
+				return Invalid("Publish", fmt.Sprintf("port %d twice", p))
+			}
+		}
 	}
 	for _, e := range s.Env {
 		if !strings.Contains(e, "=") {
