@@ -20,9 +20,9 @@ import (
 func init() {
 	register("run", "[flags] [--] CMD [ARGS...]", "Run a command in a new sandbox with live output, then destroy the sandbox", cmdRun)
 	register("create", "[flags] NAME", "Create a sandbox (or adopt the one of that name) that lasts until rm, and print its name", cmdCreate)
-	register("exec", "[flags] NAME [--] CMD [ARGS...]", "Run a command in a sandbox; Ctrl-C or --timeout kills it", cmdExec)
-	register("spawn", "[flags] NAME [--] CMD [ARGS...]", "Start a command in a session that outlives managoat; Ctrl-C detaches", cmdSpawn)
-	register("attach", "[flags] NAME SESSION", "Replay a session's output from byte zero, then follow it; Ctrl-C detaches", cmdAttach)
+	register("exec", "[flags] NAME [--] CMD [ARGS...]", "Run a command in a sandbox; Ctrl-C goes to it, --timeout kills it, Ctrl-P Ctrl-Q detaches", cmdExec)
+	register("spawn", "[flags] NAME [--] CMD [ARGS...]", "Start a command in a session that outlives managoat; Ctrl-P Ctrl-Q detaches", cmdSpawn)
+	register("attach", "[flags] NAME SESSION", "Replay a session's output from byte zero, then follow it; Ctrl-P Ctrl-Q detaches", cmdAttach)
 	register("sessions", "[flags] NAME", "List a sandbox's sessions", cmdSessions)
 	register("terminate", "[flags] NAME SESSION", "End a session: SIGTERM, then SIGKILL when the grace period ends", cmdTerminate)
 	register("ls", "[flags]", "List the provider's sandboxes", cmdLs)
@@ -398,7 +398,7 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 		case errors.Is(err, context.DeadlineExceeded):
 			return wrap("exec", sandbox.ExecTimeout(*timeout))
 		case errors.Is(err, context.Canceled):
-			fmt.Fprintln(os.Stderr, "managoat exec: interrupted; the command was killed (spawn runs one you can detach from)")
+			fmt.Fprintln(os.Stderr, "managoat exec: interrupted; the command was killed (Ctrl-P Ctrl-Q detaches, leaving it running)")
 			return exitError{exitDetached}
 		case err != nil:
 			return err
