@@ -57,7 +57,21 @@
 // /home/sprite (read-write, nosuid, nodev), a private tmpfs /tmp, a fresh
 // /proc (kcore, keys, timer_list masked; sys, sysrq-trigger read-only), and
 // a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm),
-// with lo up (the only interface: network deny-all).
+// with lo up (the only interface).
+//
+// # Network
+//
+// As root a sandbox's network is egress by default (network.go,
+// mechanism/egress): the outside world through a proxy of the process
+// that started it (a provider/local sandbox's supervisor), which sets up
+// the sandbox's network namespace while the init starts, serves its
+// resolver (127.0.0.53 in its /etc/resolv.conf) and every TCP
+// connection, never reaches the host's loopback or addresses, link-local
+// (metadata) or private ranges, and enforces the allow list UpdateEgress
+// puts in force (kept for the next start). Spec.Network none keeps only
+// lo. Spec.Publish ports are published on the host's loopback while the
+// sandbox runs (Address). When the process serving them dies the
+// sandbox fails closed, until a Start adopts it.
 //
 // As root, on a kernel whose procfs takes the pidns mount option (6.18+),
 // the init is born restricted: the manager starts it from a locked OS
@@ -183,10 +197,10 @@
 // # Not constructed
 //
 // The jail refuses, naming the capability, a Spec with a disk quota
-// (disk_quota: no filesystem quotas are set) or a non-empty egress
-// allowlist (egress_allowlist: no egress proxy; UpdateEgress accepts only
-// the empty, deny-all list). It publishes no ports (mechanism.Address
-// returns ""). cgroup v2 limits are implemented but were exercised here only
+// (disk_quota: no filesystem quotas are set); without root it refuses an
+// egress network or allow list and published ports (egress_allowlist:
+// the proxy must enter the sandbox's network namespace, which a rootless
+// manager cannot), and its sandboxes have only lo. cgroup v2 limits are implemented but were exercised here only
 // on a hybrid host; a pure-v2 host needs a delegated cgroup so controllers
 // can be enabled below the caller's own.
 package jail

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
@@ -24,8 +26,91 @@ import (
 // query goes unanswered (it fails closed), until a Start adopts the
 // sandbox again.
 type nets struct {
-	mu sync.Mutex
-	m  map[string]*egress.Proxy
+	mu   sync.Mutex
+	m    map[string]*egress.Proxy
+	pubs map[string][]*egress.Published // Spec.Publish, by sandbox id
+}
+
+var _ mechanism.Addresser = (*Jail)(nil)
+
+// published is what publishedPath holds: where each published port of
+// the init Pid is on the host's loopback.
+type published struct {
+	Pid   int            `json:"pid"`
+	Ports map[int]string `json:"ports"`
+}
+
+func (j *Jail) publishedPath(id string) string { return filepath.Join(j.dir(id), "published.json") }
+
+// startPublish publishes the sandbox's Spec.Publish ports on the host's
+// loopback (in this process, beside its egress) and records where.
+func (j *Jail) startPublish(st *state, pid int) error {
+	if len(st.Spec.Publish) == 0 {
+		return nil
+	}
+	if j.rootless {
+		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
+			Name: mechanism.NetworkRestriction, Detail: "publishing a port needs root (it enters the sandbox's network namespace)"}}}
+	}
+	rec := published{Pid: pid, Ports: map[int]string{}}
+	var pubs []*egress.Published
+	for _, port := range st.Spec.Publish {
+		p, err := egress.Publish(pid, port)
+		if err != nil {
+			for _, q := range pubs {
+				q.Close()
+			}
+			return fmt.Errorf("publish port %d: %w", port, err)
+		}
+		pubs = append(pubs, p)
+		rec.Ports[port] = p.Addr()
+	}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(j.publishedPath(st.ID), b, 0o644); err != nil {
+		for _, q := range pubs {
+			q.Close()
+		}
+		return err
+	}
+	j.nets.mu.Lock()
+	if j.nets.pubs == nil {
+		j.nets.pubs = map[string][]*egress.Published{}
+	}
+	old := j.nets.pubs[st.ID]
+	j.nets.pubs[st.ID] = pubs
+	j.nets.mu.Unlock()
+	for _, q := range old {
+		q.Close()
+	}
+	return nil
+}
+
+// Address implements mechanism.Addresser: the host's loopback address
+// ("127.0.0.1:PORT") where port of the running sandbox id is published,
+// or "" when it is not running or does not publish port.
+func (j *Jail) Address(ctx context.Context, id string, port int) (string, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return "", err
+	}
+	st, err := readState(j.dir(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+		}
+		return "", err
+	}
+	if !alive(st) {
+		return "", nil
+	}
+	b, err := os.ReadFile(j.publishedPath(id))
+	if err != nil {
+		return "", nil
+	}
+	var rec published
+	if json.Unmarshal(b, &rec) != nil || rec.Pid != st.InitPid {
+		return "", nil // another start's
+	}
+	return rec.Ports[port], nil
 }
 
 // validateNetwork refuses a Spec whose allow list does not parse.
@@ -132,7 +217,13 @@ type netStart struct {
 func (j *Jail) beginNetwork(st *state, pid int, done <-chan struct{}) *netStart {
 	n := &netStart{j: j, id: st.ID, ch: make(chan error, 1)}
 	stc := *st
-	go func() { n.ch <- j.startNetwork(&stc, pid, done) }()
+	go func() {
+		err := j.startNetwork(&stc, pid, done)
+		if err == nil {
+			err = j.startPublish(&stc, pid)
+		}
+		n.ch <- err
+	}()
 	return n
 }
 
@@ -152,7 +243,20 @@ func (n *netStart) abort() {
 // process that started it died: its connections are refused since) a
 // proxy in this process again.
 func (j *Jail) adoptNetwork(st *state) error {
-	if j.rootless || j.networkOf(st.Spec) != mechanism.NetworkEgress {
+	if j.rootless {
+		return nil
+	}
+	j.nets.mu.Lock()
+	_, pubOurs := j.nets.pubs[st.ID]
+	j.nets.mu.Unlock()
+	if !pubOurs && len(st.Spec.Publish) > 0 {
+		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !listening(addr) {
+			if err := j.startPublish(st, st.InitPid); err != nil {
+				return err
+			}
+		}
+	}
+	if j.networkOf(st.Spec) != mechanism.NetworkEgress {
 		return nil
 	}
 	j.nets.mu.Lock()
@@ -164,14 +268,29 @@ func (j *Jail) adoptNetwork(st *state) error {
 	return j.startNetwork(st, st.InitPid, egress.WhenExits(st.InitPid))
 }
 
+// listening reports whether something accepts connections at addr.
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp4", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // stopNetwork ends the proxy this process serves for id, if any.
 func (j *Jail) stopNetwork(id string) {
 	j.nets.mu.Lock()
 	p := j.nets.m[id]
 	delete(j.nets.m, id)
+	pubs := j.nets.pubs[id]
+	delete(j.nets.pubs, id)
 	j.nets.mu.Unlock()
 	if p != nil {
 		p.Close()
+	}
+	for _, q := range pubs {
+		q.Close()
 	}
 }
 

@@ -2,12 +2,16 @@ package jail_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
@@ -135,5 +139,64 @@ func TestEgressPolicyKeptAcrossRestart(t *testing.T) {
 	}
 	if got := curl(t, j, "pol", "https://"+egresstest.Allowed+"/"); got != "hello from "+egresstest.Allowed {
 		t.Errorf("allowed domain after a restart = %q", got)
+	}
+}
+
+// TestPublish: a port published by Spec.Publish is reached from the
+// host's loopback at Address (127.0.0.1 only); Address is "" for a port
+// not published and once the sandbox is stopped.
+func TestPublish(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := os.Stat("/usr/bin/python3")
+	testenv.Require(t, err == nil, "needs /usr/bin/python3 to serve inside the sandbox")
+	j := newJail(t)
+	ctx := context.Background()
+	started(t, j, "pub", mechanism.Spec{Network: mechanism.NetworkNone, Publish: []int{8080}})
+	p, err := j.HostPath("pub", "index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("hello from inside\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := j.StartProcess(ctx, "pub", mechanism.ProcessSpec{Argv: []string{"/usr/bin/python3", "-m", "http.server", "8080", "--bind", "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Wait()
+	defer proc.Signal(syscall.SIGKILL)
+	addr, err := j.Address(ctx, "pub", 8080)
+	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("Address = %q, %v; want 127.0.0.1:PORT", addr, err)
+	}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/index.html")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(b); resp.StatusCode == 200 {
+			break
+		}
+	}
+	if body != "hello from inside\n" {
+		t.Fatalf("GET through the published port = %q", body)
+	}
+	if a, err := j.Address(ctx, "pub", 9999); a != "" || err != nil {
+		t.Errorf("Address of a port not published = %q, %v", a, err)
+	}
+	if err := j.Stop(ctx, "pub"); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := j.Address(ctx, "pub", 8080); a != "" || err != nil {
+		t.Errorf("Address of a stopped sandbox = %q, %v", a, err)
+	}
+	if _, err := http.Get("http://" + addr + "/"); err == nil {
+		t.Errorf("the published port still answers after Stop")
+	}
+	if err := j.Provision(ctx, "bad", mechanism.Spec{Publish: []int{0}}); !errors.Is(err, mechanism.ErrInvalid) {
+		t.Errorf("publish port 0 = %v, want invalid", err)
 	}
 }
