@@ -32,6 +32,7 @@ type flaky struct {
 	down, truncated     atomic.Bool
 	uncertain           atomic.Bool
 	createNews, destroy atomic.Int32
+	terms               atomic.Int32
 }
 
 func unavailable() error {
