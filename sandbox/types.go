@@ -228,6 +228,11 @@ type CreateOptions struct {
 	// providers that can store them honour them (provider/local); callers
 	// such as the CLI refuse them for the others rather than drop them.
 	Labels map[string]string
+	// Publish are ports inside the sandbox to publish on this machine's
+	// loopback while it runs, where the provider can (provider/local, on
+	// the jail as root): PublicURL is then http://127.0.0.1:PORT for the
+	// first. Callers such as the CLI refuse it for the others.
+	Publish []int
 }
 
 // The values of CreateOptions.Network.
