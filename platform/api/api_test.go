@@ -164,7 +164,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	pl := withFake(t, apitest.Options{Configure: func(c *api.Config) { c.Rate, c.Burst = 1, 3 }})
+	pl := withFake(t, apitest.Options{Configure: func(c *api.Config) { c.Rate, c.Burst = 0.01, 3 }})
 	key := pl.Account(t, "alice")
 	var last answer
 	for range 4 {

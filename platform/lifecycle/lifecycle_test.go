@@ -354,7 +354,7 @@ func TestBusyIsNotIdle(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.call("POST", "/v1/sandboxes/long/exec", `{"cmd": "emit", "args": ["sleep:2s", "out:done"]}`)
+		e.call("POST", "/v1/sandboxes/long/exec", `{"cmd": "emit", "args": ["sleep:4s", "out:done"]}`)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for !e.pl.API.Active(e.acct.ID, "long") {
