@@ -28,6 +28,12 @@
 // says whether the sandbox exists, ListSessions whether the session does.
 // A create_checkpoint_once cannot be looked at through the contract, so it
 // is resolved as unverifiable rather than repeated.
+//
+// Several replicas: with Config.Lease (store/postgres's TryLease), a pass
+// runs only on the replica holding the lease, so exactly one replica parks
+// and reaps at a time; when it dies its lease is freed with its database
+// connection and another replica takes over at its next pass, within one
+// Interval.
 package lifecycle
 
 import (
@@ -59,6 +65,11 @@ type Config struct {
 	Grace time.Duration
 	// Parallel bounds concurrent provider calls of a pass (default 8).
 	Parallel int
+	// Lease, when set, is asked before every pass; a pass runs only when
+	// it reports held. With several replicas on one database it is
+	// store/postgres's lease, so one replica works at a time. Unset, every
+	// pass runs (one replica, the embedded store).
+	Lease func(ctx context.Context) (held bool)
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -100,7 +111,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
-		m.Pass(ctx)
+		if m.cfg.Lease == nil || m.cfg.Lease(ctx) {
+			m.Pass(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

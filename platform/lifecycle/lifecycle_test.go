@@ -377,3 +377,37 @@ func TestBusyIsNotIdle(t *testing.T) {
 		t.Fatalf("parked 10 minutes after the exec ended: %+v", r)
 	}
 }
+
+// TestLeaseGatesPasses (issue 19): a Manager whose Lease is held by
+// another replica makes no pass, so an idle sandbox stays as it is; once
+// it holds the lease, its next pass parks it.
+func TestLeaseGatesPasses(t *testing.T) {
+	e := setup(t, false)
+	e.create("idle")
+	e.later(20 * time.Minute)
+	var held, asked atomic.Bool
+	m := lifecycle.New(lifecycle.Config{Store: e.pl.Store, API: e.pl.API, Idle: 15 * time.Minute, Interval: 10 * time.Millisecond, Now: e.now,
+		Lease: func(context.Context) bool { asked.Store(true); return held.Load() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !asked.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the manager never asked for its lease")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // ten intervals without the lease
+	if rec := e.rec("idle"); rec.State == store.StateParked {
+		t.Fatal("a manager without the lease parked a sandbox")
+	}
+	held.Store(true)
+	for e.rec("idle").State != store.StateParked {
+		if time.Now().After(deadline) {
+			t.Fatal("the manager holding the lease never parked the idle sandbox")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

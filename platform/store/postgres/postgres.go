@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,6 +95,9 @@ const migrationLock = 0x6d616e61676f6174 // "managoat"
 // Store is a store.Store on a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{} // held, released by Close
 }
 
 var _ store.Store = (*Store)(nil)
@@ -110,7 +114,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, leases: map[*Lease]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -154,8 +158,17 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool.
+// Close releases the leases still held and closes the pool.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	held := make([]*Lease, 0, len(s.leases))
+	for l := range s.leases {
+		held = append(held, l)
+	}
+	s.mu.Unlock()
+	for _, l := range held {
+		l.Release()
+	}
 	s.pool.Close()
 	return nil
 }
@@ -434,8 +447,10 @@ func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
 
 // Lease is one replica's hold on a named piece of work.
 type Lease struct {
+	s    *Store
 	conn *pgxpool.Conn
 	key  int64
+	once sync.Once
 }
 
 // leaseKey maps a work name to its advisory lock key.
@@ -464,7 +479,11 @@ func (s *Store) TryLease(ctx context.Context, name string) (*Lease, bool, error)
 		conn.Release()
 		return nil, false, nil
 	}
-	return &Lease{conn: conn, key: key}, true, nil
+	l := &Lease{s: s, conn: conn, key: key}
+	s.mu.Lock()
+	s.leases[l] = struct{}{}
+	s.mu.Unlock()
+	return l, true, nil
 }
 
 // Held reports whether the lease is still held (its connection answers);
@@ -473,13 +492,65 @@ func (l *Lease) Held(ctx context.Context) bool {
 	return l.conn.Ping(ctx) == nil
 }
 
-// Release gives the lease up.
+// Release gives the lease up; total.
 func (l *Lease) Release() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.key); err != nil {
-		// The lock is the connection's: closing it frees the lock.
-		_ = l.conn.Conn().Close(ctx)
+	l.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.key); err != nil {
+			// The lock is the connection's: closing it frees the lock.
+			_ = l.conn.Conn().Close(ctx)
+		}
+		l.conn.Release()
+		l.s.mu.Lock()
+		delete(l.s.leases, l)
+		l.s.mu.Unlock()
+	})
+}
+
+// Holder keeps trying for the lease on one piece of work: Held reports
+// whether this replica holds it now, taking it when it is free (the
+// holder died) and noticing when its own connection was lost. It is the
+// shape lifecycle.Config.Lease takes:
+//
+//	h := st.Holder("lifecycle")
+//	defer h.Close()
+//	lifecycle.New(lifecycle.Config{..., Lease: h.Held})
+type Holder struct {
+	s    *Store
+	name string
+	mu   sync.Mutex
+	l    *Lease
+}
+
+// Holder returns a holder of the lease on name.
+func (s *Store) Holder(name string) *Holder { return &Holder{s: s, name: name} }
+
+// Held implements lifecycle.Config.Lease.
+func (h *Holder) Held(ctx context.Context) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.l != nil {
+		if h.l.Held(ctx) {
+			return true
+		}
+		h.l.Release()
+		h.l = nil
 	}
-	l.conn.Release()
+	l, ok, err := h.s.TryLease(ctx, h.name)
+	if err != nil || !ok {
+		return false
+	}
+	h.l = l
+	return true
+}
+
+// Close gives the lease up if held.
+func (h *Holder) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.l != nil {
+		h.l.Release()
+		h.l = nil
+	}
 }

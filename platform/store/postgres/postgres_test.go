@@ -60,6 +60,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { conformance(t, srv) })
 	t.Run("Replicas", func(t *testing.T) { replicas(t, srv) })
 	t.Run("Lease", func(t *testing.T) { lease(t, srv) })
+	t.Run("Holder", func(t *testing.T) { holder(t, srv) })
 }
 
 // conformance: the Postgres store passes the kit the SQLite one does.
@@ -156,14 +157,7 @@ func lease(t *testing.T, srv *pgtest.Server) {
 		t.Fatal("the holder lost its lease")
 	}
 	// The holder dies: its backend is terminated, as a crash would.
-	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted`); err != nil {
-		t.Fatal(err)
-	}
+	killAdvisoryHolders(t, srv)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lb, ok, err := b.TryLease(ctx, "reaper")
@@ -183,4 +177,53 @@ func lease(t *testing.T, srv *pgtest.Server) {
 		t.Fatal("the dead holder still says it holds the lease")
 	}
 	la.Release()
+}
+
+// holder: of two replicas' holders of one lease, one holds it; when the
+// holder's replica dies (its store closed), the other takes it at its
+// next try.
+func holder(t *testing.T, srv *pgtest.Server) {
+	dsn := freshDB(t, srv)
+	a, b := open(t, dsn), open(t, dsn)
+	defer b.Close()
+	ctx := context.Background()
+	ha, hb := a.Holder("lifecycle"), b.Holder("lifecycle")
+	defer hb.Close()
+	if !ha.Held(ctx) {
+		t.Fatal("the first replica did not take a free lease")
+	}
+	for range 3 {
+		if hb.Held(ctx) {
+			t.Fatal("two replicas hold one lease")
+		}
+		if !ha.Held(ctx) {
+			t.Fatal("the holder lost its lease")
+		}
+	}
+	// Replica a dies: the server ends its connections.
+	killAdvisoryHolders(t, srv)
+	defer a.Close()
+	defer ha.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !hb.Held(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("the surviving replica never took the lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killAdvisoryHolders ends every connection holding an advisory lock, as
+// the death of the replicas holding them would.
+func killAdvisoryHolders(t *testing.T, srv *pgtest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted`); err != nil {
+		t.Fatal(err)
+	}
 }
