@@ -69,9 +69,9 @@ type Config struct {
 	// it reports held. With several replicas on one database it is
 	// store/postgres's lease, so one replica works at a time. Unset, every
 	// pass runs (one replica, the embedded store).
-	Lease func(ctx context.Context) (held bool)
-	Now      func() time.Time
-	Logger   *slog.Logger
+	Lease  func(ctx context.Context) (held bool)
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Manager runs the passes.
