@@ -393,7 +393,10 @@ func cmdExec(g *globals, fs *flag.FlagSet) action {
 			defer cancel()
 		}
 		code, err := stream(sctx, reg, h, sandbox.Cmd{Name: argv[0], Args: argv[1:]},
-			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir, Detachable: true}, true, &iof)
+			// At a terminal, the command is one a detach (Ctrl-P Ctrl-Q) leaves
+			// running; a script's exec stays bound to its connection where the
+			// provider ties the two (Sprites, E2B).
+			sandbox.SpawnOptions{Stdin: true, Env: env, Dir: ef.dir, Detachable: iof.wantTTY() || isTerminal(os.Stdin)}, true, &iof)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			return wrap("exec", sandbox.ExecTimeout(*timeout))

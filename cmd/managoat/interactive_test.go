@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -208,6 +209,18 @@ func TestInteractiveTerminal(t *testing.T) {
 	r.expect("got hello")
 	if code := r.wait(); code != 0 {
 		t.Errorf("attach to the end: exit %d", code)
+	}
+
+	// exec -it detaches the same way, its command left running.
+	r = startOnPTY(t, env, "exec", "-it", "tty", "--", "sh", "-c", "echo ready; sleep 100")
+	r.expect("ready")
+	r.send("\x10\x11")
+	r.expect("detached from session ")
+	if code := r.wait(); code != 0 {
+		t.Errorf("exec -it detach: exit %d", code)
+	}
+	if out, _, _ := managoatEnv(t, env, "sessions", "tty"); !regexp.MustCompile(`(?m)running\s+-\s.*sleep 100$`).MatchString(out) {
+		t.Errorf("the command exec detached from does not run on:\n%s", out)
 	}
 
 	// Without -t: SIGINT to managoat goes to the command.
