@@ -110,8 +110,12 @@
 // the call returns; the provider advertises network_policy where the
 // mechanism enforces it. A sandbox made with network none refuses a
 // non-empty list naming egress_allowlist, and a mechanism without any
-// egress control (trusted) answers ErrNotSupported. PublicURL is
-// ErrUnsupported: a local sandbox publishes no HTTP endpoint.
+// egress control (trusted) answers ErrNotSupported. A sandbox made with
+// CreateOptions.Publish has its ports published on this machine's
+// loopback while it runs (the jail as root), and PublicURL is
+// http://127.0.0.1:PORT for the first, never an address another machine
+// can reach (public_url is advertised there; elsewhere PublicURL is
+// ErrUnsupported).
 //
 // Where this differs from the original runner daemon's local sandboxes
 // (runner-protocol spec §2.6, §2.9): its journals lived in the daemon's
@@ -322,6 +326,9 @@ func New(cfg Config) (*Provider, error) {
 	if enforcesEgress(m) {
 		p.caps = p.caps.With(sandbox.CapNetworkPolicy)
 	}
+	if publishes(m) {
+		p.caps = p.caps.With(sandbox.CapPublicURL)
+	}
 	return p, nil
 }
 
@@ -356,6 +363,9 @@ type record struct {
 	Dir string   `json:"dir,omitempty"`
 	// Labels are the caller's (CreateOptions.Labels).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Publish are the ports published on the host's loopback
+	// (CreateOptions.Publish); PublicURL is the first's.
+	Publish []int `json:"publish,omitempty"`
 }
 
 // dir is the working directory of a command asked to run in d.
@@ -490,6 +500,9 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	if spec.Network, err = networkOf(opts.Network); err != nil {
 		return nil, err
 	}
+	if spec.Publish, err = p.publishOf(opts.Publish); err != nil {
+		return nil, err
+	}
 	if err := p.withImage(ctx, iid, &spec, &opts); err != nil {
 		return nil, err
 	}
@@ -535,7 +548,7 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 		}
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
-		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels}
+		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels, Publish: spec.Publish}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
@@ -910,12 +923,15 @@ func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Hand
 	return h, nil
 }
 
-// PublicURL is ErrUnsupported: a local sandbox publishes no HTTP endpoint.
+// PublicURL is http://127.0.0.1:PORT where the sandbox's first published
+// port is on this machine's loopback (network.go); ErrUnsupported on a
+// mechanism that publishes nothing.
 func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
-	if _, _, err := p.handle(h); err != nil {
+	r, _, err := p.handle(h)
+	if err != nil {
 		return "", err
 	}
-	return "", sandbox.ErrUnsupported
+	return p.publicURL(ctx, r)
 }
 
 // ApplyNetworkPolicy replaces the sandbox's egress allowlist through the

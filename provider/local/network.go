@@ -1,7 +1,9 @@
 package local
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/managoat/managoat/mechanism"
@@ -57,4 +59,56 @@ func checkPolicy(allow []string) error {
 // (a domain without a port allows every port, as Sprites' rules do).
 func egressEntries(allow []string) []string {
 	return append([]string{}, allow...)
+}
+
+// publishes reports whether m publishes sandboxes' ports on the host's
+// loopback (the jail as root): only then is public_url advertised.
+func publishes(m mechanism.Mechanism) bool {
+	_, ok := m.(mechanism.Addresser)
+	return ok && enforcesEgress(m)
+}
+
+// publishOf checks CreateOptions.Publish: Invalid{publish} on a mechanism
+// that publishes nothing, or for a bad port.
+func (p *Provider) publishOf(ports []int) ([]int, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	if !publishes(p.mech) {
+		return nil, sandbox.Invalid("publish", "mechanism "+p.mech.Name()+" publishes no ports here (the jail does as root)")
+	}
+	spec := mechanism.Spec{Publish: ports}
+	if err := spec.Validate(); err != nil {
+		var ie *mechanism.InvalidError
+		if errors.As(err, &ie) {
+			return nil, sandbox.Invalid("publish", ie.Reason)
+		}
+		return nil, sandbox.Invalid("publish", err.Error())
+	}
+	return append([]int{}, ports...), nil
+}
+
+// publicURL is http://ADDRESS of r's first published port: never an
+// address another machine can reach. A sandbox that publishes nothing is
+// Invalid{no_published_port}; one that is not running is
+// Unavailable{not_running}.
+func (p *Provider) publicURL(ctx context.Context, r *record) (string, error) {
+	m, err := p.mechFor(r)
+	if err != nil {
+		return "", mechErr("url", err)
+	}
+	if !publishes(m) {
+		return "", sandbox.ErrUnsupported
+	}
+	if len(r.Publish) == 0 {
+		return "", sandbox.Invalid("no_published_port", "the sandbox publishes no port: create it with Publish (managoat create --publish PORT)")
+	}
+	addr, err := mechanism.Address(ctx, m, r.InstanceID, r.Publish[0])
+	if err != nil {
+		return "", mechErr("url", err)
+	}
+	if addr == "" {
+		return "", sandbox.Unavailable("not_running", fmt.Errorf("sandbox %s is not running: its port %d is published only while it runs", r.Name, r.Publish[0]))
+	}
+	return "http://" + addr, nil
 }

@@ -3,8 +3,12 @@ package local
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/mechanism/egress"
 	"github.com/managoat/managoat/sandbox"
@@ -67,4 +71,60 @@ func TestJailPolicy(t *testing.T) {
 func isInvalid(err error) bool {
 	var ie *sandbox.InvalidError
 	return errors.As(err, &ie)
+}
+
+// On the jail: public_url is advertised; a sandbox made with Publish has
+// PublicURL http://127.0.0.1:PORT, through which the application served
+// inside is reached; one without is Invalid{no_published_port}.
+func TestJailPublicURL(t *testing.T) {
+	p := newJail(t)
+	ctx := context.Background()
+	if !p.Capabilities().Has(sandbox.CapPublicURL) {
+		t.Fatal("public_url not advertised on the jail")
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to serve inside the sandbox")
+	}
+	h, err := p.Create(ctx, "web", sandbox.CreateOptions{Publish: []int{8080}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteFile(ctx, h, "index.html", []byte("hello from inside\n"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := p.Spawn(ctx, h, sandbox.Cmd{Name: "/usr/bin/python3", Args: []string{"-m", "http.server", "8080", "--bind", "127.0.0.1"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Stop()
+	defer p.TerminateSession(context.Background(), h, cmd.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force})
+	u, err := p.PublicURL(ctx, h)
+	if err != nil || !strings.HasPrefix(u, "http://127.0.0.1:") {
+		t.Fatalf("PublicURL = %q, %v; want http://127.0.0.1:PORT", u, err)
+	}
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(u + "/index.html")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(b); resp.StatusCode == 200 {
+			break
+		}
+	}
+	if body != "hello from inside\n" {
+		t.Fatalf("GET %s = %q", u, body)
+	}
+	plain, err := p.Create(ctx, "plain", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.PublicURL(ctx, plain); !isInvalid(err) {
+		t.Errorf("PublicURL of a sandbox that publishes nothing = %v, want Invalid", err)
+	}
+	if _, err := p.Create(ctx, "bad", sandbox.CreateOptions{Publish: []int{70000}}); !isInvalid(err) {
+		t.Errorf("publish 70000 = %v, want Invalid", err)
+	}
 }
