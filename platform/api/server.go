@@ -24,6 +24,15 @@
 // Bad input: malformed JSON is 400 naming the field, an unknown or disabled
 // provider 400 naming it, a body over the limit 413, a wrong key 401, a key
 // over its rate 429 with Retry-After. No key appears in a log or an error.
+//
+// Where this differs from the original platform (Fountain), on purpose: a
+// create with no runner of the account online is 503 no_runner_online with
+// Retry-After (the original answered 409: it is transient, a machine that
+// is off comes back); every error carries the sandbox taxonomy's kind, so
+// the Go client gives back the very error the provider gave (not found and
+// transient never collapse across the API); a create that meets a
+// concurrent create of its name (any replica) waits for it and adopts
+// instead of racing it on the provider.
 package api
 
 import (
@@ -59,8 +68,10 @@ type Config struct {
 	// Providers are the enabled providers by name (not the runner
 	// provider, which Runners gives per account).
 	Providers map[string]sandbox.Provider
-	// Runners is the runner relay; nil when runners are off.
-	Runners *runnerprov.Server
+	// Runners reaches the runners: the relay (*runner.Server) of this
+	// process, or a cluster-wide Caller (provider/runner/natshost) when
+	// several replicas share the runners; nil when runners are off.
+	Runners runnerprov.Caller
 	Logger  *slog.Logger
 	// MaxBody bounds a JSON body (default 1 MiB); MaxFile a file write's
 	// body (default 32 MiB).
@@ -327,23 +338,40 @@ func (s *Server) ProviderFor(accountID, name string) (sandbox.Provider, error) {
 
 // accountRunners is a runner Caller that sees only one account's runners.
 type accountRunners struct {
-	srv     *runnerprov.Server
+	srv     runnerprov.Caller
 	account string
 }
 
 // AccountRunners is srv seen from one account: its Runners are the
 // account's online runners (most recently connected first), and a call to
 // another account's runner is Unavailable{runner_offline}.
-func AccountRunners(srv *runnerprov.Server, accountID string) runnerprov.Caller {
+func AccountRunners(srv runnerprov.Caller, accountID string) runnerprov.Caller {
 	return accountRunners{srv, accountID}
 }
 
 func (a accountRunners) Call(ctx context.Context, runnerID string, req *wire.Request, sub *runnerprov.Subscription) (*wire.Reply, error) {
-	c := a.srv.Host().Whereis(runnerID)
-	if c == nil || c.Info().Account != a.account {
+	if !a.owns(ctx, runnerID) {
 		return nil, sandbox.Unavailable(runnerprov.ReasonOffline, nil)
 	}
 	return a.srv.Call(ctx, runnerID, req, sub)
+}
+
+// owns reports whether runnerID is online and the account's.
+func (a accountRunners) owns(ctx context.Context, runnerID string) bool {
+	if ra, ok := a.srv.(runnerprov.RunnerAccounter); ok {
+		acct, online := ra.RunnerAccount(ctx, runnerID)
+		return online && acct == a.account
+	}
+	rs, err := a.srv.Runners(ctx)
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if r.ID == runnerID {
+			return r.Account == a.account
+		}
+	}
+	return false
 }
 
 func (a accountRunners) Unsubscribe(sub *runnerprov.Subscription) { a.srv.Unsubscribe(sub) }
