@@ -299,7 +299,7 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		}
 	}
 	switch req.Op {
-	case wire.OpCreate, wire.OpGet, wire.OpDestroy, wire.OpSuspend, wire.OpResume, wire.OpWriteFile,
+	case wire.OpCreate, wire.OpGet, wire.OpDestroy, wire.OpSuspend, wire.OpResume, wire.OpWriteFile, wire.OpReadFile,
 		wire.OpExec, wire.OpSpawn, wire.OpListSessions, wire.OpNetworkPolicy, wire.OpTerminateSession:
 	default:
 		return nil, &opError{req.Op}
@@ -354,6 +354,21 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			mode = fs.FileMode(*req.Mode) & fs.ModePerm
 		}
 		return nil, p.WriteFile(ctx, h, req.Path, data, sandbox.WriteFileOptions{Mode: mode})
+	case wire.OpReadFile:
+		fr, ok := p.(sandbox.FileReader)
+		if !ok {
+			return nil, sandbox.ErrNotSupported
+		}
+		data, err := fr.ReadFile(ctx, h, req.Path)
+		if err != nil {
+			return nil, err
+		}
+		if len(data) > wire.MaxWriteFile {
+			// The reply is one frame: a larger one would close the whole
+			// connection.
+			return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%d bytes: a runner sends files of at most %d MiB in one read", len(data), wire.MaxWriteFile>>20))
+		}
+		return marshal(map[string]string{"data": wire.EncodeData(data)})
 	case wire.OpExec:
 		opts := sandbox.ExecOptions{Env: envPairs(req.Env), Dir: deref(req.Dir), StderrToStdout: req.StderrToStdout}
 		if req.TimeoutMS != nil && *req.TimeoutMS > 0 {

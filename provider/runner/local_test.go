@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,13 @@ func (w homeWriter) WriteFile(ctx context.Context, h *sandbox.Handle, path strin
 		path = "/home/sprite/" + rest
 	}
 	return w.Provider.WriteFile(ctx, h, path, data, o)
+}
+
+func (w homeWriter) ReadFile(ctx context.Context, h *sandbox.Handle, path string) ([]byte, error) {
+	if rest, ok := strings.CutPrefix(path, "/tmp/"); ok {
+		path = "/home/sprite/" + rest
+	}
+	return w.Provider.ReadFile(ctx, h, path)
 }
 
 // TestConformanceOverWireLocalJail: the same on the jail (root only).
@@ -492,5 +500,31 @@ func TestLargeWriteFileOverWire(t *testing.T) {
 	}
 	if err := rp.WriteFile(ctx, h, "/home/sprite/ok", []byte("fine"), sandbox.WriteFileOptions{}); err != nil {
 		t.Fatalf("a small write after it: %v", err)
+	}
+}
+
+// TestReadFileOverWire: the runner provider reads a sandbox's file
+// through the daemon (read_file), byte for byte; a missing one is
+// not_found, a path outside the home invalid.
+func TestReadFileOverWire(t *testing.T) {
+	rp, name := localOverWire(t, "trusted")
+	ctx := context.Background()
+	h, err := rp.Create(ctx, name(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("read\x00\xffback\n")
+	if err := rp.WriteFile(ctx, h, "/home/sprite/d/f", data, sandbox.WriteFileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rp.ReadFile(ctx, h, "/home/sprite/d/f"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("ReadFile = %q, %v; want %q", got, err, data)
+	}
+	if _, err := rp.ReadFile(ctx, h, "/home/sprite/none"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("ReadFile of a missing file = %v, want not found", err)
+	}
+	var inv *sandbox.InvalidError
+	if _, err := rp.ReadFile(ctx, h, "/etc/passwd"); !errors.As(err, &inv) {
+		t.Fatalf("ReadFile outside the home = %v, want invalid", err)
 	}
 }

@@ -295,6 +295,28 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, path string
 	return err
 }
 
+// ReadFile reads the file at path in the sandbox, through the runner
+// (read_file); a runner that predates the op answers not_supported.
+func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, path string) ([]byte, error) {
+	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpReadFile, Path: path})
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Data string `json:"data"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, &sandbox.ProviderError{Provider: Name, Reason: "read_file", Err: err}
+	}
+	data, err := wire.DecodeData(r.Data)
+	if err != nil {
+		return nil, &sandbox.ProviderError{Provider: Name, Reason: "read_file", Err: err}
+	}
+	return data, nil
+}
+
+var _ sandbox.FileReader = (*Provider)(nil)
+
 func envPairs(env []string) [][]string {
 	var out [][]string
 	for _, kv := range env {

@@ -93,6 +93,10 @@ const (
 	OpTerminateSession = "terminate_session"
 	// OpRunners is served only by the platform's proxy: the caller's online runners.
 	OpRunners = "runners"
+	// OpReadFile reads a file of the sandbox (Path); the reply's "data" is
+	// its bytes in base64, at most MaxWriteFile of them. A runner that
+	// predates it answers not_supported, as for any op it does not know.
+	OpReadFile = "read_file"
 )
 
 // Ops lists the 14 operations of the protocol, in the spec's order.
