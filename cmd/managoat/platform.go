@@ -15,15 +15,20 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/policy"
 	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/platform/store/postgres"
 	"github.com/managoat/managoat/platform/store/sqlite"
 	"github.com/managoat/managoat/provider/local"
 	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/natshost"
+	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -71,6 +76,7 @@ type platformOptions struct {
 	mechanism string
 	token     string // the static token of the original relay ("" for none)
 	runners   string // the enrolled runners' file
+	natsURL   string // NATS of a platform of several replicas ("" for one)
 	open      bool   // --open-runners
 	idle      time.Duration
 	reapEvery time.Duration
@@ -81,15 +87,52 @@ type platformOptions struct {
 // explicit default that is off), builds the enabled providers and returns
 // the handler of /v1 and /api/runners, and what closes them.
 func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), error) {
-	st, err := sqlite.Open(ctx, o.db)
+	st, err := openStore(ctx, o.db)
 	if err != nil {
 		return nil, nil, wrap("serve", err)
 	}
-	if !st.Owner() {
-		st.Close()
-		return nil, nil, wrap("serve", fmt.Errorf("%s is in use by another managoat serve: %w", o.db, sandbox.ErrAlreadyExists))
-	}
+	var lease func(context.Context) bool
+	var holder *postgres.Holder
 	localDir := filepath.Join(filepath.Dir(o.db), "local")
+	switch st := st.(type) {
+	case *sqlite.Store:
+		if !st.Owner() {
+			st.Close()
+			return nil, nil, wrap("serve", fmt.Errorf("%s is in use by another managoat serve: %w", o.db, sandbox.ErrAlreadyExists))
+		}
+	case *postgres.Store:
+		// Several replicas share the records: one parks and reaps at a
+		// time, and the local provider keeps its sandboxes on this host.
+		holder = st.Holder("lifecycle")
+		lease = holder.Held
+		localDir = filepath.Join(filepath.Dir(defaultPlatformDB()), "local")
+	}
+	var nh *natshost.Host
+	var nc *nats.Conn
+	closeCluster := func() {
+		if holder != nil {
+			holder.Close()
+		}
+		if nh != nil {
+			nh.Close()
+		}
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	if o.natsURL != "" {
+		nc, err = nats.Connect(o.natsURL, nats.Name("managoat serve"), nats.MaxReconnects(-1))
+		if err != nil {
+			st.Close()
+			return nil, nil, wrap("serve", sandbox.Unavailable("nats", fmt.Errorf("%s: %w", runner.RedactURL(o.natsURL), err)))
+		}
+		nh, err = natshost.New(ctx, natshost.Config{Conn: nc, Logger: o.logger})
+		if err != nil {
+			closeCluster()
+			st.Close()
+			return nil, nil, wrap("serve", err)
+		}
+	}
 	var lp *local.Provider
 	// The probe `managoat doctor` runs: the gate admits a sandbox of the
 	// mechanism on this host.
@@ -131,12 +174,20 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	}
 	auth := platformAuth{store: st, token: o.token}
 	rcfg := runnerprov.ServerConfig{Auth: auth, Logger: o.logger, Disabled: !pol.Enabled(policy.Runner)}
+	if nh != nil {
+		rcfg.Host = nh // runners registered cluster-wide, reached from any replica
+	}
 	if !o.open {
 		rcfg.RunnerAuth = api.RunnerAuth{Store: st, Fallback: runnerprov.RunnerFile{Path: o.runners}}
 	}
 	relay := runnerprov.NewServer(rcfg)
-	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: relay, Logger: o.logger})
+	var runners runnerprov.Caller = relay
+	if nh != nil {
+		runners = nh
+	}
+	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger})
 	if err != nil {
+		closeCluster()
 		st.Close()
 		return nil, nil, err
 	}
@@ -147,7 +198,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if idle == 0 {
 		idle = -1 // never
 	}
-	lm := lifecycle.New(lifecycle.Config{Store: st, API: srv, Idle: idle, Interval: o.reapEvery, Logger: o.logger})
+	lm := lifecycle.New(lifecycle.Config{Store: st, API: srv, Idle: idle, Interval: o.reapEvery, Lease: lease, Logger: o.logger})
 	lctx, stopLifecycle := context.WithCancel(context.WithoutCancel(ctx))
 	lifecycleDone := make(chan struct{})
 	go func() {
@@ -162,7 +213,14 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if def == "" {
 		def = "none: every create fails until a provider is enabled"
 	}
-	fmt.Fprintf(os.Stderr, "managoat serve: records in %s; providers enabled: %s; default: %s\n", o.db, strings.Join(pol.EnabledNames(), ", "), def)
+	where := o.db
+	if holder != nil {
+		where = "PostgreSQL"
+	}
+	if nh != nil {
+		where += "; runners shared over NATS as replica " + nh.Replica()
+	}
+	fmt.Fprintf(os.Stderr, "managoat serve: records in %s; providers enabled: %s; default: %s\n", where, strings.Join(pol.EnabledNames(), ", "), def)
 	var once sync.Once
 	return mux, func() {
 		once.Do(func() {
@@ -170,9 +228,34 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 			<-lifecycleDone
 			srv.Close()
 			relay.Close()
+			closeCluster()
 			st.Close()
 		})
 	}, nil
+}
+
+// isPostgres reports whether db names a PostgreSQL database (a
+// postgres:// URL, or libpq's keyword form "host=... dbname=...") rather
+// than a SQLite file.
+func isPostgres(db string) bool {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return true
+	}
+	for _, k := range []string{"host=", "dbname=", "user="} {
+		if strings.HasPrefix(db, k) || strings.Contains(db, " "+k) {
+			return true
+		}
+	}
+	return false
+}
+
+// openStore opens the records: PostgreSQL for a postgres:// URL (several
+// replicas may share it), else the SQLite file db.
+func openStore(ctx context.Context, db string) (store.Store, error) {
+	if isPostgres(db) {
+		return postgres.Open(ctx, db)
+	}
+	return sqlite.Open(ctx, db)
 }
 
 // platformAuth admits account API keys (the account's id), and the static
@@ -201,7 +284,7 @@ func serveAdmin(ctx context.Context, db string, args []string) error {
 	if len(args) < 2 {
 		return usage
 	}
-	st, err := sqlite.Open(ctx, db)
+	st, err := openStore(ctx, db)
 	if err != nil {
 		return wrap("serve admin", err)
 	}

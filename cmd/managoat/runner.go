@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,6 +121,22 @@ func cmdRunner(g *globals, fs *flag.FlagSet) action {
 	}
 }
 
+// Environment of a platform of several replicas.
+const (
+	envDatabaseURL = "MANAGOAT_DATABASE_URL"
+	envNATSURL     = "MANAGOAT_NATS_URL"
+)
+
+// hasPassword reports whether a URL carries a password.
+func hasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return true // unparsable: assume the worst, say nothing of it
+	}
+	_, ok := u.User.Password()
+	return ok
+}
+
 func cmdServe(g *globals, fs *flag.FlagSet) action {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	tokenFile := fs.String("token-file", "", "a file holding the token (default "+envRunnerToken+")")
@@ -129,7 +146,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key), else plain HTTP for a reverse proxy to terminate TLS")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
-	db := fs.String("db", "", "the platform's records, SQLite (default "+defaultPlatformDB()+"); `serve admin` manages its accounts and keys")
+	db := fs.String("db", os.Getenv(envDatabaseURL), "the platform's records: a SQLite file (default "+defaultPlatformDB()+"), or a postgres:// URL that several replicas share (default $"+envDatabaseURL+"; a password goes in that variable or PGPASSWORD, never in the flag); `serve admin` manages its accounts and keys")
+	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
 	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
 	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
 	return func(ctx context.Context, args []string) error {
@@ -138,6 +156,9 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		}
 		if *db == "" {
 			*db = defaultPlatformDB()
+		}
+		if fs.Lookup("db").Value.String() != os.Getenv(envDatabaseURL) && isPostgres(*db) && hasPassword(*db) {
+			return usageError{msg: "--db: a password in the flag shows in ps to every user; put the URL in " + envDatabaseURL + " or the password in PGPASSWORD"}
 		}
 		if a := fs.Args(); len(a) > 0 && a[0] == "admin" {
 			return serveAdmin(ctx, *db, a[1:])
@@ -173,7 +194,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			*runners = defaultRunnersFile()
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
-			open: *open, idle: *idle, reapEvery: *reapEvery, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -46,6 +47,12 @@ type Server struct {
 // database db on s.
 func (s *Server) DSN(db string) string {
 	return fmt.Sprintf("host=%s port=5432 user=%s dbname=%s sslmode=disable", s.Dir, Role, db)
+}
+
+// URL is the same as DSN in URL form (postgres://...), for a program that
+// tells a database URL from a file path by its scheme.
+func (s *Server) URL(db string) string {
+	return "postgres://" + Role + "@/" + db + "?host=" + url.QueryEscape(s.Dir) + "&port=5432&sslmode=disable"
 }
 
 // binDir finds Debian's PostgreSQL server binaries, newest version first.

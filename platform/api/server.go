@@ -68,8 +68,10 @@ type Config struct {
 	// Providers are the enabled providers by name (not the runner
 	// provider, which Runners gives per account).
 	Providers map[string]sandbox.Provider
-	// Runners is the runner relay; nil when runners are off.
-	Runners *runnerprov.Server
+	// Runners reaches the runners: the relay (*runner.Server) of this
+	// process, or a cluster-wide Caller (provider/runner/natshost) when
+	// several replicas share the runners; nil when runners are off.
+	Runners runnerprov.Caller
 	Logger  *slog.Logger
 	// MaxBody bounds a JSON body (default 1 MiB); MaxFile a file write's
 	// body (default 32 MiB).
@@ -336,23 +338,40 @@ func (s *Server) ProviderFor(accountID, name string) (sandbox.Provider, error) {
 
 // accountRunners is a runner Caller that sees only one account's runners.
 type accountRunners struct {
-	srv     *runnerprov.Server
+	srv     runnerprov.Caller
 	account string
 }
 
 // AccountRunners is srv seen from one account: its Runners are the
 // account's online runners (most recently connected first), and a call to
 // another account's runner is Unavailable{runner_offline}.
-func AccountRunners(srv *runnerprov.Server, accountID string) runnerprov.Caller {
+func AccountRunners(srv runnerprov.Caller, accountID string) runnerprov.Caller {
 	return accountRunners{srv, accountID}
 }
 
 func (a accountRunners) Call(ctx context.Context, runnerID string, req *wire.Request, sub *runnerprov.Subscription) (*wire.Reply, error) {
-	c := a.srv.Host().Whereis(runnerID)
-	if c == nil || c.Info().Account != a.account {
+	if !a.owns(ctx, runnerID) {
 		return nil, sandbox.Unavailable(runnerprov.ReasonOffline, nil)
 	}
 	return a.srv.Call(ctx, runnerID, req, sub)
+}
+
+// owns reports whether runnerID is online and the account's.
+func (a accountRunners) owns(ctx context.Context, runnerID string) bool {
+	if ra, ok := a.srv.(runnerprov.RunnerAccounter); ok {
+		acct, online := ra.RunnerAccount(ctx, runnerID)
+		return online && acct == a.account
+	}
+	rs, err := a.srv.Runners(ctx)
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if r.ID == runnerID {
+			return r.Account == a.account
+		}
+	}
+	return false
 }
 
 func (a accountRunners) Unsubscribe(sub *runnerprov.Subscription) { a.srv.Unsubscribe(sub) }

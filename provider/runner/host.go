@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -61,6 +62,12 @@ type Host interface {
 // Server's DELETE uses it when its Host has it.
 type Deleter interface {
 	DeleteRunner(id, account string) bool
+}
+
+// RunnerAccounter is a Caller that can tell a runner's account without
+// listing every runner (the platform checks it before each call).
+type RunnerAccounter interface {
+	RunnerAccount(ctx context.Context, id string) (account string, online bool)
 }
 
 // LocalHost is a single-process Host: a map under a lock.

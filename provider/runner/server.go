@@ -411,6 +411,15 @@ func (s *Server) Call(ctx context.Context, runnerID string, req *wire.Request, s
 	return c.Call(ctx, req, sub)
 }
 
+// RunnerAccount implements RunnerAccounter over the server's Host.
+func (s *Server) RunnerAccount(_ context.Context, id string) (string, bool) {
+	c := s.cfg.Host.Whereis(id)
+	if c == nil {
+		return "", false
+	}
+	return c.Info().Account, true
+}
+
 // Unsubscribe removes a subscription installed by Call; total.
 func (s *Server) Unsubscribe(sub *Subscription) { sub.Cancel() }
 

@@ -94,9 +94,10 @@ type Host struct {
 }
 
 var (
-	_ runner.Host    = (*Host)(nil)
-	_ runner.Caller  = (*Host)(nil)
-	_ runner.Deleter = (*Host)(nil)
+	_ runner.Host            = (*Host)(nil)
+	_ runner.Caller          = (*Host)(nil)
+	_ runner.Deleter         = (*Host)(nil)
+	_ runner.RunnerAccounter = (*Host)(nil)
 )
 
 // entry is a presence record.
@@ -148,6 +149,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// JetStream calls need a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
@@ -376,6 +383,23 @@ func (h *Host) owner(ctx context.Context, id string) (string, error) {
 		return "", nil
 	}
 	return e.Replica, nil
+}
+
+// RunnerAccount implements runner.RunnerAccounter: the account of runner
+// id, wherever it is connected.
+func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
+	if c := h.Whereis(id); c != nil {
+		return c.Info().Account, true
+	}
+	kve, err := h.kv.Get(ctx, key(id))
+	if err != nil {
+		return "", false
+	}
+	var e entry
+	if json.Unmarshal(kve.Value(), &e) != nil {
+		return "", false
+	}
+	return e.Info.Account, true
 }
 
 // Heartbeat implements runner.Host: the runner's presence is refreshed
