@@ -264,6 +264,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	of.add(fs, false)
 	jsize := fs.String("journal-max-size", "", "bound on all of the sandbox's session journals together, e.g. 256M; the oldest finished ones are pruned (default 1G, local provider)")
 	jage := fs.Duration("journal-max-age", 0, "prune a finished session's journal this long after it ended (default 168h, local provider)")
+	var nf networkFlags
+	nf.add(fs)
 	imgRef := imageFlag(fs)
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
@@ -311,6 +313,10 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if len(labels) > 0 && g.provider != "local" {
 			return &sandbox.InvalidError{Reason: "labels", Msg: fmt.Sprintf("provider %s keeps no labels through managoat; --label is the local provider's", g.provider)}
 		}
+		network, publish, err := nf.options(g.provider)
+		if err != nil {
+			return err
+		}
 		if (len(env) > 0 || ef.dir != "") && g.provider != "local" {
 			return &sandbox.InvalidError{Reason: "defaults", Msg: fmt.Sprintf(
 				"provider %s keeps no per-sandbox environment or working directory; give -e and -w to each exec instead", g.provider)}
@@ -338,7 +344,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 				return err
 			}
 		}
-		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Labels: labels, Image: *imgRef}
+		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Labels: labels, Image: *imgRef, Network: network, Publish: publish}
 		if len(pos) == 1 {
 			if err := createConflict(ctx, reg, sandbox.BuildHandle(p.Name(), name), fs, opts); err != nil {
 				return err
