@@ -191,6 +191,19 @@ func TestSafety(t *testing.T) {
 	if _, e, code := managoatEnv(t, append(env, "MANAGOAT_PROVIDER=nosuch"), "--provider", "fake", "ls"); code != 0 {
 		t.Errorf("MANAGOAT_PROVIDER=nosuch --provider fake ls: exit %d %s", code, e)
 	}
+	// The configuration file's provider is the default under the
+	// variable's.
+	conf := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(conf, []byte("# defaults\nprovider = fake\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cenv := append(env, "MANAGOAT_CONFIG="+conf)
+	if _, e, code := managoatEnv(t, cenv, "exec", "nope", "--", "emit"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Errorf("provider = fake in the config file, exec nope: exit %d %s", code, e)
+	}
+	if _, e, _ := managoatEnv(t, append(cenv, "MANAGOAT_PROVIDER=nosuch"), "ls"); !strings.Contains(e, `unknown provider "nosuch"`) {
+		t.Errorf("MANAGOAT_PROVIDER over the config file: %s", e)
+	}
 }
 
 // TestLogsAndSessions: sessions shows each session's state, exit code and

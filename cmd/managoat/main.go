@@ -51,7 +51,9 @@
 // after Ctrl-C detached from a session. Each error is one line: what
 // failed, the taxonomy kind and reason in parentheses, and what to do next.
 //
-// MANAGOAT_PROVIDER names the default provider (--provider still wins).
+// MANAGOAT_PROVIDER names the default provider, over the configuration
+// file's (provider = NAME, mechanism = NAME in $MANAGOAT_CONFIG, else
+// ~/.config/managoat/config); --provider and --mechanism still win.
 package main
 
 import (

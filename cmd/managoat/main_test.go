@@ -55,7 +55,9 @@ func managoat(t *testing.T, stdin string, args ...string) (stdout, stderr string
 func runBinary(t *testing.T, stdin io.Reader, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
+	// No configuration file of the user's changes a test's defaults (a
+	// test's own MANAGOAT_CONFIG in env comes later and wins).
+	cmd.Env = append(append(os.Environ(), "MANAGOAT_CONFIG=/nonexistent/managoat-test-config"), env...)
 	cmd.Stdin = stdin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
