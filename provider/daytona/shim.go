@@ -236,7 +236,9 @@ func decodeExecResult(result string) ([]byte, error) {
 
 // spawnScript is the session shim. It records the user's command line
 // (its base64 form is the envelope's $1) in <base>.cmd and its own pid (so
-// a shim that died without a verdict is detectable), runs line with its
+// a shim that died without a verdict is detectable; published by rename,
+// like every pid file here, so that a poll never reads it empty and takes
+// a starting shim for a dead one), runs line with its
 // stdout and stderr going straight into <base>.out and <base>.err, and
 // writes the status to <base>.code (atomically, via rename) before exiting
 // with it. The LogStream reads the two files by offset: the daemon's own
@@ -256,7 +258,7 @@ func spawnScript(base, line string, stdin bool) string {
 	b.WriteString("B=" + base + "\n")
 	b.WriteString(`mkdir -p "${B%/*}" && : >"$B.out" && : >"$B.err" || exit 125` + "\n")
 	b.WriteString(`printf '%s\n' "$1" >"$B.cmd"` + "\n")
-	b.WriteString(`echo $$ >"$B.pid"` + "\n")
+	b.WriteString(`echo $$ >"$B.pid.t" && mv -f "$B.pid.t" "$B.pid" || exit 125` + "\n")
 	if stdin {
 		b.WriteString(`[ -p "$B.p" ] || mkfifo "$B.p" || exit 125
 : >>"$B.in"
@@ -264,13 +266,13 @@ h=
 if tail --pid=$$ -c +1 /dev/null >/dev/null 2>&1; then
   sleep 2147483647 </dev/null >/dev/null 2>&1 &
   h=$!
-  echo $h >"$B.hold"
+  echo $h >"$B.hold.t" && mv -f "$B.hold.t" "$B.hold"
   tail -s 0.1 --pid=$h -c +1 -f "$B.in" >"$B.p" 2>/dev/null &
 else
   tail -c +1 -f "$B.in" >"$B.p" 2>/dev/null &
 fi
 t=$!
-echo $t >"$B.tailpid"
+echo $t >"$B.tailpid.t" && mv -f "$B.tailpid.t" "$B.tailpid"
 if [ -e "$B.eof" ]; then kill ${h:-$t} 2>/dev/null; fi
 ( ` + line + ` ) <"$B.p" >>"$B.out" 2>>"$B.err"
 c=$?
@@ -297,26 +299,41 @@ mkdir -p "${B%/*}" && printf %s '` + base64.StdEncoding.EncodeToString(data) + `
 }
 
 // closeScript delivers a real EOF: it leaves <base>.eof (for a shim not yet
-// started) and kills the holder, or the tail where there is none.
+// started) and kills the holder, or the tail where there is none. It does
+// nothing once the sentinel exists: the shim has ended its holder and tail,
+// and the pids in its files may since belong to other processes. The tail's
+// pid is read before the holder's: the shim publishes the holder before it
+// starts the tail, so a close that sees the tail also sees the holder and
+// never kills the tail (which would drop what it had not yet passed on)
+// where a holder exists.
 func closeScript(base string) string {
 	return "B=" + base + `
+if [ -e "$B.code" ]; then exit 0; fi
 mkdir -p "${B%/*}" && : >"$B.eof"
-h=$(cat "$B.hold" 2>/dev/null)
 t=$(cat "$B.tailpid" 2>/dev/null)
+h=$(cat "$B.hold" 2>/dev/null)
 if [ -n "$h" ]; then kill "$h" 2>/dev/null; elif [ -n "$t" ]; then kill "$t" 2>/dev/null; fi
 exit 0
 `
 }
+
+// shimState is the shell fragment that sets s to the shim's liveness:
+// alive, dead, or nopid while <base>.pid is absent or empty. The shim
+// publishes its pid by rename, so a reader never sees the file half
+// written; an empty file (a shim of an earlier version, which wrote it in
+// place, caught between the truncation and the write) still counts as not
+// started, never as dead.
+const shimState = `s=nopid
+p=$(cat "$B.pid" 2>/dev/null)
+if [ -n "$p" ]; then if kill -0 "$p" 2>/dev/null; then s=alive; else s=dead; fi; fi
+`
 
 // probeScript reports the shim's liveness (alive, dead or nopid) on its
 // first line and the sentinel's content after it. Liveness is read first:
 // a shim writes the sentinel before it dies, so "dead" with no sentinel
 // means it died without a verdict.
 func probeScript(base string) string {
-	return "B=" + base + `
-s=nopid
-if [ -f "$B.pid" ]; then if kill -0 "$(cat "$B.pid")" 2>/dev/null; then s=alive; else s=dead; fi; fi
-echo $s
+	return "B=" + base + "\n" + shimState + `echo $s
 cat "$B.code" 2>/dev/null
 exit 0
 `
@@ -329,10 +346,7 @@ exit 0
 // each, the bytes of <base>.out and <base>.err from the given offsets, at
 // most max of each, base64-encoded.
 func readScript(base string, off [2]int, max int) string {
-	return "B=" + base + `
-s=nopid
-if [ -f "$B.pid" ]; then if kill -0 "$(cat "$B.pid")" 2>/dev/null; then s=alive; else s=dead; fi; fi
-c=$(cat "$B.code" 2>/dev/null)
+	return "B=" + base + "\n" + shimState + `c=$(cat "$B.code" 2>/dev/null)
 echo "$s ${c:--}"
 echo ` + markOut + `
 tail -c +` + fmt.Sprint(off[0]+1) + ` "$B.out" 2>/dev/null | head -c ` + fmt.Sprint(max) + ` | base64

@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/sandbox"
 )
@@ -187,5 +189,100 @@ func TestShimHonoursEarlyStdinAndClose(t *testing.T) {
 	probe, _ = exec.Command("sh", "-c", probeScript(plainBase)).Output()
 	if string(probe) != "dead\n9\n" {
 		t.Fatalf("plain probe = %q", probe)
+	}
+}
+
+// TestPollNeverTakesAStartingShimForDead: a pid file caught empty (a shim
+// of an earlier version writing it in place, between the truncation and
+// the write) reads as not started, never as dead — a dead verdict ends the
+// stream with closed_before_exit and deletes the session, whose process
+// group the daemon then kills. The shim itself publishes its pid files by
+// rename, so a reader sees them whole or not at all.
+func TestPollNeverTakesAStartingShimForDead(t *testing.T) {
+	dir := t.TempDir()
+	base := shimBase(dir, "managoat-starting")
+	pid := filepath.Join(dir, "managoat-starting.pid")
+	state := func() (string, string) {
+		t.Helper()
+		probe, err := exec.Command("sh", "-c", probeScript(base)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, err := exec.Command("sh", "-c", readScript(base, [2]int{}, 16)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, _, _, err := parseRead(string(read))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(probe)), s
+	}
+	if p, r := state(); p != "nopid" || r != "nopid" {
+		t.Fatalf("no pid file: probe %q, read %q; want nopid", p, r)
+	}
+	if err := os.WriteFile(pid, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, r := state(); p != "nopid" || r != "nopid" {
+		t.Fatalf("empty pid file: probe %q, read %q; want nopid (a starting shim is not dead)", p, r)
+	}
+	if err := os.WriteFile(pid, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, r := state(); p != "alive" || r != "alive" {
+		t.Fatalf("live pid: probe %q, read %q; want alive", p, r)
+	}
+	for _, f := range []string{".pid", ".hold", ".tailpid"} {
+		if strings.Contains(spawnScript(base, `'cat'`, true), `>"$B`+f+`"`) {
+			t.Errorf("the shim writes <base>%s in place; a poll could read it empty", f)
+		}
+	}
+}
+
+// TestCloseAfterExitKillsNothing: once the sentinel exists, CloseStdin
+// kills no pid from the shim's files — the holder and the tail are gone,
+// and their pids may belong to other processes by now (here, a live sleep
+// stands for such a process).
+func TestCloseAfterExitKillsNothing(t *testing.T) {
+	dir := t.TempDir()
+	base := shimBase(dir, "managoat-ended")
+	bystander := exec.Command("sleep", "30")
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- bystander.Wait() }()
+	t.Cleanup(func() {
+		_ = bystander.Process.Kill()
+		<-waited
+	})
+	p := []byte(strconv.Itoa(bystander.Process.Pid) + "\n")
+	for name, b := range map[string][]byte{".hold": p, ".tailpid": p, ".code": []byte("0\n")} {
+		if err := os.WriteFile(filepath.Join(dir, "managoat-ended"+name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("sh", "-c", closeScript(base)).CombinedOutput(); err != nil {
+		t.Fatalf("close after exit: %v: %s", err, out)
+	}
+	select {
+	case err := <-waited:
+		waited <- err
+		t.Fatalf("close after exit killed pid %d (%v)", bystander.Process.Pid, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Before the exit, the close ends the holder.
+	if err := os.Remove(filepath.Join(dir, "managoat-ended.code")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-c", closeScript(base)).CombinedOutput(); err != nil {
+		t.Fatalf("close: %v: %s", err, out)
+	}
+	select {
+	case err := <-waited:
+		waited <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("close before exit did not end the holder")
 	}
 }
