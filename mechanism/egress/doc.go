@@ -73,6 +73,11 @@
 // answered REFUSED. A connection that only a domain entry could allow
 // and that presents no name (neither TLS nor HTTP, or a client that waits
 // for the server to speak first) is refused after Config.PeekTimeout.
+// What is inspected is a connection's first bytes: later HTTP requests on
+// a kept-alive connection, and the Host inside TLS, are not, so a server
+// at an allowed name's address that also serves other names can be asked
+// for them (domain fronting; the hosted providers' SNI and Host checks
+// have the same bound). IPv6 egress is not provided.
 // SetPolicy (or Apply, from another process) puts a new list in force
 // for the next connection and cuts, before it returns, every open
 // connection the new list would not allow. Whatever the list, the
