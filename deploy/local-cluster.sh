@@ -217,8 +217,10 @@ say "NATS $("$nats" --version | awk '{ print $2 }') with JetStream on $nats_url"
 platform_env=(env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL
 	MANAGOAT_DATABASE_URL="$db_url" PGPASSWORD="$password" MANAGOAT_NATS_URL="$nats_url")
 mkdir -p "$dir/admin"
-"${platform_env[@]}" MANAGOAT_HOME="$dir/admin" "$managoat" serve admin account create "$account" >/dev/null
-(umask 077 && "${platform_env[@]}" MANAGOAT_HOME="$dir/admin" "$managoat" serve admin key create "$account" >"$dir/$account.key")
+"${platform_env[@]}" MANAGOAT_HOME="$dir/admin" "$managoat" serve admin account create "$account" >/dev/null ||
+	die "$managoat serve admin account create $account failed"
+(umask 077 && "${platform_env[@]}" MANAGOAT_HOME="$dir/admin" "$managoat" serve admin key create "$account" >"$dir/$account.key") ||
+	die "$managoat serve admin key create $account failed"
 
 # --- three replicas ---------------------------------------------------------
 
