@@ -231,6 +231,7 @@ fi
 for i in "${!ports[@]}"; do
 	n=$((i + 1)) home=$dir/replica-$((i + 1))
 	mkdir -p "$home"
+	: >"$dir/replica-$n.log" # there before the wait below reads it
 	local_dirs+=("$home/platform/local")
 	"${platform_env[@]}" MANAGOAT_HOME="$home" setsid "$managoat" serve --listen "127.0.0.1:${ports[i]}" \
 		>"$dir/replica-$n.log" 2>&1 &
@@ -251,6 +252,7 @@ say "replicas on $(printf 'http://127.0.0.1:%s ' "${ports[@]}")($(grep -o 'provi
 
 if ((with_runner)); then
 	mkdir -p "$dir/runner"
+	: >"$dir/runner.log"
 	local_dirs+=("$dir/runner/runners/$runner_name")
 	env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL MANAGOAT_HOME="$dir/runner" \
 		setsid "$managoat" runner --url "http://127.0.0.1:${ports[0]}" --name "$runner_name" \
