@@ -154,6 +154,13 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	}
 	provs := map[string]sandbox.Provider{}
 	if lp != nil && pol.Enabled(policy.Local) {
+		if holder != nil {
+			// Each replica's local sandboxes live on its own host: another
+			// replica would find them missing and drop their shared records.
+			closeCluster()
+			st.Close()
+			return nil, nil, usageError{msg: "serve: records shared in PostgreSQL with the local provider enabled: a replica's local sandboxes live on its own host, and the other replicas would drop their records; set SANDBOX_LOCAL_ENABLED=false on the replicas (run local sandboxes through runners)", bare: true}
+		}
 		provs[policy.Local] = lp
 	}
 	for _, name := range []string{policy.Sprites, policy.E2B, policy.Daytona} {

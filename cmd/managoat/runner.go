@@ -147,6 +147,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
 	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
 	db := fs.String("db", os.Getenv(envDatabaseURL), "the platform's records: a SQLite file (default "+defaultPlatformDB()+"), or a postgres:// URL that several replicas share (default $"+envDatabaseURL+"; a password goes in that variable or PGPASSWORD, never in the flag); `serve admin` manages its accounts and keys")
+	fs.StringVar(db, "database", os.Getenv(envDatabaseURL), "the same as --db")
 	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
 	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
 	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
@@ -157,7 +158,10 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		if *db == "" {
 			*db = defaultPlatformDB()
 		}
-		if fs.Lookup("db").Value.String() != os.Getenv(envDatabaseURL) && isPostgres(*db) && hasPassword(*db) {
+		if *natsURL != os.Getenv(envNATSURL) && hasPassword(*natsURL) {
+			return usageError{msg: "--nats: a password in the flag shows in ps to every user; put the URL in " + envNATSURL}
+		}
+		if *db != os.Getenv(envDatabaseURL) && isPostgres(*db) && hasPassword(*db) {
 			return usageError{msg: "--db: a password in the flag shows in ps to every user; put the URL in " + envDatabaseURL + " or the password in PGPASSWORD"}
 		}
 		if a := fs.Args(); len(a) > 0 && a[0] == "admin" {

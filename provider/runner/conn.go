@@ -30,6 +30,7 @@ func errDisconnected() error { return sandbox.Unavailable(ReasonDisconnected, ni
 // Command's Stream. Make one with NewSubscription and pass it to Call.
 type Subscription struct {
 	stream *sandbox.Stream
+	frames func(*wire.Stream) // instead of stream (NewFrameSubscription)
 
 	// Set when the reply installs it.
 	conn      *Conn
@@ -39,6 +40,13 @@ type Subscription struct {
 
 // NewSubscription returns a subscription that feeds s.
 func NewSubscription(s *sandbox.Stream) *Subscription { return &Subscription{stream: s} }
+
+// NewFrameSubscription returns a subscription that hands each stream frame
+// to f as it arrives, in order, for a Caller that relays frames elsewhere
+// (provider/runner/natshost). f runs under the connection's lock: it must
+// not block or call back into the connection. A socket lost is a frame
+// of kind error (runner_disconnected), as a stream would be failed.
+func NewFrameSubscription(f func(*wire.Stream)) *Subscription { return &Subscription{frames: f} }
 
 // SessionID is the session the subscription was installed on, "" before.
 func (s *Subscription) SessionID() string { return s.sessionID }
@@ -51,7 +59,14 @@ func (s *Subscription) Deliver(f *wire.Stream) { s.deliver(f) }
 
 // Fail ends the subscription's Command with err (for a relaying Caller
 // that lost the replica holding the runner's socket).
-func (s *Subscription) Fail(err error) { s.stream.Fail(err) }
+func (s *Subscription) Fail(err error) {
+	if s.frames != nil {
+		code, detail := wire.ErrorCode(err)
+		s.frames(&wire.Stream{Kind: wire.StreamError, SessionID: s.sessionID, Error: code, Detail: detail})
+		return
+	}
+	s.stream.Fail(err)
+}
 
 // Cancel removes the subscription from the connection that installed it,
 // as Server.Unsubscribe does; total.
@@ -62,6 +77,10 @@ func (s *Subscription) Cancel() {
 }
 
 func (sub *Subscription) deliver(s *wire.Stream) {
+	if sub.frames != nil {
+		sub.frames(s)
+		return
+	}
 	switch s.Kind {
 	case wire.StreamStdout:
 		sub.stream.Stdout(s.Data)
@@ -382,7 +401,7 @@ func (c *Conn) end() {
 		}
 		for _, list := range subs {
 			for _, sub := range list {
-				sub.stream.Fail(errDisconnected())
+				sub.Fail(errDisconnected())
 			}
 		}
 		close(c.done)

@@ -85,8 +85,18 @@ type Host struct {
 
 	subs []*nats.Subscription
 
+	// The presence bucket as this replica last saw it, kept by a watcher
+	// (Online and the account check read it without a round trip).
+	watchStop  context.CancelFunc
+	respPrefix string        // this replica's answers arrive on respPrefix + a call's token
+	synced     chan struct{} // closed once the watcher has the whole bucket
+
 	mu      sync.Mutex
 	closed  bool
+	cache   map[string]entry                 // presence by key
+	calls   assembler                        // parted calls arriving here
+	waiting map[string]chan *nats.Msg        // calls waiting for their answers, by token
+	badMsgs bool                             // a malformed message was logged
 	local   map[string]*runner.Conn          // runners whose socket this replica holds
 	relays  map[string]*relay                // streams this replica relays for callers elsewhere, by relay id
 	remotes map[*runner.Subscription]*remote // this replica's callers' streams relayed from elsewhere
@@ -100,10 +110,14 @@ var (
 	_ runner.RunnerAccounter = (*Host)(nil)
 )
 
-// entry is a presence record.
+// entry is a presence record. Stamp is when its replica last wrote it
+// (registration, heartbeat): an entry older than the TTL belongs to a
+// replica that stopped heartbeating, and Online leaves it out even before
+// the bucket ages it away.
 type entry struct {
 	Replica string      `json:"replica"`
 	Info    runner.Info `json:"info"`
+	Stamp   time.Time   `json:"stamp"`
 }
 
 // callMsg is a call relayed to the replica holding the runner's socket.
@@ -164,13 +178,24 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natshost: presence bucket %s: %w", cfg.Bucket, err)
 	}
-	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger,
+	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger, synced: make(chan struct{}), cache: map[string]entry{},
+		waiting: map[string]chan *nats.Msg{}, respPrefix: nats.NewInbox() + ".",
 		local: map[string]*runner.Conn{}, relays: map[string]*relay{}, remotes: map[*runner.Subscription]*remote{}}
+	wctx, stop := context.WithCancel(context.Background())
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("natshost: watch presence: %w", err)
+	}
+	h.watchStop = stop
+	h.wg.Add(1)
+	go h.watch(w)
 	for subj, f := range map[string]nats.MsgHandler{
 		h.subject("call", cfg.Replica):  h.onCall,
 		h.subject("unsub", cfg.Replica): h.onUnsub,
 		h.subject("ping", cfg.Replica):  func(m *nats.Msg) { _ = m.Respond(nil) },
 		h.subject("delete"):             h.onDelete,
+		h.respPrefix + "*":              h.onResponse,
 	} {
 		s, err := cfg.Conn.Subscribe(subj, f)
 		if err != nil {
@@ -184,6 +209,31 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("natshost: %w", err)
 	}
 	return h, nil
+}
+
+// watch keeps the presence cache until Close.
+func (h *Host) watch(w jetstream.KeyWatcher) {
+	defer h.wg.Done()
+	defer func() { _ = w.Stop() }()
+	synced := false
+	for upd := range w.Updates() {
+		if upd == nil {
+			if !synced {
+				synced = true
+				close(h.synced)
+			}
+			continue
+		}
+		var e entry
+		put := upd.Operation() == jetstream.KeyValuePut && json.Unmarshal(upd.Value(), &e) == nil
+		h.mu.Lock()
+		if put {
+			h.cache[upd.Key()] = e
+		} else {
+			delete(h.cache, upd.Key())
+		}
+		h.mu.Unlock()
+	}
 }
 
 // Replica is this replica's name.
@@ -233,6 +283,7 @@ func (h *Host) Close() {
 	for _, id := range ids {
 		h.release(id)
 	}
+	h.watchStop()
 	for _, r := range relays {
 		r.stop()
 	}
@@ -250,7 +301,7 @@ func (h *Host) Register(id string, c *runner.Conn) error {
 		return runner.ErrAlreadyRegistered
 	}
 	h.mu.Unlock()
-	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: c.Info()})
+	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: c.Info(), Stamp: time.Now().UTC()})
 	ctx, cancel := opCtx()
 	defer cancel()
 	_, err := h.kv.Create(ctx, key(id), val)
@@ -349,28 +400,32 @@ func (h *Host) Online() []runner.Info {
 }
 
 func (h *Host) online(ctx context.Context) ([]runner.Info, error) {
-	lister, err := h.kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
+	select {
+	case <-h.synced:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	defer func() { _ = lister.Stop() }()
-	out := []runner.Info{}
-	for k := range lister.Keys() {
-		kve, err := h.kv.Get(ctx, k)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		var e entry
-		if json.Unmarshal(kve.Value(), &e) == nil {
+	cutoff := time.Now().Add(-h.cfg.TTL)
+	h.mu.Lock()
+	out := make([]runner.Info, 0, len(h.cache))
+	for _, e := range h.cache {
+		if e.Stamp.IsZero() || e.Stamp.After(cutoff) {
 			out = append(out, e.Info)
 		}
 	}
+	h.mu.Unlock()
 	runner.SortByConnected(out)
 	return out, nil
 }
 
 // owner is the replica holding id's socket, "" when it is offline.
 func (h *Host) owner(ctx context.Context, id string) (string, error) {
+	h.mu.Lock()
+	e, ok := h.cache[key(id)]
+	h.mu.Unlock()
+	if ok && (e.Stamp.IsZero() || time.Since(e.Stamp) < h.cfg.TTL) {
+		return e.Replica, nil
+	}
 	kve, err := h.kv.Get(ctx, key(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", nil
@@ -378,7 +433,6 @@ func (h *Host) owner(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", sandbox.Unavailable("presence_unavailable", err)
 	}
-	var e entry
 	if err := json.Unmarshal(kve.Value(), &e); err != nil {
 		return "", nil
 	}
@@ -391,11 +445,16 @@ func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
 	if c := h.Whereis(id); c != nil {
 		return c.Info().Account, true
 	}
+	h.mu.Lock()
+	e, ok := h.cache[key(id)]
+	h.mu.Unlock()
+	if ok {
+		return e.Info.Account, true
+	}
 	kve, err := h.kv.Get(ctx, key(id))
 	if err != nil {
 		return "", false
 	}
-	var e entry
 	if json.Unmarshal(kve.Value(), &e) != nil {
 		return "", false
 	}
@@ -411,7 +470,7 @@ func (h *Host) Heartbeat(id string) {
 	}
 	info := c.Info()
 	info.LastSeen = time.Now().UTC()
-	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: info})
+	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: info, Stamp: info.LastSeen})
 	ctx, cancel := opCtx()
 	defer cancel()
 	if _, err := h.kv.Put(ctx, key(id), val); err != nil {
@@ -456,7 +515,8 @@ func (h *Host) onDelete(m *nats.Msg) {
 	var d struct {
 		Runner string `json:"runner"`
 	}
-	if json.Unmarshal(m.Data, &d) != nil {
+	if err := json.Unmarshal(m.Data, &d); err != nil {
+		h.badMessage(m.Subject, err)
 		return
 	}
 	if c := h.Whereis(d.Runner); c != nil {
@@ -494,7 +554,7 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		msg.Inbox, msg.Relay = rem.inbox, rem.id
 	}
 	b, _ := json.Marshal(msg)
-	resp, err := h.nc.RequestWithContext(ctx, h.subject("call", owner), b)
+	data, err := h.request(ctx, h.subject("call", owner), b)
 	if err != nil {
 		if rem != nil {
 			h.dropRemote(rem, true)
@@ -509,7 +569,7 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		return nil, sandbox.Unavailable(runner.ReasonDisconnected, err)
 	}
 	var a callAnswer
-	if err := json.Unmarshal(resp.Data, &a); err != nil {
+	if err := json.Unmarshal(data, &a); err != nil {
 		if rem != nil {
 			h.dropRemote(rem, true)
 		}
@@ -532,6 +592,59 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		h.dropRemote(rem, false)
 	}
 	return f.Reply, nil
+}
+
+// request sends a call (in parts if large) and waits for its answer (in
+// parts if large), on this replica's one response subscription (a
+// subscription per call cost a round trip of its own). No replica on
+// subject is nats.ErrNoResponders at once.
+func (h *Host) request(ctx context.Context, subject string, data []byte) ([]byte, error) {
+	token := nats.NewInbox()[len(nats.InboxPrefix):]
+	ch := make(chan *nats.Msg, 64)
+	h.mu.Lock()
+	h.waiting[token] = ch
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.waiting, token)
+		h.mu.Unlock()
+	}()
+	if err := h.publish(subject, h.respPrefix+token, data); err != nil {
+		return nil, err
+	}
+	var asm assembler
+	for {
+		select {
+		case m := <-ch:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return nil, nats.ErrNoResponders
+			}
+			out, whole, err := asm.add(m)
+			if err != nil {
+				return nil, err
+			}
+			if whole {
+				return out, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// onResponse hands an answer (or a part of one) to the call waiting for it.
+func (h *Host) onResponse(m *nats.Msg) {
+	token := m.Subject[len(h.respPrefix):]
+	h.mu.Lock()
+	ch := h.waiting[token]
+	h.mu.Unlock()
+	if ch == nil {
+		return // the caller gave up
+	}
+	select {
+	case ch <- m:
+	default: // more parts than any answer has: the caller is gone or confused
+	}
 }
 
 // Unsubscribe implements runner.Caller.
@@ -568,6 +681,14 @@ func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, err
 	// One handler at a time, in arrival order: frames stay in order.
 	ns, err := h.nc.Subscribe(r.inbox, func(m *nats.Msg) {
 		r.timer.Reset(3 * h.cfg.KeepAlive)
+		switch m.Header.Get(hdrOut) {
+		case "stdout":
+			sub.Deliver(&wire.Stream{Kind: wire.StreamStdout, Data: m.Data})
+			return
+		case "stderr":
+			sub.Deliver(&wire.Stream{Kind: wire.StreamStderr, Data: m.Data})
+			return
+		}
 		if string(m.Data) == string(keepAliveMsg) {
 			return
 		}
@@ -615,23 +736,37 @@ func (h *Host) dropRemote(r *remote, tell bool) {
 	})
 }
 
-// relay is a stream this replica relays to a caller on another replica.
+// relay is a stream this replica relays to a caller on another replica:
+// its frames are published from the connection's read loop as they come
+// (raw output, no JSON), with keep-alives from a goroutine of its own.
 type relay struct {
 	id    string
 	conn  *runner.Conn
 	sub   *runner.Subscription
-	cmd   *sandbox.Command
 	inbox string
 	once  sync.Once
-	done  chan struct{}
+	done  chan struct{} // closed at the stream's end, an unsubscribe, or Close
 }
 
 func (r *relay) stop() {
-	r.once.Do(func() {
-		close(r.done)
-		r.sub.Cancel()
-		_ = r.cmd.Stop()
-	})
+	r.once.Do(func() { close(r.done) })
+}
+
+// hdrOut marks a relayed stream's output message, whose data is the raw
+// bytes ("stdout" or "stderr"); exits, errors and keep-alives are JSON.
+const hdrOut = "Managoat-Out"
+
+// relayFrame publishes one frame of rl (under the connection's lock: it
+// only publishes, which NATS buffers).
+func (h *Host) relayFrame(rl *relay, f *wire.Stream) {
+	switch f.Kind {
+	case wire.StreamStdout, wire.StreamStderr:
+		_ = h.nc.PublishMsg(&nats.Msg{Subject: rl.inbox, Data: f.Data, Header: nats.Header{hdrOut: []string{f.Kind}}})
+	case wire.StreamExit, wire.StreamError:
+		f.ReplayFor = 0
+		_ = h.nc.Publish(rl.inbox, wire.AppendStream(nil, f))
+		rl.stop()
+	}
 }
 
 // onCall runs a relayed call on this replica's socket.
@@ -647,10 +782,22 @@ func (h *Host) onCall(m *nats.Msg) {
 		defer h.wg.Done()
 		answer := func(a callAnswer) {
 			b, _ := json.Marshal(a)
-			_ = m.Respond(b)
+			if m.Reply != "" {
+				_ = h.publish(m.Reply, "", b)
+			}
+		}
+		data, whole, err := h.calls.add(m)
+		if err != nil {
+			h.badMessage(m.Subject, err)
+			answer(callAnswer{Code: wire.CodeInvalid, Detail: "bad relayed call"})
+			return
+		}
+		if !whole {
+			return // more parts to come
 		}
 		var msg callMsg
-		if err := json.Unmarshal(m.Data, &msg); err != nil {
+		if err := json.Unmarshal(data, &msg); err != nil {
+			h.badMessage(m.Subject, err)
 			answer(callAnswer{Code: wire.CodeInvalid, Detail: "bad relayed call"})
 			return
 		}
@@ -672,8 +819,8 @@ func (h *Host) onCall(m *nats.Msg) {
 		}
 		var rl *relay
 		if msg.Inbox != "" {
-			cmd, stream := sandbox.NewCommand(nil, "", nil)
-			rl = &relay{id: msg.Relay, conn: c, sub: runner.NewSubscription(stream), cmd: cmd, inbox: msg.Inbox, done: make(chan struct{})}
+			rl = &relay{id: msg.Relay, conn: c, inbox: msg.Inbox, done: make(chan struct{})}
+			rl.sub = runner.NewFrameSubscription(func(f *wire.Stream) { h.relayFrame(rl, f) })
 			h.mu.Lock()
 			h.relays[rl.id] = rl
 			h.mu.Unlock()
@@ -711,8 +858,21 @@ func encodeReply(r *wire.Reply) []byte {
 	return wire.AppendError(nil, r.ID, r.Error, r.Detail)
 }
 
+// badMessage logs the first malformed message this replica receives
+// (later ones are dropped quietly: a flood must not flood the log).
+func (h *Host) badMessage(subject string, err error) {
+	h.mu.Lock()
+	first := !h.badMsgs
+	h.badMsgs = true
+	h.mu.Unlock()
+	if first {
+		h.log.Warn("natshost: malformed message dropped (later ones are dropped without a word)", "subject", subject, "err", err)
+	}
+}
+
 func (h *Host) endRelay(rl *relay) {
 	rl.stop()
+	rl.sub.Cancel()
 	h.mu.Lock()
 	if h.relays[rl.id] == rl {
 		delete(h.relays, rl.id)
@@ -720,48 +880,19 @@ func (h *Host) endRelay(rl *relay) {
 	h.mu.Unlock()
 }
 
-// forward publishes a relayed stream's frames to its caller's inbox, in
-// order, with keep-alives, until its end or an unsubscribe.
+// forward keeps a relayed stream alive for its caller until its end, an
+// unsubscribe or Close, then ends the relay.
 func (h *Host) forward(rl *relay) {
 	defer h.wg.Done()
 	defer h.endRelay(rl)
 	tick := time.NewTicker(h.cfg.KeepAlive)
 	defer tick.Stop()
-	sid := rl.sub.SessionID()
-	var buf []byte
-	events := rl.cmd.Events()
 	for {
 		select {
 		case <-rl.done:
 			return
 		case <-tick.C:
 			_ = h.nc.Publish(rl.inbox, keepAliveMsg)
-			continue
-		case ev, ok := <-events:
-			if !ok {
-				return
-			}
-			f := wire.Stream{SessionID: sid}
-			switch ev.Kind {
-			case sandbox.Stdout:
-				f.Kind, f.Data = wire.StreamStdout, ev.Data
-			case sandbox.Stderr:
-				f.Kind, f.Data = wire.StreamStderr, ev.Data
-			case sandbox.Exit:
-				f.Kind, f.Code = wire.StreamExit, ev.Code
-			case sandbox.Error:
-				f.Kind = wire.StreamError
-				f.Error, f.Detail = wire.ErrorCode(ev.Err)
-			default:
-				continue
-			}
-			buf = wire.AppendStream(buf[:0], &f)
-			if err := h.nc.Publish(rl.inbox, buf); err != nil {
-				return
-			}
-			if ev.Terminal() {
-				return
-			}
 		}
 	}
 }
@@ -771,7 +902,8 @@ func (h *Host) onUnsub(m *nats.Msg) {
 	var u struct {
 		Relay string `json:"relay"`
 	}
-	if json.Unmarshal(m.Data, &u) != nil {
+	if err := json.Unmarshal(m.Data, &u); err != nil {
+		h.badMessage(m.Subject, err)
 		return
 	}
 	h.mu.Lock()

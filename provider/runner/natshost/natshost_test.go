@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/trusted"
 	"github.com/managoat/managoat/provider/fake"
+	"github.com/managoat/managoat/provider/local"
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/provider/runner/natshost"
 	"github.com/managoat/managoat/runner"
@@ -24,7 +29,18 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	local.MaybeRunSupervisorWith(openTrusted)
+	testenv.Enclose()
 	goleak.VerifyTestMain(m)
+}
+
+// openTrusted is the mechanism of the benchmarks' local provider (no root
+// needed); the supervisor's re-execution opens it by name.
+func openTrusted(name, stateDir string) (mechanism.Mechanism, error) {
+	if name != "trusted" {
+		return local.OpenMechanism(name, stateDir)
+	}
+	return trusted.New(filepath.Join(stateDir, "mech", "trusted"))
 }
 
 const token = "s3cret"
@@ -33,7 +49,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 // startNATS runs a NATS server with JetStream in this process, on a
 // loopback port of its own.
-func startNATS(t *testing.T) *server.Server {
+func startNATS(t testing.TB) *server.Server {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
@@ -57,7 +73,12 @@ type replica struct {
 	dead atomic.Bool
 }
 
-func newReplica(t *testing.T, ns *server.Server, name string) *replica {
+func newReplica(t testing.TB, ns *server.Server, name string) *replica {
+	t.Helper()
+	return newReplicaLog(t, ns, name, quiet)
+}
+
+func newReplicaLog(t testing.TB, ns *server.Server, name string, log *slog.Logger) *replica {
 	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
 	if err != nil {
@@ -65,7 +86,7 @@ func newReplica(t *testing.T, ns *server.Server, name string) *replica {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, TTL: 5 * time.Second, KeepAlive: 100 * time.Millisecond, Logger: quiet})
+	h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, TTL: 5 * time.Second, KeepAlive: 100 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +126,7 @@ func newBalancer(t *testing.T, r *replica) *balancer {
 	return b
 }
 
-func startDaemon(t *testing.T, url, name string, p sandbox.Provider) {
+func startDaemon(t testing.TB, url, name string, p sandbox.Provider) {
 	t.Helper()
 	d, err := runner.New(runner.Config{URL: url, Token: token, Name: name, Provider: p, Logger: quiet,
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, PingInterval: -1})
@@ -118,7 +139,7 @@ func startDaemon(t *testing.T, url, name string, p sandbox.Provider) {
 	t.Cleanup(func() { cancel(); <-done; d.Close() })
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
+func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
@@ -130,7 +151,7 @@ func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
 }
 
 // onlineID waits until h lists exactly one runner and returns its id.
-func onlineID(t *testing.T, h *natshost.Host) string {
+func onlineID(t testing.TB, h *natshost.Host) string {
 	t.Helper()
 	var id string
 	waitFor(t, "the runner online", 10*time.Second, func() bool {
@@ -143,13 +164,13 @@ func onlineID(t *testing.T, h *natshost.Host) string {
 	return id
 }
 
-func newFake(t *testing.T) *fake.Provider {
+func newFake(t testing.TB) *fake.Provider {
 	f := fake.New()
 	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 
-func namer(t *testing.T, id string) func() string {
+func namer(t testing.TB, id string) func() string {
 	return func() string {
 		n, err := prov.For(id)
 		if err != nil {

@@ -1,0 +1,17 @@
+package natshost
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/managoat/managoat/provider/runner"
+)
+
+// PutPresence writes the presence of a runner held by replica, as that
+// replica's Register would, for benchmarks of many runners.
+func PutPresence(ctx context.Context, h *Host, replica string, info runner.Info) error {
+	val, _ := json.Marshal(entry{Replica: replica, Info: info, Stamp: time.Now().UTC()})
+	_, err := h.kv.Put(ctx, key(info.ID), val)
+	return err
+}
