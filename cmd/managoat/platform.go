@@ -126,7 +126,10 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 			st.Close()
 			return nil, nil, wrap("serve", sandbox.Unavailable("nats", fmt.Errorf("%s: %w", runner.RedactURL(o.natsURL), err)))
 		}
-		nh, err = natshost.New(ctx, natshost.Config{Conn: nc, Logger: o.logger})
+		// A cluster named by several URLs keeps presence on three nodes,
+		// so that losing one loses no runner.
+		replicas := min(3, len(strings.Split(o.natsURL, ",")))
+		nh, err = natshost.New(ctx, natshost.Config{Conn: nc, BucketReplicas: replicas, Logger: o.logger})
 		if err != nil {
 			closeCluster()
 			st.Close()

@@ -15,3 +15,14 @@ func PutPresence(ctx context.Context, h *Host, replica string, info runner.Info)
 	_, err := h.kv.Put(ctx, key(info.ID), val)
 	return err
 }
+
+// RemoteInboxes are the inboxes of the streams h relays from elsewhere.
+func RemoteInboxes(h *Host) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.remotes {
+		out = append(out, r.inbox)
+	}
+	return out
+}

@@ -23,6 +23,13 @@
 //     subscription on its socket (so replay_for frames reach only this
 //     requester, as on one node) and publishes each of its frames there,
 //     in order, plus a keep-alive while the stream lasts.
+//   - Core NATS delivers at most once, so a relayed stream's messages are
+//     numbered: a gap (a NATS node died with messages in flight) ends the
+//     caller's stream with runner_disconnected rather than leave a hole;
+//     attached again, the session is replayed from byte zero. On a NATS
+//     cluster, Config.BucketReplicas 3 keeps presence on three nodes.
+//     Messages larger than the server's max_payload (a file write, an
+//     exec's answer) travel in parts.
 //   - A replica that dies: a request to it fails at once (no responders)
 //     or at the call's deadline, unavailable either way, never a hang; a
 //     stream relayed from it fails with runner_disconnected once its
@@ -43,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,6 +75,10 @@ type Config struct {
 	// TTL is how long a presence entry outlives its last heartbeat
 	// (default 60 s: three of the server's default heartbeats).
 	TTL time.Duration
+	// BucketReplicas is how many NATS nodes keep the presence bucket
+	// (default 1); 3 on a three-node cluster, so that losing a node loses
+	// no presence (a bucket on one node is unreachable while it is down).
+	BucketReplicas int
 	// KeepAlive is the interval of a relayed stream's keep-alives
 	// (default 2 s); a relayed stream silent for three of them fails
 	// with runner_disconnected.
@@ -174,7 +186,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natshost: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, TTL: cfg.TTL, History: 1, Storage: jetstream.MemoryStorage})
+	if cfg.BucketReplicas <= 0 {
+		cfg.BucketReplicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Bucket, TTL: cfg.TTL, History: 1,
+		Storage: jetstream.MemoryStorage, Replicas: cfg.BucketReplicas})
 	if err != nil {
 		return nil, fmt.Errorf("natshost: presence bucket %s: %w", cfg.Bucket, err)
 	}
@@ -665,6 +681,7 @@ func (h *Host) Unsubscribe(sub *runner.Subscription) {
 // remote is a caller's stream relayed from the replica holding its
 // runner's socket.
 type remote struct {
+	seq              uint64 // the last message's number (hdrSeq)
 	id, owner, inbox string
 	sub              *runner.Subscription
 	ns               *nats.Subscription
@@ -681,6 +698,15 @@ func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, err
 	// One handler at a time, in arrival order: frames stay in order.
 	ns, err := h.nc.Subscribe(r.inbox, func(m *nats.Msg) {
 		r.timer.Reset(3 * h.cfg.KeepAlive)
+		if sq := m.Header.Get(hdrSeq); sq != "" {
+			n, err := strconv.ParseUint(sq, 10, 64)
+			if err != nil || n != r.seq+1 {
+				h.log.Warn("natshost: a relayed stream lost messages; it ends and can be attached again", "relay", r.id, "want", r.seq+1, "got", sq)
+				h.endRemote(r, runner.ReasonDisconnected)
+				return
+			}
+			r.seq = n
+		}
 		switch m.Header.Get(hdrOut) {
 		case "stdout":
 			sub.Deliver(&wire.Stream{Kind: wire.StreamStdout, Data: m.Data})
@@ -744,6 +770,7 @@ type relay struct {
 	conn  *runner.Conn
 	sub   *runner.Subscription
 	inbox string
+	seq   uint64 // messages published (under the connection's lock)
 	once  sync.Once
 	done  chan struct{} // closed at the stream's end, an unsubscribe, or Close
 }
@@ -761,13 +788,24 @@ const hdrOut = "Managoat-Out"
 func (h *Host) relayFrame(rl *relay, f *wire.Stream) {
 	switch f.Kind {
 	case wire.StreamStdout, wire.StreamStderr:
-		_ = h.nc.PublishMsg(&nats.Msg{Subject: rl.inbox, Data: f.Data, Header: nats.Header{hdrOut: []string{f.Kind}}})
+		rl.seq++
+		_ = h.nc.PublishMsg(&nats.Msg{Subject: rl.inbox, Data: f.Data,
+			Header: nats.Header{hdrOut: []string{f.Kind}, hdrSeq: []string{strconv.FormatUint(rl.seq, 10)}}})
 	case wire.StreamExit, wire.StreamError:
 		f.ReplayFor = 0
-		_ = h.nc.Publish(rl.inbox, wire.AppendStream(nil, f))
+		rl.seq++
+		_ = h.nc.PublishMsg(&nats.Msg{Subject: rl.inbox, Data: wire.AppendStream(nil, f),
+			Header: nats.Header{hdrSeq: []string{strconv.FormatUint(rl.seq, 10)}}})
 		rl.stop()
 	}
 }
+
+// hdrSeq numbers a relayed stream's messages from 1. Core NATS delivers
+// at most once: a node that dies can lose messages in flight while both
+// replicas stay connected (to other nodes). A gap in the numbers ends the
+// caller's stream with runner_disconnected, never a silent hole in its
+// output; attached again, the session is replayed from byte zero.
+const hdrSeq = "Managoat-Seq"
 
 // onCall runs a relayed call on this replica's socket.
 func (h *Host) onCall(m *nats.Msg) {

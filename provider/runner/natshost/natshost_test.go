@@ -90,6 +90,11 @@ func newReplicaLog(t testing.TB, ns *server.Server, name string, log *slog.Logge
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wrapReplica(t, nc, h)
+}
+
+// wrapReplica serves a replica's runner endpoint over HTTP.
+func wrapReplica(t testing.TB, nc *nats.Conn, h *natshost.Host) *replica {
 	r := &replica{nc: nc, host: h}
 	r.srv = prov.NewServer(prov.ServerConfig{Auth: prov.StaticToken(token), Host: h, Logger: quiet, HeartbeatInterval: time.Second})
 	r.ts = httptest.NewServer(r.srv)
