@@ -40,7 +40,12 @@ const Role = "managoat"
 // Server is one running throwaway cluster.
 type Server struct {
 	Dir string // the cluster's directory; its socket is here too
-	cmd *exec.Cmd
+
+	bin    string
+	cred   *syscall.Credential
+	cmd    *exec.Cmd
+	exited chan error
+	log    *strings.Builder
 }
 
 // DSN is a connection string (libpq keyword form, which pgx reads) for
@@ -99,54 +104,83 @@ func Start(tb testing.TB) *Server {
 		}
 	}
 	data := filepath.Join(dir, "data")
-	run := func(name string, args ...string) *exec.Cmd {
-		c := exec.Command(filepath.Join(bin, name), args...)
-		c.Dir = dir
-		c.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "TZ=UTC"}
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-		return c
-	}
-	if out, err := run("initdb", "-D", data, "-U", Role, "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions").CombinedOutput(); err != nil {
+	initdb := &Server{Dir: dir, bin: bin, cred: cred}
+	if out, err := initdb.command("initdb", "-D", data, "-U", Role, "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions").CombinedOutput(); err != nil {
 		tb.Fatalf("pgtest: initdb: %v\n%s", err, out)
 	}
-	srv := &Server{Dir: dir}
-	srv.cmd = run("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off",
+	srv := &Server{Dir: dir, bin: bin, cred: cred}
+	tb.Cleanup(func() { srv.stop(syscall.SIGQUIT) }) // immediate: the cluster is thrown away
+	srv.start(tb)
+	return srv
+}
+
+func (s *Server) command(name string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(s.bin, name), args...)
+	c.Dir = s.Dir
+	c.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "TZ=UTC"}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
+	return c
+}
+
+// start runs postgres on the cluster and waits until it accepts.
+func (s *Server) start(tb testing.TB) {
+	tb.Helper()
+	s.cmd = s.command("postgres", "-D", filepath.Join(s.Dir, "data"), "-k", s.Dir, "-c", "listen_addresses=", "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
-	var log strings.Builder
-	srv.cmd.Stdout, srv.cmd.Stderr = &log, &log
-	if err := srv.cmd.Start(); err != nil {
+	s.log = &strings.Builder{}
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("pgtest: postgres: %v", err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- srv.cmd.Wait() }()
-	tb.Cleanup(func() {
-		// SIGQUIT: immediate shutdown; the cluster is thrown away.
-		_ = srv.cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = srv.cmd.Process.Kill()
-			<-exited
-		}
-	})
-	sock := filepath.Join(dir, ".s.PGSQL.5432")
+	s.exited = exited
+	cmd := s.cmd
+	go func() { exited <- cmd.Wait() }()
+	sock := filepath.Join(s.Dir, ".s.PGSQL.5432")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		if _, err := os.Stat(sock); err == nil {
 			// The socket exists before the server accepts; pg_isready says.
-			if run("pg_isready", "-h", dir, "-U", Role, "-q").Run() == nil {
-				return srv
+			if s.command("pg_isready", "-h", s.Dir, "-U", Role, "-q").Run() == nil {
+				return
 			}
 		}
 		select {
 		case err := <-exited:
-			tb.Fatalf("pgtest: postgres exited: %v\n%s", err, log.String())
+			tb.Fatalf("pgtest: postgres exited: %v\n%s", err, s.log.String())
 		case <-ctx.Done():
-			tb.Fatalf("pgtest: postgres did not start in 30 s\n%s", log.String())
+			tb.Fatalf("pgtest: postgres did not start in 30 s\n%s", s.log.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// stop ends the server with sig (SIGINT: fast shutdown; SIGQUIT:
+// immediate), SIGKILL after 10 s.
+func (s *Server) stop(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+// Stop shuts the server down (its cluster stays), as a database that
+// went away would; Restart brings it back.
+func (s *Server) Stop() { s.stop(syscall.SIGINT) }
+
+// Restart starts a stopped server again on the same cluster.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.stop(syscall.SIGINT)
+	s.start(tb)
 }
 
 // traversable lets every user traverse (not list) each directory above

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/managoat/managoat/platform/store"
+	"github.com/managoat/managoat/sandbox"
 )
 
 // migrations are applied in order; never edit one that shipped, add one.
@@ -95,6 +97,7 @@ const migrationLock = 0x6d616e61676f6174 // "managoat"
 // Store is a store.Store on a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+	db   db // pool, with the database's absence as sandbox.Unavailable
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // held, released by Close
@@ -114,7 +117,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, leases: map[*Lease]struct{}{}}
+	s := &Store{pool: pool, db: db{pool}, leases: map[*Lease]struct{}{}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -201,6 +204,54 @@ const (
 	foreignKeyViolation = "23503"
 )
 
+// db is the pool seen by the store's methods: an error that says the
+// database is out of reach (it refused or dropped the connection, or is
+// shutting down or starting) is sandbox.Unavailable{database_unavailable},
+// so the API answers 503 and the caller retries; the pool connects again
+// by itself when the database is back.
+type db struct{ p *pgxpool.Pool }
+
+func (d db) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	t, err := d.p.Exec(ctx, sql, args...)
+	return t, dbErr(err)
+}
+
+func (d db) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r, err := d.p.Query(ctx, sql, args...)
+	return r, dbErr(err)
+}
+
+func (d db) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return row{d.p.QueryRow(ctx, sql, args...)}
+}
+
+type row struct{ r pgx.Row }
+
+func (r row) Scan(dest ...any) error { return dbErr(r.r.Scan(dest...)) }
+
+// ReasonDatabaseUnavailable is the Unavailable reason of a store call the
+// database could not answer.
+const ReasonDatabaseUnavailable = "database_unavailable"
+
+func dbErr(err error) error {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// Class 08: connection exception; 57: operator intervention
+		// (shutdown, cannot connect now). Other classes are the SQL's.
+		if !strings.HasPrefix(pe.Code, "08") && !strings.HasPrefix(pe.Code, "57") {
+			return err
+		}
+	}
+	var u *sandbox.UnavailableError
+	if errors.As(err, &u) {
+		return err
+	}
+	return sandbox.Unavailable(ReasonDatabaseUnavailable, err)
+}
+
 func notFound(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.ErrNotFound
@@ -217,7 +268,7 @@ func newID(prefix string) string {
 // CreateAccount implements store.Store.
 func (s *Store) CreateAccount(ctx context.Context, name string) (store.Account, error) {
 	a := store.Account{ID: newID("acct"), Name: name, CreatedAt: time.Now().UTC()}
-	_, err := s.pool.Exec(ctx, `INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)`, a.ID, a.Name, ns(a.CreatedAt))
+	_, err := s.db.Exec(ctx, `INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)`, a.ID, a.Name, ns(a.CreatedAt))
 	if pgCode(err) == uniqueViolation {
 		return store.Account{}, fmt.Errorf("account %q: %w", name, store.ErrAlreadyExists)
 	}
@@ -230,7 +281,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string) (store.Account, 
 func (s *Store) account(ctx context.Context, col, arg string) (store.Account, error) {
 	var a store.Account
 	var c int64
-	err := s.pool.QueryRow(ctx, `SELECT id, name, created_at FROM accounts WHERE `+col+` = $1`, arg).Scan(&a.ID, &a.Name, &c)
+	err := s.db.QueryRow(ctx, `SELECT id, name, created_at FROM accounts WHERE `+col+` = $1`, arg).Scan(&a.ID, &a.Name, &c)
 	a.CreatedAt = tm(c)
 	return a, notFound(err)
 }
@@ -247,22 +298,23 @@ func (s *Store) AccountByID(ctx context.Context, id string) (store.Account, erro
 
 // ListAccounts implements store.Store.
 func (s *Store) ListAccounts(ctx context.Context) ([]store.Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, created_at FROM accounts ORDER BY name`)
+	rows, err := s.db.Query(ctx, `SELECT id, name, created_at FROM accounts ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Account, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Account, error) {
 		var a store.Account
 		var c int64
 		err := r.Scan(&a.ID, &a.Name, &c)
 		a.CreatedAt = tm(c)
 		return a, err
 	})
+	return out, dbErr(err)
 }
 
 // AddKey implements store.Store.
 func (s *Store) AddKey(ctx context.Context, k store.Key) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, account_id, hash, label, created_at) VALUES ($1, $2, $3, $4, $5)`,
+	_, err := s.db.Exec(ctx, `INSERT INTO api_keys (id, account_id, hash, label, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		k.ID, k.AccountID, k.Hash, k.Label, ns(k.CreatedAt))
 	switch pgCode(err) {
 	case uniqueViolation:
@@ -285,22 +337,23 @@ func scanKey(sc pgx.Row) (store.Key, error) {
 
 // KeyByID implements store.Store.
 func (s *Store) KeyByID(ctx context.Context, id string) (store.Key, error) {
-	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, id))
+	k, err := scanKey(s.db.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE id = $1`, id))
 	return k, notFound(err)
 }
 
 // ListKeys implements store.Store.
 func (s *Store) ListKeys(ctx context.Context, accountID string) ([]store.Key, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created_at, id`, accountID)
+	rows, err := s.db.Query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE account_id = $1 ORDER BY created_at, id`, accountID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Key, error) { return scanKey(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Key, error) { return scanKey(r) })
+	return out, dbErr(err)
 }
 
 // RevokeKey implements store.Store.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at = 0`, ns(at), id)
+	tag, err := s.db.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at = 0`, ns(at), id)
 	if err != nil {
 		return err
 	}
@@ -328,7 +381,7 @@ func scanSandbox(sc pgx.Row) (store.Sandbox, error) {
 
 // InsertSandbox implements store.Store.
 func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1)`,
+	_, err := s.db.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1)`,
 		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
 		b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
 		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy)
@@ -343,7 +396,7 @@ func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, accountID, name string) (store.Sandbox, error) {
-	b, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name))
+	b, err := scanSandbox(s.db.QueryRow(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name))
 	return b, notFound(err)
 }
 
@@ -353,7 +406,7 @@ func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sa
 	if accountID != "" {
 		q, args = `SELECT `+sbCols+` FROM sandboxes WHERE account_id = $1 ORDER BY name`, []any{accountID}
 	}
-	rows, err := s.pool.Query(ctx, q, args...)
+	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -361,12 +414,12 @@ func (s *Store) ListSandboxes(ctx context.Context, accountID string) ([]store.Sa
 	if out == nil && err == nil {
 		out = []store.Sandbox{}
 	}
-	return out, err
+	return out, dbErr(err)
 }
 
 // UpdateSandbox implements store.Store.
 func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
-	row := s.pool.QueryRow(ctx, `UPDATE sandboxes SET provider_name = $1, instance_id = $2, state = $3, url = $4,
+	row := s.db.QueryRow(ctx, `UPDATE sandboxes SET provider_name = $1, instance_id = $2, state = $3, url = $4,
 		mem_bytes = $5, pids = $6, cpu_millis = $7, wall_clock_ns = $8, last_activity = greatest(last_activity, $9), parked_at = $10, parked_by = $11,
 		version = version + 1 WHERE account_id = $12 AND name = $13 AND version = $14 RETURNING `+sbCols,
 		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
@@ -388,7 +441,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandb
 
 // TouchSandbox implements store.Store.
 func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET last_activity = greatest(last_activity, $1) WHERE account_id = $2 AND name = $3`, ns(at), accountID, name)
+	tag, err := s.db.Exec(ctx, `UPDATE sandboxes SET last_activity = greatest(last_activity, $1) WHERE account_id = $2 AND name = $3`, ns(at), accountID, name)
 	if err != nil {
 		return err
 	}
@@ -400,7 +453,7 @@ func (s *Store) TouchSandbox(ctx context.Context, accountID, name string, at tim
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name)
+	_, err := s.db.Exec(ctx, `DELETE FROM sandboxes WHERE account_id = $1 AND name = $2`, accountID, name)
 	return err
 }
 
@@ -411,7 +464,7 @@ func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 		in.State = store.IntentPending
 	}
 	var id int64
-	err := s.pool.QueryRow(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
+	err := s.db.QueryRow(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
 		in.AccountID, in.Name, in.Op, in.Provider, in.ProviderName, in.InstanceID, in.Arg, in.State, in.Detail, now, now).Scan(&id)
 	return id, err
@@ -419,7 +472,7 @@ func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 
 // SetIntent implements store.Store.
 func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE intents SET state = $1, detail = $2, updated_at = $3 WHERE id = $4`, state, detail, time.Now().UnixNano(), id)
+	tag, err := s.db.Exec(ctx, `UPDATE intents SET state = $1, detail = $2, updated_at = $3 WHERE id = $4`, state, detail, time.Now().UnixNano(), id)
 	if err != nil {
 		return err
 	}
@@ -431,18 +484,19 @@ func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) e
 
 // OpenIntents implements store.Store.
 func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
+	rows, err := s.db.Query(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
 		FROM intents WHERE state IN ('pending', 'uncertain') ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Intent, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Intent, error) {
 		var in store.Intent
 		var c, u int64
 		err := r.Scan(&in.ID, &in.AccountID, &in.Name, &in.Op, &in.Provider, &in.ProviderName, &in.InstanceID, &in.Arg, &in.State, &in.Detail, &c, &u)
 		in.CreatedAt, in.UpdatedAt = tm(c), tm(u)
 		return in, err
 	})
+	return out, dbErr(err)
 }
 
 // Lease is one replica's hold on a named piece of work.

@@ -17,6 +17,7 @@ import (
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/platform/store/postgres"
 	"github.com/managoat/managoat/platform/store/storetest"
+	"github.com/managoat/managoat/sandbox"
 )
 
 func TestMain(m *testing.M) {
@@ -61,6 +62,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Replicas", func(t *testing.T) { replicas(t, srv) })
 	t.Run("Lease", func(t *testing.T) { lease(t, srv) })
 	t.Run("Holder", func(t *testing.T) { holder(t, srv) })
+	t.Run("Outage", func(t *testing.T) { outage(t, srv) }) // last: it stops the server
 }
 
 // conformance: the Postgres store passes the kit the SQLite one does.
@@ -225,5 +227,41 @@ func killAdvisoryHolders(t *testing.T, srv *pgtest.Server) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// outage: while the database is down every call is
+// Unavailable{database_unavailable} (the API's 503), never a hang or
+// another kind; when it is back the same store works again.
+func outage(t *testing.T, srv *pgtest.Server) {
+	st := open(t, freshDB(t, srv))
+	defer st.Close()
+	ctx := context.Background()
+	acct, err := st.CreateAccount(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = st.GetSandbox(cctx, acct.ID, "box")
+	cancel()
+	var u *sandbox.UnavailableError
+	if !errors.As(err, &u) || u.Reason != postgres.ReasonDatabaseUnavailable {
+		t.Fatalf("with the database down: %v, want unavailable/database_unavailable", err)
+	}
+	if _, err := st.ListSandboxes(ctx, ""); !errors.As(err, &u) {
+		t.Fatalf("a listing with the database down: %v", err)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := st.GetSandbox(ctx, acct.ID, "box")
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the database came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
