@@ -35,6 +35,8 @@ type listed struct {
 	AltID     string `json:"sandboxId"`
 	State     string `json:"state"`
 	StartedAt string `json:"startedAt"`
+	// EndAt is when the sandbox's TTL ends (it auto-pauses then).
+	EndAt string `json:"endAt"`
 	// EnvdVersion is the version of the sandbox's envd.
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
@@ -215,19 +217,36 @@ func (p *Provider) find(ctx context.Context, name string) (listed, error) {
 
 // resolveRunning finds name's sandbox and resumes it when it is paused
 // (auto-paused by its TTL, or suspended): the self-healing step every
-// operation that needs envd takes first.
+// operation that needs envd takes first. A running sandbox whose TTL ends
+// soon is renewed first (connect, which only ever extends a running one's
+// TTL): otherwise the TTL could pause it between this listing and the
+// operation (a command's first heartbeat comes only once its stream is
+// open), and the operation would fail on a sandbox the listing said ran.
 func (p *Provider) resolveRunning(ctx context.Context, name string) (string, error) {
 	l, err := p.find(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	p.rememberVersion(l.id(), l.EnvdVersion)
-	if l.State == "paused" {
+	if l.State == "paused" || p.endsSoon(l) {
 		if err := p.connect(ctx, name, l.id()); err != nil {
 			return "", err
 		}
 	}
 	return l.id(), nil
+}
+
+// endsSoon reports whether l's TTL may end before an operation started
+// now has its first heartbeat in: within two requests (the operation's
+// own, then the heartbeat) plus the slack for clock skew. An endAt that is
+// missing or does not parse counts as soon.
+func (p *Provider) endsSoon(l listed) bool {
+	end, err := time.Parse(time.RFC3339Nano, l.EndAt)
+	if err != nil {
+		return true
+	}
+	margin := 2*p.cfg.RequestTimeout + capSlack(p.cfg.SandboxTimeout)
+	return time.Until(end) < margin
 }
 
 // byID runs a control-plane call addressed by sandbox id. A 404 there is

@@ -17,7 +17,11 @@ import (
 // goes on, and stdin reaches it through the tag→List→pid fallback.
 func TestTTLHeartbeatAutoPauseResume(t *testing.T) {
 	e := newEnv(t, e2btest.Options{Second: 10 * time.Millisecond}, func(c *e2b.Config) {
-		c.SandboxTimeout = 20 * time.Second // 200 ms in the fake
+		// 500 ms in the fake: a heartbeat every 30 ms keeps it running
+		// even when a loaded machine holds the heartbeat back for a few
+		// hundred ms (200 ms did not: a stalled heartbeat let the TTL
+		// pause the sandbox under a live command).
+		c.SandboxTimeout = 50 * time.Second
 		c.Heartbeat = 30 * time.Millisecond
 	})
 	h := e.create("ttl-1")
@@ -111,5 +115,57 @@ func TestTTLHeartbeatAutoPauseResume(t *testing.T) {
 	}
 	if _, _, term := collect(t, a, 5*time.Second); term.Kind != sandbox.Exit || term.Code != 0 {
 		t.Fatalf("attach terminal %+v", term)
+	}
+}
+
+// A sandbox whose TTL is about to end when an operation lists it is
+// renewed (connect) before the operation: otherwise the TTL pauses it
+// between the listing, which said running, and the command's first
+// heartbeat, and the command fails (here envd takes longer to start it
+// than the TTL has left; E2B's proxy answers 502 for the paused sandbox).
+func TestOperationRenewsATTLAboutToEnd(t *testing.T) {
+	e := newEnv(t, e2btest.Options{Second: 10 * time.Millisecond}, func(c *e2b.Config) {
+		c.SandboxTimeout = 100 * time.Second // 1 s in the fake
+	})
+	h := e.create("ttl-edge")
+	id := h.Private.(string)
+	eventually(t, 5*time.Second, "the TTL's last 150 ms", func() bool {
+		sb, _ := e.srv.Lookup(id)
+		return time.Until(sb.EndAt) < 150*time.Millisecond
+	})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Delay: 400 * time.Millisecond})
+	e.srv.ResetRequests()
+	res, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"ok"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "ok\n" {
+		t.Fatalf("Exec at the TTL's end = %q, %v", res.Output, err)
+	}
+	var seq []string
+	for _, r := range e.srv.Requests() {
+		seq = append(seq, r.Path)
+	}
+	ci := slices.Index(seq, "/sandboxes/"+id+"/connect")
+	si := slices.Index(seq, "/process.Process/Start")
+	if ci < 0 || si < 0 || ci > si {
+		t.Fatalf("want connect before Start, got %v", seq)
+	}
+	if sb, _ := e.srv.Lookup(id); sb.State != "running" {
+		t.Fatalf("sandbox %s after the exec", sb.State)
+	}
+}
+
+// A sandbox whose TTL is far from its end costs no renewal: the operation
+// goes from the listing straight to envd.
+func TestOperationLeavesAFarTTLAlone(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil) // E2B seconds; the default 30 min TTL
+	h := e.create("ttl-far")
+	e.srv.ResetRequests()
+	res, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"ok"}}, sandbox.ExecOptions{})
+	if err != nil || string(res.Output) != "ok\n" {
+		t.Fatalf("Exec = %q, %v", res.Output, err)
+	}
+	for _, r := range e.srv.Requests() {
+		if strings.HasSuffix(r.Path, "/connect") {
+			t.Fatalf("a running sandbox with most of its TTL left was connected: %+v", e.srv.Requests())
+		}
 	}
 }
