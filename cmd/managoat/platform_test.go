@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,37 +31,18 @@ func TestPlatformTwoAccounts(t *testing.T) {
 		}
 		keys[who] = strings.TrimSpace(out)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	serve := exec.CommandContext(ctx, binary, "serve", "--listen", addr)
-	serve.Env = append(os.Environ(), base...)
-	serve.Cancel = func() error { return serve.Process.Signal(os.Interrupt) }
-	serve.WaitDelay = 10 * time.Second
-	pr, err := serve.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var logs strings.Builder
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		for s := bufio.NewScanner(pr); s.Scan(); {
-			logs.WriteString(s.Text() + "\n")
+	var logs func() string
+	t.Cleanup(func() { // after serve's own cleanup has stopped it
+		if logs == nil {
+			return
 		}
-	}()
-	defer func() {
-		cancel()
-		_ = serve.Wait()
-		<-logged
 		for _, k := range keys {
-			if strings.Contains(logs.String(), k) || strings.Contains(logs.String(), k[21:]) {
+			if strings.Contains(logs(), k) || strings.Contains(logs(), k[21:]) {
 				t.Errorf("serve's log shows an API key")
 			}
 		}
-	}()
+	})
+	logs = startServe(t, base, addr)
 	as := func(who string) []string {
 		return append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+keys[who])
 	}
