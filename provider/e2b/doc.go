@@ -88,8 +88,10 @@
 // Sandboxes start with a TTL (Config.SandboxTimeout) and autoPause, so a
 // missed heartbeat pauses instead of killing; every live command renews the
 // TTL at once and then every Config.Heartbeat, and every operation that
-// needs envd resumes (connects) a paused sandbox first. Suspend is pause,
-// Resume is connect.
+// needs envd resumes (connects) a paused sandbox first, and connects a
+// running one whose listed endAt is near (within two requests plus clock
+// slack), so the TTL cannot pause it before the command's first
+// heartbeat. Suspend is pause, Resume is connect.
 //
 // # Commands and sessions
 //
