@@ -59,6 +59,7 @@ type launchConfig struct {
 // then; nothing of main's is needed.
 func init() {
 	if os.Getenv(helperEnv) != "" {
+		treeUmask()
 		Init()
 	}
 }

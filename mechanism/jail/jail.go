@@ -111,6 +111,11 @@ func New(cfg Config) (*Jail, error) {
 	if err := os.Mkdir(filepath.Join(cfg.StateDir, ".root"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
+	// The sandbox's / is mounted here: whatever the caller's umask (077
+	// made it 0700, and no workload could start), its user must traverse it.
+	if err := os.Chmod(filepath.Join(cfg.StateDir, ".root"), 0o755); err != nil {
+		return nil, err
+	}
 	// The cgroups' names carry the state directory's identity, path and
 	// inode: the same path in another mount namespace (a container's
 	// /var/lib/managoat) is another jail, whose sandboxes SweepOrphans

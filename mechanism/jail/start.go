@@ -180,6 +180,7 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 	if err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC); err != nil {
 		return fmt.Errorf("unshare: %w", err)
 	}
+	treeUmask()
 	// Nothing mounted in this namespace propagates to the host.
 	if err = mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
@@ -309,10 +310,18 @@ type initHooks struct {
 // buildBeside joins the mount and uts namespaces (by descriptor) and
 // builds the tree (a clone of tmpl when it is ready) and the hostname
 // there.
+// treeUmask sets the umask the sandbox's tree is built under: a caller's
+// umask of 077 made its directories 0700, and no workload could start.
+// It is called on a thread that unshared CLONE_FS (umask lives in the
+// fs_struct), so the rest of the process keeps its own; the helper
+// process, which is wholly the sandbox's, sets it at its start.
+func treeUmask() { unix.Umask(0o022) }
+
 func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare fs: %w", err)
 	}
+	treeUmask()
 	if lc.Image != nil {
 		return buildImageBeside(mnt, uts, lc)
 	}

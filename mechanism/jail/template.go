@@ -165,6 +165,7 @@ func buildTemplate(cfg launchConfig) (ns, root int, err error) {
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		return -1, -1, fmt.Errorf("unshare: %w", err)
 	}
+	treeUmask()
 	if err := buildTreeShared(cfg); err != nil {
 		return -1, -1, err
 	}
