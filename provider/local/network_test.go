@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"github.com/managoat/managoat/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -82,9 +83,8 @@ func TestJailPublicURL(t *testing.T) {
 	if !p.Capabilities().Has(sandbox.CapPublicURL) {
 		t.Fatal("public_url not advertised on the jail")
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3 to serve inside the sandbox")
-	}
+	_, err := os.Stat("/usr/bin/python3")
+	testenv.Require(t, err == nil, "/usr/bin/python3 (Debian package python3) to serve inside the sandbox")
 	h, err := p.Create(ctx, "web", sandbox.CreateOptions{Publish: []int{8080}})
 	if err != nil {
 		t.Fatal(err)
