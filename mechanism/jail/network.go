@@ -148,21 +148,7 @@ func (j *Jail) egressSocket(id string) string {
 // UpdateEgress recorded, else Spec.Egress, else none (every public
 // destination).
 func (j *Jail) policyOf(st *state) (*egress.Policy, error) {
-	b, err := os.ReadFile(j.policyPath(st.ID))
-	if err == nil {
-		var allow []string
-		if err := json.Unmarshal(b, &allow); err != nil {
-			return nil, fmt.Errorf("egress policy of %s: %w", st.ID, err)
-		}
-		return egress.ParsePolicy(allow)
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	if len(st.Spec.Egress) > 0 {
-		return egress.ParsePolicy(st.Spec.Egress)
-	}
-	return nil, nil
+	return egress.LoadPolicy(j.policyPath(st.ID), st.Spec.Egress)
 }
 
 // startNetwork gives a started sandbox (its init is pid) its egress, when
@@ -323,15 +309,7 @@ func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) erro
 			Name: mechanism.EgressAllowlist, Detail: "the sandbox was made with network none: it has only lo, so it can deny all but allow nothing",
 		}}}
 	}
-	if allow == nil {
-		allow = []string{}
-	}
-	b, _ := json.Marshal(allow)
-	tmp := j.policyPath(id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, j.policyPath(id)); err != nil {
+	if err := egress.SavePolicy(j.policyPath(id), allow); err != nil {
 		return err
 	}
 	j.nets.mu.Lock()

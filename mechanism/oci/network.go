@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -64,21 +61,7 @@ func validateNetwork(spec mechanism.Spec) error {
 
 // policyOf: the list UpdateEgress recorded, else Spec.Egress, else none.
 func (m *Mechanism) policyOf(id string, spec mechanism.Spec) (*egress.Policy, error) {
-	b, err := os.ReadFile(m.policyPath(id))
-	if err == nil {
-		var allow []string
-		if err := json.Unmarshal(b, &allow); err != nil {
-			return nil, fmt.Errorf("egress policy of %s: %w", id, err)
-		}
-		return egress.ParsePolicy(allow)
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	if len(spec.Egress) > 0 {
-		return egress.ParsePolicy(spec.Egress)
-	}
-	return nil, nil
+	return egress.LoadPolicy(m.policyPath(id), spec.Egress)
 }
 
 // startNetwork gives the running container whose init is pid its egress
@@ -153,15 +136,7 @@ func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string)
 		return &mechanism.UnavailableError{Mechanism: m.Name(), Missing: []mechanism.Report{{
 			Name: mechanism.EgressAllowlist, Detail: "the container has no network (network none, or gVisor's own stack): it can deny all but allow nothing"}}}
 	}
-	if allow == nil {
-		allow = []string{}
-	}
-	b, _ := json.Marshal(allow)
-	tmp := m.policyPath(id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, m.policyPath(id)); err != nil {
+	if err := egress.SavePolicy(m.policyPath(id), allow); err != nil {
 		return err
 	}
 	m.nets.mu.Lock()
