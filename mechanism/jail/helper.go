@@ -455,36 +455,7 @@ func buildTreeShared(cfg launchConfig) error {
 		}
 	}
 	// /dev: a tmpfs with the harmless character devices bound from the host.
-	dev := r + "/dev"
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
-		return err
-	}
-	for _, d := range devNodes {
-		// mknod, not a create: no descriptor is ever open on /dev, so a
-		// concurrent fork cannot make its read-only remount busy.
-		if err := unix.Mknod(dev+"/"+d, unix.S_IFREG|0o644, 0); err != nil {
-			return err
-		}
-		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
-		// Read-only: the device still reads and writes; its node (the
-		// host's) cannot be chmod-ed or touched.
-		if err := mount("", dev+"/"+d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-			return err
-		}
-	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
-		if err := os.Symlink(target, dev+"/"+name); err != nil {
-			return err
-		}
-	}
-	for _, d := range []string{"pts", "shm"} {
-		if err := os.Mkdir(dev+"/"+d, 0o755); err != nil {
-			return err
-		}
-	}
-	return nil
+	return buildDev(r + "/dev")
 }
 
 // finishTree puts the writable file systems in the tree buildTreeBase

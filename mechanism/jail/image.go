@@ -206,8 +206,8 @@ func replaceFile(p, content string) error {
 	return err
 }
 
-// buildDev mounts the sandbox's /dev at dev (as buildTreeShared does on
-// the host's root): a tmpfs with the harmless devices bound from the
+// buildDev mounts the sandbox's /dev at dev (for the host's root in
+// buildTreeShared and for an image's): a tmpfs with the harmless devices bound from the
 // host, read-only binds, the usual links, and mount points for pts and
 // shm.
 func buildDev(dev string) error {
@@ -215,12 +215,16 @@ func buildDev(dev string) error {
 		return err
 	}
 	for _, d := range devNodes {
+		// mknod, not a create: no descriptor is ever open on /dev, so a
+		// concurrent fork cannot make its read-only remount busy.
 		if err := unix.Mknod(dev+"/"+d, unix.S_IFREG|0o644, 0); err != nil {
 			return err
 		}
 		if err := mount("/dev/"+d, dev+"/"+d, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
+		// Read-only: the device still reads and writes; its node (the
+		// host's) cannot be chmod-ed or touched.
 		if err := mount("", dev+"/"+d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 			return err
 		}
