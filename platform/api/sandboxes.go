@@ -119,6 +119,17 @@ func (s *Server) Active(accountID, name string) bool {
 
 // use loads a record for an operation on it: it is woken first when parked,
 // and its activity is recorded.
+// take is a handler's use of the sandbox its path names, marked busy
+// until done; ok false: the error is written.
+func (s *Server) take(w http.ResponseWriter, r *http.Request, k store.Key) (rec store.Sandbox, p sandbox.Provider, done func(), ok bool) {
+	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return rec, nil, nil, false
+	}
+	return rec, p, s.busy(rec), true
+}
+
 func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandbox, sandbox.Provider, error) {
 	rec, err := s.record(ctx, k, name)
 	if err != nil {
@@ -493,12 +504,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, badJSON("max_output", "max_output is negative"))
 		return
 	}
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	opts := sandbox.ExecOptions{Env: withURL(req.Env, rec), Dir: req.Dir, StderrToStdout: req.StderrToStdout, MaxOutput: req.MaxOutput,
 		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if req.TimeoutMS < 0 {
@@ -516,12 +526,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, k store.Key) {
 }
 
 func (s *Server) sessions(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	ss, err := sandbox.NewRegistry(p).ListSessions(r.Context(), handleOf(rec))
 	if err != nil {
 		writeErr(w, err)
@@ -549,12 +558,11 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 		writeErr(w, err)
 		return
 	}
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	sid := r.PathValue("session")
 	opts := sandbox.TerminateOptions{Mode: sandbox.TerminateMode(req.Mode), Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if _, err := sandbox.ValidateTermination(sid, opts); err != nil {
@@ -563,7 +571,7 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 	}
 	id, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpTerminateSession,
 		Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: sid})
-	err = sandbox.NewRegistry(p).TerminateSession(r.Context(), handleOf(rec), sid, opts)
+	err := sandbox.NewRegistry(p).TerminateSession(r.Context(), handleOf(rec), sid, opts)
 	if errors.Is(err, sandbox.ErrNotSupported) {
 		_ = s.cfg.Store.SetIntent(context.WithoutCancel(r.Context()), id, store.IntentConfirmed, "not_supported")
 	} else {
@@ -577,12 +585,11 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 }
 
 func (s *Server) suspend(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if err := sandbox.NewRegistry(p).Suspend(r.Context(), handleOf(rec)); err != nil {
 		writeErr(w, err)
 		return
@@ -592,12 +599,11 @@ func (s *Server) suspend(w http.ResponseWriter, r *http.Request, k store.Key) {
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if _, err := sandbox.NewRegistry(p).Resume(r.Context(), handleOf(rec)); err != nil {
 		writeErr(w, err)
 		return
@@ -623,12 +629,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) 
 		writeErr(w, tooLarge(err))
 		return
 	}
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if err := sandbox.NewRegistry(p).WriteFile(r.Context(), handleOf(rec), path, data, sandbox.WriteFileOptions{Mode: mode}); err != nil {
 		writeErr(w, err)
 		return
@@ -637,12 +642,11 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) 
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	data, err := sandbox.NewRegistry(p).ReadFile(r.Context(), handleOf(rec), r.URL.Query().Get("path"))
 	if err != nil {
 		writeErr(w, err)
@@ -658,12 +662,11 @@ func (s *Server) networkPolicy(w http.ResponseWriter, r *http.Request, k store.K
 		writeErr(w, err)
 		return
 	}
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if err := sandbox.NewRegistry(p).ApplyNetworkPolicy(r.Context(), handleOf(rec), sandbox.NetworkPolicy{Allow: req.Allow}); err != nil {
 		writeErr(w, err)
 		return
@@ -672,12 +675,11 @@ func (s *Server) networkPolicy(w http.ResponseWriter, r *http.Request, k store.K
 }
 
 func (s *Server) url(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if rec.URL != "" {
 		writeJSON(w, http.StatusOK, map[string]string{"url": rec.URL})
 		return
@@ -702,14 +704,14 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, k store.Key)
 		writeErr(w, err)
 		return
 	}
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	reg := sandbox.NewRegistry(p)
 	var id string
+	var err error
 	if req.OperationID != "" {
 		iid, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpCheckpointOnce,
 			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: req.OperationID})
@@ -727,12 +729,11 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, k store.Key)
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request, k store.Key) {
-	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
-	if err != nil {
-		writeErr(w, err)
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
 		return
 	}
-	defer s.busy(rec)()
+	defer done()
 	if err := sandbox.NewRegistry(p).RestoreCheckpoint(r.Context(), handleOf(rec), r.PathValue("checkpoint")); err != nil {
 		writeErr(w, err)
 		return
