@@ -255,6 +255,17 @@ func TestSessionsOutliveCaller(t *testing.T) {
 	}
 }
 
+// heldOpen reports whether a process holds the file at path open.
+func heldOpen(path string) bool {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && l == path {
+			return true
+		}
+	}
+	return false
+}
+
 func waitFor(t *testing.T, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -1286,6 +1297,10 @@ func TestFullDiskSessionsRecover(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the process
 	}
+	// A's supervisor is done with A's session (no process holds its
+	// journal open), so it no longer frees space: an append that fails is
+	// taken back, and that space would let B's output through.
+	waitFor(t, func() bool { return !heldOpen(filepath.Join(p.sandboxDir(a.Name), "sessions", "s1", "journal")) })
 	// The disk full to the last byte while B writes: B's output is lost.
 	f, err := os.Create(filepath.Join(dir, "filler2"))
 	if err != nil {
@@ -1297,8 +1312,24 @@ func TestFullDiskSessionsRecover(t *testing.T) {
 		}
 	}
 	f.Close()
+	// B's stdout pipe, opened again (read side) through /proc, tells
+	// when B's supervisor has read lines 2 to 4: it tries to journal
+	// what it read at once, on the full disk.
+	bs, err := supervisor.ReadSessions(p.sandboxDir(b.Name))
+	if err != nil || len(bs) != 1 || bs[0].Pid == 0 {
+		t.Fatalf("B's session: %+v %v", bs, err)
+	}
+	pipe, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", bs[0].Pid), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
 	say("2", "3", "4")
-	time.Sleep(time.Second) // for B's supervisor to try to journal them
+	waitFor(t, func() bool {
+		n, err := unix.IoctlGetInt(int(pipe.Fd()), unix.TIOCINQ) // FIONREAD
+		return err == nil && n == 0
+	})
+	time.Sleep(time.Second) // from its read to its write to the journal
 	for _, n := range []string{filler, filepath.Join(dir, "filler2")} {
 		if err := os.Remove(n); err != nil {
 			t.Fatal(err)
