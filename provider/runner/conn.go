@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -183,6 +184,9 @@ func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (
 	case <-ctx.Done():
 		return nil, ctxErr(ctx)
 	}
+	if err := c.accepts(req); err != nil {
+		return nil, err
+	}
 	p := &pending{ch: make(chan callResult, 1), sub: sub}
 	c.mu.Lock()
 	if c.ended {
@@ -221,6 +225,32 @@ func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (
 		r := <-p.ch // the reply won the race; honour it
 		return r.reply, r.err
 	}
+}
+
+// accepts refuses a request whose extension fields this connection's
+// daemon did not report it takes: the original daemon ignores unknown
+// fields, so it would accept limits, a policy or a forced termination and
+// drop them. The check is made here, on the connection that carries the
+// request, and not only by the caller beforehand: a runner may reconnect
+// as another daemon (an older build under the same id) between a
+// caller's look at the online runners and its call.
+func (c *Conn) accepts(req *wire.Request) error {
+	if c.srv == nil {
+		return nil // a Client's socket to a platform, which checks on the daemon's
+	}
+	need := ""
+	switch {
+	case req.Limits != nil:
+		need = wire.CapLimits
+	case req.Allow != nil:
+		need = string(sandbox.CapNetworkPolicy)
+	case req.Force:
+		need = string(sandbox.CapForceTerminateSession)
+	}
+	if need != "" && !c.info.HasCap(need) {
+		return fmt.Errorf("runner %s (%s) does not report %s, which %s needs: %w", c.info.Name, c.info.ID, need, req.Op, sandbox.ErrNotSupported)
+	}
+	return nil
 }
 
 func ctxErr(ctx context.Context) error {

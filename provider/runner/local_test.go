@@ -528,3 +528,34 @@ func TestReadFileOverWire(t *testing.T) {
 		t.Fatalf("ReadFile outside the home = %v, want invalid", err)
 	}
 }
+
+// TestExtensionsCheckedOnTheCarryingConnection: a request with limits, a
+// policy or a forced termination that reaches a connection whose daemon
+// did not report taking them (the provider looked at another daemon
+// under the same id, which then reconnected as the original daemon) is
+// refused there, and nothing of it is sent: the daemon's first request
+// is the plain one made after.
+func TestExtensionsCheckedOnTheCarryingConnection(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as the original daemon
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.online(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	allow := []string{}
+	for _, req := range []*wire.Request{
+		{Op: wire.OpCreate, Name: namer(id)(), Limits: &wire.Limits{Pids: 8}},
+		{Op: wire.OpNetworkPolicy, Name: namer(id)(), Allow: &allow},
+		{Op: wire.OpTerminateSession, Name: namer(id)(), SessionID: "s1", Force: true},
+	} {
+		if _, err := pl.srv.Call(ctx, id, req, nil); !errors.Is(err, sandbox.ErrNotSupported) {
+			t.Errorf("%s with an extension the daemon lacks: %v, want not supported", req.Op, err)
+		}
+	}
+	go func() { _, _ = pl.srv.Call(ctx, id, &wire.Request{Op: wire.OpGet, Name: namer(id)()}, nil) }()
+	if req := rd.next(); req.Op != wire.OpGet || req.Limits != nil || req.Allow != nil || req.Force {
+		t.Fatalf("the daemon's first request is %+v, want the plain get", req)
+	}
+}
