@@ -4,15 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
@@ -28,17 +24,10 @@ import (
 type nets struct {
 	mu   sync.Mutex
 	m    map[string]*egress.Proxy
-	pubs map[string][]*egress.Published // Spec.Publish, by sandbox id
+	pubs map[string]*egress.Ports // Spec.Publish, by sandbox id
 }
 
 var _ mechanism.Addresser = (*Jail)(nil)
-
-// published is what publishedPath holds: where each published port of
-// the init Pid is on the host's loopback.
-type published struct {
-	Pid   int            `json:"pid"`
-	Ports map[int]string `json:"ports"`
-}
 
 func (j *Jail) publishedPath(id string) string { return filepath.Join(j.dir(id), "published.json") }
 
@@ -52,36 +41,18 @@ func (j *Jail) startPublish(st *state, pid int) error {
 		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
 			Name: mechanism.NetworkRestriction, Detail: "publishing a port needs root (it enters the sandbox's network namespace)"}}}
 	}
-	rec := published{Pid: pid, Ports: map[int]string{}}
-	var pubs []*egress.Published
-	for _, port := range st.Spec.Publish {
-		p, err := egress.Publish(pid, port)
-		if err != nil {
-			for _, q := range pubs {
-				q.Close()
-			}
-			return fmt.Errorf("publish port %d: %w", port, err)
-		}
-		pubs = append(pubs, p)
-		rec.Ports[port] = p.Addr()
-	}
-	b, _ := json.Marshal(rec)
-	if err := os.WriteFile(j.publishedPath(st.ID), b, 0o644); err != nil {
-		for _, q := range pubs {
-			q.Close()
-		}
+	pubs, err := egress.PublishPorts(pid, st.Spec.Publish, j.publishedPath(st.ID))
+	if err != nil {
 		return err
 	}
 	j.nets.mu.Lock()
 	if j.nets.pubs == nil {
-		j.nets.pubs = map[string][]*egress.Published{}
+		j.nets.pubs = map[string]*egress.Ports{}
 	}
 	old := j.nets.pubs[st.ID]
 	j.nets.pubs[st.ID] = pubs
 	j.nets.mu.Unlock()
-	for _, q := range old {
-		q.Close()
-	}
+	old.Close()
 	return nil
 }
 
@@ -102,15 +73,7 @@ func (j *Jail) Address(ctx context.Context, id string, port int) (string, error)
 	if !alive(st) {
 		return "", nil
 	}
-	b, err := os.ReadFile(j.publishedPath(id))
-	if err != nil {
-		return "", nil
-	}
-	var rec published
-	if json.Unmarshal(b, &rec) != nil || rec.Pid != st.InitPid {
-		return "", nil // another start's
-	}
-	return rec.Ports[port], nil
+	return egress.PublishedAddr(j.publishedPath(id), st.InitPid, port), nil
 }
 
 // validateNetwork refuses a Spec whose allow list does not parse.
@@ -236,7 +199,7 @@ func (j *Jail) adoptNetwork(st *state) error {
 	_, pubOurs := j.nets.pubs[st.ID]
 	j.nets.mu.Unlock()
 	if !pubOurs && len(st.Spec.Publish) > 0 {
-		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !listening(addr) {
+		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !egress.Listening(addr) {
 			if err := j.startPublish(st, st.InitPid); err != nil {
 				return err
 			}
@@ -254,16 +217,6 @@ func (j *Jail) adoptNetwork(st *state) error {
 	return j.startNetwork(st, st.InitPid, egress.WhenExits(st.InitPid))
 }
 
-// listening reports whether something accepts connections at addr.
-func listening(addr string) bool {
-	c, err := net.DialTimeout("tcp4", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
 // stopNetwork ends the proxy this process serves for id, if any.
 func (j *Jail) stopNetwork(id string) {
 	j.nets.mu.Lock()
@@ -275,9 +228,7 @@ func (j *Jail) stopNetwork(id string) {
 	if p != nil {
 		p.Close()
 	}
-	for _, q := range pubs {
-		q.Close()
-	}
+	pubs.Close()
 }
 
 // UpdateEgress implements mechanism.EgressUpdater. For a sandbox whose
