@@ -51,6 +51,11 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 	if base == nil {
 		return nil, sandbox.Invalid("image", "commit needs the image the sandbox runs on")
 	}
+	release, err := s.writing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	tmp, done, err := s.tmpDir("commit-")
 	if err != nil {
 		return nil, err

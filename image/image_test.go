@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -448,5 +449,60 @@ func TestPrivateRegistryCredentials(t *testing.T) {
 	write("agent:s3cret")
 	if _, err := s.Pull(context.Background(), ref, opts); err != nil {
 		t.Fatalf("right credentials: %v", err)
+	}
+}
+
+// A Prune during a pull leaves the pull's layers alone: here the pull
+// found base's blob already in the store (kept by no root since rm:v1 was
+// removed) and is held right after, before unpacking it.
+func TestPruneDuringPull(t *testing.T) {
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "pp:v1", v1.Config{}, base)
+	ref2 := reg.Push(t, "pp:v2", v1.Config{}, base, top)
+	s, opts := newStore(t)
+	if _, err := s.Pull(context.Background(), ref, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	held, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	opts.Progress = func(p image.Progress) {
+		if p.Cached {
+			once.Do(func() { close(held); <-proceed })
+		}
+	}
+	pulled := make(chan error, 1)
+	go func() {
+		_, err := s.Pull(context.Background(), ref2, opts)
+		pulled <- err
+	}()
+	<-held
+	pruned := make(chan error, 1)
+	go func() {
+		_, err := s.Prune(context.Background())
+		pruned <- err
+	}()
+	select {
+	case err := <-pruned: // it did not wait for the pull
+		t.Errorf("Prune returned (%v) while a pull was midway", err)
+	case <-time.After(300 * time.Millisecond): // time for an unguarded Prune to remove the blob
+	}
+	close(proceed)
+	if err := <-pulled; err != nil {
+		t.Fatalf("the pull a Prune ran during: %v", err)
+	}
+	if err := <-pruned; err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Get(ref2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range img.Layers {
+		if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", strings.TrimPrefix(l, "sha256:"))); err != nil {
+			t.Errorf("layer %s of the pulled image: %v", l, err)
+		}
 	}
 }

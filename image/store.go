@@ -306,6 +306,11 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 		plat = *opts.Platform
 	}
 	ropts = append(ropts, remote.WithPlatform(plat))
+	release, err := s.writing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
 		return nil, registryErr(r.Name(), err)
@@ -359,13 +364,29 @@ func randHex() string {
 
 // lock takes the store's lock named key (one file per digest).
 func (s *Store) lock(ctx context.Context, key string) (func(), error) {
+	return s.lockAs(ctx, key, flock.Lock)
+}
+
+// keyStore is the lock every pull and commit holds shared while it
+// writes, and Prune exclusive: a blob fetched and not yet unpacked is
+// kept by no root, so a Prune meanwhile would remove it from under the
+// pull.
+const keyStore = "store"
+
+func (s *Store) lockAs(ctx context.Context, key string, take func(context.Context, string) (func(), error)) (func(), error) {
 	p := filepath.Join(s.dir, "locks", key)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
 	}
 	f.Close()
-	return flock.Lock(ctx, p)
+	return take(ctx, p)
+}
+
+// writing holds the store against a Prune while a pull or a commit adds
+// to it.
+func (s *Store) writing(ctx context.Context) (func(), error) {
+	return s.lockAs(ctx, keyStore, flock.LockShared)
 }
 
 // tmpDir makes a directory in tmp/, locked while in use so Prune leaves
@@ -785,9 +806,16 @@ type PruneResult struct {
 
 // Prune removes what nothing needs: roots no reference names and no
 // sandbox uses, blobs of layers no remaining root was unpacked from, and
-// what pulls cut short left in tmp/ (entries nobody holds locked).
+// what pulls cut short left in tmp/ (entries nobody holds locked). It
+// first waits (until ctx ends) for the pulls and commits in progress, in
+// this process or another, whose layers no root keeps yet.
 func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
 	var res PruneResult
+	unlock, err := s.lockAs(ctx, keyStore, flock.Lock) // no pull or commit midway
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	refs := s.refs()
 	ents, err := os.ReadDir(filepath.Join(s.dir, "roots"))
 	if err != nil {

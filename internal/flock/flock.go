@@ -1,4 +1,4 @@
-// Package flock takes exclusive flock(2) locks on files and directories,
+// Package flock takes flock(2) locks (exclusive, or shared) on files and directories,
 // the way managoat's processes keep out of each other's way on a state
 // directory (a jail's sandbox, a Create's mark). The lock is on the open
 // file description: it survives a rename of what it locks, is released
@@ -21,12 +21,22 @@ import (
 // Lock takes an exclusive lock on the file or directory at path, waiting
 // (polling every 5 ms) until it is free or ctx ends. unlock releases it.
 func Lock(ctx context.Context, path string) (unlock func(), err error) {
+	return lock(ctx, path, unix.LOCK_EX)
+}
+
+// LockShared takes a shared lock at path, as Lock does: any number of
+// shared holders at once, none while an exclusive one holds it.
+func LockShared(ctx context.Context, path string) (unlock func(), err error) {
+	return lock(ctx, path, unix.LOCK_SH)
+}
+
+func lock(ctx context.Context, path string, how int) (unlock func(), err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 		}
