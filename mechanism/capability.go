@@ -11,7 +11,7 @@ import (
 type Capability string
 
 // The capability vocabulary. The first group is probed on the host; the
-// last two are built by a mechanism's own supervisor and no host provides
+// last three are built by a mechanism's own supervisor and no host provides
 // them, so HostProber always reports them unavailable.
 const (
 	ResourceLimits        Capability = "resource_limits"        // memory_cap, pids_cap and cpu_cap together
@@ -28,18 +28,19 @@ const (
 
 	TimeBudget      Capability = "time_budget"      // a wall-clock budget per command (supervisor-built)
 	EgressAllowlist Capability = "egress_allowlist" // a per-connection egress allowlist (supervisor-built)
+	HostMounts      Capability = "host_mounts"      // host paths bound into the sandbox, read-only where asked (mechanism-built)
 )
 
 // Known lists every capability name.
 var Known = []Capability{
 	ResourceLimits, MemoryCap, PidsCap, CPUCap, ProcessSeparation,
 	FilesystemConfinement, PrivilegeSeparation, NetworkRestriction,
-	SyscallFilter, Landlock, DiskQuota, TimeBudget, EgressAllowlist,
+	SyscallFilter, Landlock, DiskQuota, TimeBudget, EgressAllowlist, HostMounts,
 }
 
 // DefaultRequired is what a mechanism that does not declare its
-// requirements requires: every name a host can provide. TimeBudget and
-// EgressAllowlist are left out because no host provides them (gating on them
+// requirements requires: every name a host can provide. TimeBudget,
+// EgressAllowlist and HostMounts are left out because no host provides them (gating on them
 // would refuse everything, forever).
 var DefaultRequired = []Capability{
 	ResourceLimits, MemoryCap, PidsCap, CPUCap, ProcessSeparation,
@@ -63,8 +64,8 @@ type Prober interface {
 	Probe(ctx context.Context, c Capability) Report
 }
 
-// LimitCapabilities returns the capabilities the non-zero limits and the
-// egress policy of spec need.
+// LimitCapabilities returns the capabilities the non-zero limits, the
+// egress policy and the mounts of spec need.
 func LimitCapabilities(spec Spec) []Capability {
 	var cs []Capability
 	if spec.MemoryBytes > 0 {
@@ -85,7 +86,7 @@ func LimitCapabilities(spec Spec) []Capability {
 	if len(spec.Egress) > 0 || spec.Network == NetworkEgress {
 		cs = append(cs, EgressAllowlist)
 	}
-	return cs
+	return append(cs, mountCapabilities(spec)...)
 }
 
 // Gate decides whether m may launch spec on this host. It returns nil or an
@@ -109,7 +110,11 @@ func Gate(ctx context.Context, m Mechanism, spec Spec, p Prober) error {
 	need := Required(m)
 	for _, c := range LimitCapabilities(spec) {
 		if !slices.Contains(guaranteed, c) {
-			missing = append(missing, Report{Name: c, Detail: fmt.Sprintf("not enforced by mechanism %s, so the limit cannot be applied", m.Name())})
+			detail := fmt.Sprintf("not enforced by mechanism %s, so the limit cannot be applied", m.Name())
+			if c == HostMounts {
+				detail = fmt.Sprintf("mechanism %s cannot bind host paths into a sandbox, so Spec.Mounts cannot be honoured", m.Name())
+			}
+			missing = append(missing, Report{Name: c, Detail: detail})
 			continue
 		}
 		if !slices.Contains(need, c) {

@@ -83,6 +83,10 @@ type Spec struct {
 	// host's runtime: an unpacked image shared read-only by every sandbox
 	// on it, under a writable layer of the sandbox's own.
 	Image *ImageRoot `json:",omitempty"`
+	// Mounts are host files and directories bound into the sandbox
+	// (mounts.go); a mechanism that cannot bind them refuses the Spec
+	// (capability HostMounts). At most MaxMounts.
+	Mounts []Mount `json:",omitempty"`
 }
 
 // ImageRoot is an unpacked OCI image a sandbox runs on (package image).
@@ -135,7 +139,7 @@ func (s Spec) Validate() error {
 			return Invalid("Env", fmt.Sprintf("%q is not KEY=VALUE", e))
 		}
 	}
-	return nil
+	return validateMounts(s.Mounts)
 }
 
 // ValidateID reports an *InvalidError unless id is 1 to 128 characters of

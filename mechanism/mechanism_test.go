@@ -130,7 +130,7 @@ func TestHostProbe(t *testing.T) {
 			t.Errorf("%s unavailable without a reason", c)
 		}
 		switch c {
-		case mechanism.TimeBudget, mechanism.EgressAllowlist:
+		case mechanism.TimeBudget, mechanism.EgressAllowlist, mechanism.HostMounts:
 			if r.Available {
 				t.Errorf("%s reported available by the host", c)
 			}

@@ -100,6 +100,8 @@ func (h *HostProbe) Probe(ctx context.Context, c Capability) (r Report) {
 		err = errors.New("a wall-clock budget is enforced by a mechanism's supervisor, never by the host; a mechanism must construct it")
 	case EgressAllowlist:
 		err = errors.New("a per-connection egress allowlist is built by a mechanism's network proxy, never by the host; a mechanism must construct it")
+	case HostMounts:
+		err = errors.New("host paths are bound into a sandbox by its mechanism, never by the host; a mechanism must construct it")
 	default:
 		err = fmt.Errorf("unknown capability; known: %v", Known)
 	}
