@@ -23,8 +23,9 @@ import (
 
 // nets are the proxies this process serves, by sandbox id.
 type nets struct {
-	mu sync.Mutex
-	m  map[string]*egress.Proxy
+	mu   sync.Mutex
+	m    map[string]*egress.Proxy
+	pubs map[string]*egress.Ports // Spec.Publish, by sandbox id (address.go)
 }
 
 // egressOK reports whether this mechanism gives containers egress.
@@ -110,6 +111,7 @@ func (m *Mechanism) stopNetwork(id string) {
 	if p != nil {
 		p.Close()
 	}
+	m.stopPublish(id)
 }
 
 // UpdateEgress implements mechanism.EgressUpdater: for a container whose

@@ -246,6 +246,9 @@ func (m *Mechanism) Provision(ctx context.Context, id string, spec mechanism.Spe
 	if err := validateNetwork(spec); err != nil {
 		return err
 	}
+	if err := m.refusePublish(spec); err != nil {
+		return err
+	}
 	unlock := m.lock(id)
 	defer unlock()
 	if sb, err := m.load(id); err == nil {
@@ -451,7 +454,7 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 		switch {
 		case serr == nil && st.Status == "running":
 			if pid, err := m.initPid(id); err == nil {
-				return m.startNetwork(id, sb.Spec, pid) // a new manager adopts it
+				return m.startNet(id, sb.Spec, pid) // a new manager adopts it
 			}
 			return nil
 		case serr == nil && st.Status == "created":
@@ -479,7 +482,7 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 		err = m.verify(pid, sb.Spec)
 	}
 	if err == nil {
-		err = m.startNetwork(id, sb.Spec, pid)
+		err = m.startNet(id, sb.Spec, pid)
 	}
 	if err != nil {
 		_ = m.deleteContainer(context.Background(), id)

@@ -1,0 +1,125 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress"
+)
+
+// Published ports of a runc container (as root) are mechanism/egress's,
+// as the jail's: while the container runs, the process that started it
+// listens on a free port of the host's 127.0.0.1 for each Spec.Publish
+// port and relays each connection to that port on the container's own
+// loopback (entering its network namespace to dial), whatever its
+// network (egress or none). published.json in the sandbox's directory
+// says where, for the container's init of that start; Address reads it.
+// gVisor's runsc keeps its own network stack, which nothing on the host
+// can enter, so a Spec.Publish is refused there.
+
+var _ mechanism.Addresser = (*Mechanism)(nil)
+
+func (m *Mechanism) publishedPath(id string) string {
+	return filepath.Join(m.dir(id), "published.json")
+}
+
+// refusePublish refuses a Spec.Publish this mechanism cannot keep.
+func (m *Mechanism) refusePublish(spec mechanism.Spec) error {
+	if len(spec.Publish) == 0 {
+		return nil
+	}
+	detail := ""
+	switch {
+	case m.rt.gvisor:
+		detail = "oci/runsc publishes no port: gVisor's own network stack cannot be entered from the host"
+	case os.Geteuid() != 0:
+		detail = "publishing a port needs root (it enters the container's network namespace)"
+	default:
+		return nil
+	}
+	return &mechanism.UnavailableError{Mechanism: m.Name(), Missing: []mechanism.Report{{Name: mechanism.NetworkRestriction, Detail: detail}}}
+}
+
+// startPublish publishes spec.Publish of the running container whose
+// init is pid, unless this process publishes them already or another
+// process does (its ports answer).
+func (m *Mechanism) startPublish(id string, spec mechanism.Spec, pid int) error {
+	if len(spec.Publish) == 0 {
+		return nil
+	}
+	if err := m.refusePublish(spec); err != nil {
+		return err
+	}
+	m.nets.mu.Lock()
+	_, ours := m.nets.pubs[id]
+	m.nets.mu.Unlock()
+	if ours {
+		return nil
+	}
+	if a := egress.PublishedAddr(m.publishedPath(id), pid, spec.Publish[0]); a != "" && egress.Listening(a) {
+		return nil
+	}
+	ps, err := egress.PublishPorts(pid, spec.Publish, m.publishedPath(id))
+	if err != nil {
+		return err
+	}
+	m.nets.mu.Lock()
+	if m.nets.pubs == nil {
+		m.nets.pubs = map[string]*egress.Ports{}
+	}
+	old := m.nets.pubs[id]
+	m.nets.pubs[id] = ps
+	m.nets.mu.Unlock()
+	old.Close()
+	return nil
+}
+
+// startNet gives the started container whose init is pid its egress and
+// its published ports.
+func (m *Mechanism) startNet(id string, spec mechanism.Spec, pid int) error {
+	if err := m.startNetwork(id, spec, pid); err != nil {
+		return err
+	}
+	if err := m.startPublish(id, spec, pid); err != nil {
+		m.stopNetwork(id)
+		return err
+	}
+	return nil
+}
+
+// stopPublish ends the ports this process publishes for id, if any.
+func (m *Mechanism) stopPublish(id string) {
+	m.nets.mu.Lock()
+	ps := m.nets.pubs[id]
+	delete(m.nets.pubs, id)
+	m.nets.mu.Unlock()
+	ps.Close()
+}
+
+// Address implements mechanism.Addresser: the host's loopback address
+// ("127.0.0.1:PORT") where port of the running container id is
+// published, or "" when it is not running or does not publish port.
+// It reads files only (no runtime call): the container runs when the
+// init of published.json is alive and in the container's cgroup.
+func (m *Mechanism) Address(ctx context.Context, id string, port int) (string, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return "", err
+	}
+	sb, err := m.load(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+	}
+	if err != nil {
+		return "", err
+	}
+	pid, err := m.initPid(id)
+	if err != nil || m.cgroupOf(sb) == nil {
+		return "", nil // not running
+	}
+	return egress.PublishedAddr(m.publishedPath(id), pid, port), nil
+}
