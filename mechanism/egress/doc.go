@@ -50,6 +50,30 @@
 // kernel's own TCP in the sandbox's namespace and splice between two
 // kernel sockets cost less than parsing every packet in Go.
 //
+// # Rootless
+//
+// A manager that is not root (a rootless jail: the sandbox's namespaces
+// belong to a user namespace this user made) gets the same egress from
+// the same Attach. It cannot enter the namespace itself: setns(2) into a
+// user namespace refuses a multithreaded process, so every Go process.
+// util-linux's nsenter (a single-threaded C program, Essential in
+// Debian) joins the sandbox's user and network namespaces and executes
+// this binary there, as root of that user namespace (which owns the
+// network namespace); it sets the namespace up as the root path does
+// (lo, the route, the packet filter, the proxy's and the resolver's
+// sockets), hands the sockets to the manager over a socket pair
+// (SCM_RIGHTS) and exits: this package's init takes that role before
+// main runs, so no program needs to call anything. The manager serves
+// the sockets and dials out from its own network namespace as its own
+// user. What differs from root: nobody stays in the namespace to change
+// its packet filter, so it is always the one without a policy (every
+// TCP connection to the proxy, the forbidden destinations refused at
+// connect) and a policy is enforced by the proxy alone, with the same
+// checks: a connection it does not allow is accepted and reset at once,
+// before a byte leaves, rather than refused at connect. Publish stays
+// root's (it enters the namespace for each connection).
+// RootlessSupported says whether nsenter is there.
+//
 // # The guarantee of a policy
 //
 // With no policy (nil) every public destination is reachable. With an
@@ -88,7 +112,8 @@
 // CIDR rules, that a blocked TCP connection may look accepted from inside,
 // and that its default resolver 8.8.8.8 is allowed whenever a domain is;
 // here any port is filtered by name, a destination no entry can allow is
-// reset at connect, and no outside resolver is ever allowed implicitly.
+// reset at connect (rootless: at once after it, before a byte leaves),
+// and no outside resolver is ever allowed implicitly.
 // Sprites documents DNS-based filtering by exact and wildcard domains,
 // changes that apply at once and terminate existing connections to newly
 // blocked domains, and REFUSED for denied lookups; here the same, and a

@@ -23,10 +23,24 @@ import (
 
 // box is a network namespace standing in for a sandbox, with its proxy.
 type box struct {
-	t  *testing.T
-	in *egresstest.Internet
-	ns int
-	p  *egress.Proxy
+	t     *testing.T
+	in    *egresstest.Internet
+	ns    int
+	p     *egress.Proxy
+	agent *agent // rootless: a process in the sandbox's namespaces dials (rootless_test.go)
+}
+
+// connect opens a socket connected to addr from inside the sandbox.
+func (b *box) connect(network, addr string) (net.Conn, error) {
+	if b.agent != nil {
+		return b.agent.dial(network, addr)
+	}
+	var c net.Conn
+	err := egresstest.In(b.ns, func() (err error) {
+		c, err = net.DialTimeout(network, addr, 3*time.Second)
+		return
+	})
+	return c, err
 }
 
 func newBox(t *testing.T, in *egresstest.Internet, allow []string) *box {
@@ -55,8 +69,8 @@ func newBox(t *testing.T, in *egresstest.Internet, allow []string) *box {
 func (b *box) resolve(server, name string) ([]netip.Addr, int, error) {
 	var addrs []netip.Addr
 	rcode := -1
-	err := egresstest.In(b.ns, func() error {
-		c, err := net.DialTimeout("udp4", server, time.Second)
+	err := func() error {
+		c, err := b.connect("udp4", server)
 		if err != nil {
 			return err
 		}
@@ -80,19 +94,12 @@ func (b *box) resolve(server, name string) ([]netip.Addr, int, error) {
 			}
 		}
 		return nil
-	})
+	}()
 	return addrs, rcode, err
 }
 
 // dial connects from inside the sandbox.
-func (b *box) dial(addr string) (net.Conn, error) {
-	var c net.Conn
-	err := egresstest.In(b.ns, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, 3*time.Second)
-		return
-	})
-	return c, err
-}
+func (b *box) dial(addr string) (net.Conn, error) { return b.connect("tcp4", addr) }
 
 // get fetches / from addr with Host host over HTTP, or over TLS with
 // SNI sni when sni != "", and returns the body's first line.

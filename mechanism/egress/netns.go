@@ -269,6 +269,9 @@ func (f *nft) outRules(policed bool) {
 // setPolicy replaces the filter's rules and sets for pol (nil: no
 // policy), with hosts the addresses the sandbox resolved allowed names to.
 func (f *nft) setPolicy(pol *Policy, hosts []netip.Addr) error {
+	if f == nil {
+		return nil // rootless: the proxy enforces pol alone
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.c.FlushChain(f.out)
@@ -290,6 +293,9 @@ func (f *nft) setPolicy(pol *Policy, hosts []netip.Addr) error {
 
 // addHosts lets TCP to addrs reach the proxy.
 func (f *nft) addHosts(addrs []netip.Addr) error {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.addHostsLocked(addrs); err != nil {

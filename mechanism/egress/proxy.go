@@ -124,9 +124,19 @@ func (f *flow) close() {
 
 // Attach gives the sandbox whose network namespace is pid's its egress:
 // it sets up the namespace (it must be fresh, with only lo) and starts
-// serving. policy nil allows every public destination. The caller must
-// be root (CAP_SYS_ADMIN and CAP_NET_ADMIN over the namespace).
+// serving. policy nil allows every public destination. As root it enters
+// the namespace itself; as another user, pid must be in a user namespace
+// this user owns (a rootless sandbox), which a helper executed there sets
+// up (see the package doc's Rootless).
 func Attach(pid int, policy *Policy, cfg Config) (*Proxy, error) {
+	if os.Geteuid() != 0 {
+		cfg = cfg.withDefaults()
+		ns, err := attachRootless(pid, cfg.AllowPrivate)
+		if err != nil {
+			return nil, err
+		}
+		return serve(ns, policy, cfg)
+	}
 	fd, err := openPidNetns(pid)
 	if err != nil {
 		return nil, err
@@ -142,6 +152,11 @@ func AttachNetns(nsfd int, policy *Policy, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	return serve(ns, policy, cfg)
+}
+
+// serve starts the proxy of a namespace set up for it.
+func serve(ns *namespace, policy *Policy, cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, ns: ns, sem: make(chan struct{}, cfg.MaxConns), lim: rate.NewLimiter(rate.Limit(cfg.ConnRate), int(2*cfg.ConnRate)+1), policy: policy,
 		flows: map[*flow]struct{}{}, resolved: map[netip.Addr]map[string]time.Time{}, done: make(chan struct{})}
 	if policy != nil {

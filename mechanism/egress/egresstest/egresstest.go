@@ -61,6 +61,8 @@ type Internet struct {
 	mu      sync.Mutex
 	closers []func()
 	wg      sync.WaitGroup
+
+	dialPath string // in a run of Unprivileged: the parent's dial socket
 }
 
 // New builds an Internet that lives until t ends. It needs root.
@@ -229,6 +231,9 @@ func (in *Internet) serveDNS(t testing.TB) {
 
 // Dial dials inside the fake internet (for egress.Config.Dial).
 func (in *Internet) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if in.dialPath != "" {
+		return dialVia(ctx, in.dialPath, network, addr)
+	}
 	var c net.Conn
 	err := In(in.NS, func() (err error) {
 		var d net.Dialer
