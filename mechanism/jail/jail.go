@@ -152,14 +152,15 @@ func (j *Jail) RequiredCapabilities() []mechanism.Capability {
 // ConstructedCapabilities: the wall-clock budget is enforced by the jail,
 // and as root the egress allow list by its proxy (network.go).
 func (j *Jail) ConstructedCapabilities() []mechanism.Capability {
+	q := j.quotaCaps() // disk_quota is made by the jail (quota.go)
 	if !j.rootless {
-		return []mechanism.Capability{mechanism.TimeBudget, mechanism.EgressAllowlist}
+		return append([]mechanism.Capability{mechanism.TimeBudget, mechanism.EgressAllowlist}, q...)
 	}
-	return []mechanism.Capability{mechanism.TimeBudget}
+	return append([]mechanism.Capability{mechanism.TimeBudget}, q...)
 }
 
-// GuaranteedCapabilities: everything but disk quotas, and egress allow
-// lists without root.
+// GuaranteedCapabilities: everything, but disk quotas only where the host
+// allows them (quota.go), and egress allow lists only as root.
 func (j *Jail) GuaranteedCapabilities() []mechanism.Capability {
 	cs := []mechanism.Capability{
 		mechanism.ProcessSeparation, mechanism.FilesystemConfinement, mechanism.PrivilegeSeparation,
@@ -169,7 +170,7 @@ func (j *Jail) GuaranteedCapabilities() []mechanism.Capability {
 	if !j.rootless {
 		cs = append(cs, mechanism.EgressAllowlist)
 	}
-	return cs
+	return append(cs, j.quotaCaps()...) // disk_quota where the host allows it (quota.go)
 }
 
 // Owner returns the host uid and gid the workload's files are owned by;
@@ -195,6 +196,7 @@ type state struct {
 	Socket    string           `json:"socket,omitempty"`
 	Frozen    bool             `json:"frozen,omitempty"` // by Freeze, until Thaw or the init's end
 	Note      string           `json:"note,omitempty"`
+	Quota     *homeQuota       `json:"quota,omitempty"` // Spec.DiskBytes in force (quota.go)
 }
 
 func (j *Jail) dir(id string) string { return filepath.Join(j.cfg.StateDir, id) }
@@ -339,6 +341,9 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 		}
 		st.HomeDir, st.OwnHome = filepath.Join(dir, "home"), true
 	}
+	if err := j.applyQuota(ctx, dir, st, uid, gid); err != nil { // quota.go
+		return err
+	}
 	if err := os.Chown(st.HomeDir, uid, gid); err != nil {
 		return err
 	}
@@ -472,6 +477,11 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	}
 	if alive(st) {
 		return j.adoptNetwork(st) // a new manager takes over a running sandbox
+	}
+	// A home unmounted by a reboot is mounted again before the sandbox's
+	// namespaces are made from the host's (quota.go).
+	if err := j.ensureQuota(st); err != nil {
+		return err
 	}
 	var rs *restrictedStart
 	if born {
@@ -881,6 +891,9 @@ func (j *Jail) Destroy(ctx context.Context, id string) error {
 		return err
 	}
 	if err := j.stop(ctx, id, false); err != nil {
+		return err
+	}
+	if err := j.releaseQuota(id); err != nil { // quota.go
 		return err
 	}
 	dir := j.dir(id)
