@@ -143,6 +143,10 @@ func TestInteractiveTerminal(t *testing.T) {
 	}
 	r.send("stty size\r")
 	r.expect("24 80\r\n")
+	// The terminal is the sandbox's own (its devpts), so it has a name
+	// there, and it is the sandbox user's.
+	r.send("tty; stat -c %U /dev/pts/0\r")
+	r.expect("/dev/pts/0\r\nsprite\r\n")
 	if err := pty.Setsize(r.ptm, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {
 		t.Fatal(err)
 	}

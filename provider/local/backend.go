@@ -54,6 +54,16 @@ func (b *backend) StartProcess(ctx context.Context, s supervisor.ProcessSpec) (s
 	return proc{p}, nil
 }
 
+// OpenTerminal opens a TTY session's terminal in the sandbox's own
+// devpts where the mechanism has one (supervisor.Terminals).
+func (b *backend) OpenTerminal(ctx context.Context) (master, slave *os.File, err error) {
+	t, ok := b.m.(mechanism.Terminals)
+	if !ok {
+		return nil, nil, mechanism.ErrNotSupported
+	}
+	return t.OpenTerminal(ctx, b.id)
+}
+
 func (b *backend) UpdateEgress(ctx context.Context, allow []string) error {
 	return notSupported(mechanism.UpdateEgress(ctx, b.m, b.id, allow))
 }

@@ -39,6 +39,14 @@ type Backend interface {
 	Destroy(ctx context.Context) error
 }
 
+// Terminals is a Backend whose sandbox has a devpts of its own: a TTY
+// session's terminal is opened there (mechanism.Terminals), so it has a
+// name inside the sandbox. Without it, or when it fails, the terminal is
+// the host's.
+type Terminals interface {
+	OpenTerminal(ctx context.Context) (master, slave *os.File, err error)
+}
+
 // Freezer is a Backend that can freeze every process of its sandbox at
 // once (the jail's cgroup freezer), which suspend prefers to stopping the
 // sessions one process group at a time. ErrNotSupported from Freeze means
@@ -475,7 +483,7 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if err := w.SetCap(ReadRetention(s.dir).MaxSessionBytes); err != nil && s.log != nil {
 		s.log.Warn("session journal not capped", "err", err)
 	}
-	io, err := openStdio(req)
+	io, err := openStdio(req, s.terminal(ctx))
 	if err != nil {
 		w.Close()
 		return fail(codeInternal, err)
@@ -1252,9 +1260,26 @@ type stdio struct {
 	outR, outW, errR, errW, inR, inW *os.File
 }
 
-func openStdio(req *request) (*stdio, error) {
+// terminal opens a TTY session's terminal: in the sandbox's devpts when
+// the backend can, else on the host's (logged).
+func (s *server) terminal(ctx context.Context) func() (master, slave *os.File, err error) {
+	return func() (*os.File, *os.File, error) {
+		if t, ok := s.b.(Terminals); ok {
+			m, sl, err := t.OpenTerminal(ctx)
+			if err == nil {
+				return m, sl, nil
+			}
+			if s.log != nil {
+				s.log.Warn("terminal opened on the host's devpts: the sandbox's refused", "err", err)
+			}
+		}
+		return pty.Open()
+	}
+}
+
+func openStdio(req *request, openTerminal func() (master, slave *os.File, err error)) (*stdio, error) {
 	if req.TTY {
-		master, slave, err := pty.Open()
+		master, slave, err := openTerminal()
 		if err != nil {
 			return nil, err
 		}
