@@ -50,6 +50,8 @@ type launchConfig struct {
 	Entered bool
 	// Image: the sandbox runs on an image's root (image.go).
 	Image *imageLaunch `json:",omitempty"`
+	// Mounts: host paths bound into the tree (mounts.go).
+	Mounts []mechanism.Mount `json:",omitempty"`
 }
 
 // init takes the helper role before main runs: a process this package
@@ -431,6 +433,9 @@ func buildTreeShared(cfg launchConfig) error {
 	if err := os.Mkdir(r+"/root", 0o700); err != nil {
 		return err
 	}
+	if err := makeMountPoints(r, cfg.Mounts); err != nil { // mounts.go
+		return err
+	}
 	// The runtime, read-only with the root.
 	for _, b := range binds {
 		if err := mount(b[0], b[1], "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
@@ -471,7 +476,10 @@ func finishTree(cfg launchConfig, det *detached) error {
 	if err := det.place(detShm, dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	return mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k")
+	if err := mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	return placeMounts(cfg) // mounts.go
 }
 
 // enterRoot mounts what belongs to the sandbox's pid namespace (/proc)
@@ -562,6 +570,9 @@ func dropPrivileges(cfg launchConfig, prog seccompProgram) error {
 		return err
 	}
 	defer unix.Close(rfd)
+	if err := addMountRules(rfd, cfg.Mounts, openMountedTarget); err != nil { // mounts.go
+		return err
+	}
 	if err := ll.AllThreadsLandlockRestrictSelf(rfd, 0); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
 	}

@@ -216,6 +216,9 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 		return err
 	}
 	defer unix.Close(rfd)
+	if err = addMountRules(rfd, lc.Mounts, openSource); err != nil { // mounts.go
+		return err
+	}
 	return restrictThread(keepCaps, rfd)
 }
 
@@ -326,6 +329,9 @@ func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
 		return buildImageBeside(mnt, uts, lc)
 	}
 	cloned := false
+	if len(lc.Mounts) > 0 {
+		tmpl = &treeTemplate{} // its own root, with mount points (mounts.go): no template
+	}
 	if tmpl.ready() && !tmpl.fresh() {
 		tmpl.invalidate() // the host replaced something it binds
 	}

@@ -166,6 +166,7 @@ func buildTemplate(cfg launchConfig) (ns, root int, err error) {
 		return -1, -1, fmt.Errorf("unshare: %w", err)
 	}
 	treeUmask()
+	cfg.Mounts = nil // no sandbox's mount points in the shared tree
 	if err := buildTreeShared(cfg); err != nil {
 		return -1, -1, err
 	}
