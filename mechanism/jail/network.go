@@ -89,7 +89,7 @@ func validateNetwork(spec mechanism.Spec) error {
 // networkOf is the network the sandbox of spec gets from this jail.
 func (j *Jail) networkOf(spec mechanism.Spec) string {
 	if spec.Network == "" {
-		if j.rootless {
+		if j.rootless && !rootlessEgress() {
 			return mechanism.NetworkNone
 		}
 		return mechanism.NetworkEgress
@@ -121,9 +121,10 @@ func (j *Jail) startNetwork(st *state, pid int, done <-chan struct{}) error {
 	if j.networkOf(st.Spec) != mechanism.NetworkEgress {
 		return nil
 	}
-	if j.rootless {
+	if j.rootless && !rootlessEgress() {
+		_, why := egress.RootlessSupported()
 		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
-			Name: mechanism.EgressAllowlist, Detail: "egress needs root (the proxy enters the sandbox's network namespace)"}}}
+			Name: mechanism.EgressAllowlist, Detail: why}}}
 	}
 	pol, err := j.policyOf(st)
 	if err != nil {
@@ -192,13 +193,10 @@ func (n *netStart) abort() {
 // process that started it died: its connections are refused since) a
 // proxy in this process again.
 func (j *Jail) adoptNetwork(st *state) error {
-	if j.rootless {
-		return nil
-	}
 	j.nets.mu.Lock()
 	_, pubOurs := j.nets.pubs[st.ID]
 	j.nets.mu.Unlock()
-	if !pubOurs && len(st.Spec.Publish) > 0 {
+	if !j.rootless && !pubOurs && len(st.Spec.Publish) > 0 {
 		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !egress.Listening(addr) {
 			if err := j.startPublish(st, st.InitPid); err != nil {
 				return err
@@ -272,4 +270,11 @@ func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) erro
 		return err
 	}
 	return egress.Apply(ctx, j.egressSocket(id), allow)
+}
+
+// rootlessEgress reports whether a rootless jail gives its sandboxes
+// egress here (mechanism/egress's helper can enter their namespaces).
+func rootlessEgress() bool {
+	ok, _ := egress.RootlessSupported()
+	return ok
 }

@@ -48,7 +48,8 @@ const UnprivilegedUID = 65534
 // with -test.run selecting the calling test (and sub, a subtest pattern,
 // when not ""), with a temporary and home directory of that user's, logs
 // its output, fails the test when the run failed or ran nothing, skips
-// it when the run skipped, and returns nil. In that run it returns an
+// it when the run or a subtest skipped (fails under CI=true), and
+// returns nil. In that run it returns an
 // Internet whose Dial asks the parent to dial in the fake internet and
 // hand the connection over (SCM_RIGHTS): only the parent can enter the
 // fake internet's namespace. Without root it skips (fails under CI=true).
@@ -73,10 +74,12 @@ func Unprivileged(t *testing.T, sub string) *Internet {
 			_ = os.Chmod(d, st.Mode().Perm()|0o011)
 		}
 	}
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
+	// Short: Unix sockets the run binds below it must fit in 108 bytes.
+	home, err := os.MkdirTemp("", "u")
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(home) })
 	if err := os.Chown(home, UnprivilegedUID, UnprivilegedUID); err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +138,10 @@ func Unprivileged(t *testing.T, sub string) *Internet {
 	switch {
 	case err != nil:
 		t.Fatalf("the run as uid %d failed: %v", UnprivilegedUID, err)
-	case strings.Contains(out.String(), "--- PASS: "+t.Name()):
 	case strings.Contains(out.String(), "--- SKIP: "+t.Name()):
+		// The test or one of its subtests skipped.
 		testenv.Require(t, false, "the run as uid 65534 skipped (see its log)")
+	case strings.Contains(out.String(), "--- PASS: "+t.Name()):
 	default:
 		t.Fatalf("the run as uid %d ran no test %s", UnprivilegedUID, run)
 	}
