@@ -150,10 +150,11 @@ func (j *Jail) RequiredCapabilities() []mechanism.Capability {
 }
 
 // ConstructedCapabilities: the wall-clock budget is enforced by the jail,
-// and as root the egress allow list by its proxy (network.go).
+// and the egress allow list by its proxy (network.go; without root where
+// mechanism/egress can enter the sandbox's user namespace).
 func (j *Jail) ConstructedCapabilities() []mechanism.Capability {
 	q := j.quotaCaps() // disk_quota is made by the jail (quota.go)
-	if !j.rootless {
+	if !j.rootless || rootlessEgress() {
 		return append([]mechanism.Capability{mechanism.TimeBudget, mechanism.EgressAllowlist, mechanism.HostMounts}, q...)
 	}
 	return append([]mechanism.Capability{mechanism.TimeBudget, mechanism.HostMounts}, q...)
@@ -168,7 +169,7 @@ func (j *Jail) GuaranteedCapabilities() []mechanism.Capability {
 		mechanism.ResourceLimits, mechanism.MemoryCap, mechanism.PidsCap, mechanism.CPUCap, mechanism.TimeBudget,
 		mechanism.HostMounts, // mounts.go
 	}
-	if !j.rootless {
+	if !j.rootless || rootlessEgress() {
 		cs = append(cs, mechanism.EgressAllowlist)
 	}
 	return append(cs, j.quotaCaps()...) // disk_quota where the host allows it (quota.go)
