@@ -131,7 +131,7 @@ func (m *Mechanism) ConstructedCapabilities() []mechanism.Capability {
 	if m.egressOK() {
 		c = append(c, mechanism.EgressAllowlist) // network.go
 	}
-	return c
+	return append(c, m.quotaCaps()...) // disk_quota where the host allows it (quota.go)
 }
 
 // GuaranteedCapabilities: the isolation, the CPU quota and the wall-clock
@@ -145,7 +145,7 @@ func (m *Mechanism) GuaranteedCapabilities() []mechanism.Capability {
 	if m.egressOK() {
 		g = append(g, mechanism.EgressAllowlist)
 	}
-	return g
+	return append(g, m.quotaCaps()...) // quota.go
 }
 
 // Owner returns the host uid and gid the workload's files are owned by.
@@ -362,6 +362,9 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 	defer log.Close()
 	pidFile := filepath.Join(m.dir(sb.ID), "init.pid")
 	_ = os.Remove(pidFile)
+	if err := m.mountHome(ctx, sb); err != nil { // quota.go
+		return err
+	}
 	if err := m.mountImage(sb); err != nil {
 		return err
 	}
@@ -385,6 +388,9 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 func (m *Mechanism) remove(ctx context.Context, sb *sandbox) error {
 	err := m.deleteContainer(ctx, sb.ID)
 	m.removeCgroups(ctx, sb)
+	if qerr := m.releaseHome(sb.ID); qerr != nil && err == nil { // quota.go
+		err = qerr
+	}
 	unmountImage(m.dir(sb.ID))
 	if rerr := removeAll(m.dir(sb.ID)); rerr != nil && err == nil {
 		err = rerr
@@ -575,6 +581,9 @@ func (m *Mechanism) Destroy(ctx context.Context, id string) error {
 			if _, serr := m.state(ctx, id); serr == nil {
 				return m.deleteContainer(ctx, id)
 			}
+		}
+		if err := m.releaseHome(id); err != nil { // quota.go
+			return err
 		}
 		unmountImage(m.dir(id))
 		return removeAll(m.dir(id))

@@ -1,0 +1,131 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/diskquota"
+)
+
+// A sandbox's Spec.DiskBytes bounds its home as in the jail
+// (mechanism/internal/diskquota): as root on a state file system without
+// project quotas, a loop-mounted ext4 image of the limit's size
+// (home.img in the sandbox's directory) mounted on the home before the
+// runtime's create binds it into the container, mounted again by a later
+// create after a reboot, and released when the sandbox is removed. A
+// project quota needs the workload in a user namespace of its own, which
+// the containers here are not, so the loop device serves. The quota is
+// recorded in quota.json next to spec.json.
+
+// quotaSupport caches diskquota.Probe per state directory.
+var quotaSupport sync.Map // base dir → diskquota.Support
+
+func (m *Mechanism) diskSupport() diskquota.Support {
+	if s, ok := quotaSupport.Load(m.base); ok {
+		return s.(diskquota.Support)
+	}
+	s := diskquota.Probe(m.base, false)
+	quotaSupport.Store(m.base, s)
+	return s
+}
+
+// quotaCaps is disk_quota when this host can enforce it, else nothing.
+func (m *Mechanism) quotaCaps() []mechanism.Capability {
+	if m.diskSupport().Available() {
+		return []mechanism.Capability{mechanism.DiskQuota}
+	}
+	return nil
+}
+
+// DiskQuotaMethod says how a sandbox's Spec.DiskBytes is enforced on this
+// host ("project" or "loop") with the reason, or "" and why it cannot be.
+func (m *Mechanism) DiskQuotaMethod() (method, detail string) {
+	s := m.diskSupport()
+	return string(s.Method), s.Detail
+}
+
+// homeQuota is quota.json: the quota and the home it is on.
+type homeQuota struct {
+	Home  string           `json:"home"`
+	Quota *diskquota.Quota `json:"quota"`
+}
+
+func (m *Mechanism) quotaFile(id string) string { return filepath.Join(m.dir(id), "quota.json") }
+
+func (m *Mechanism) loadQuota(id string) (*homeQuota, error) {
+	b, err := os.ReadFile(m.quotaFile(id))
+	if err != nil {
+		return nil, err
+	}
+	var q homeQuota
+	if err := json.Unmarshal(b, &q); err != nil {
+		return nil, fmt.Errorf("oci: %s: %w", m.quotaFile(id), err)
+	}
+	return &q, nil
+}
+
+// mountHome puts sb.Spec.DiskBytes in force on sb.HomeDir before the
+// runtime binds it: the first time it applies it, later it mounts it again
+// where a reboot unmounted it.
+func (m *Mechanism) mountHome(ctx context.Context, sb *sandbox) error {
+	if sb.Spec.DiskBytes <= 0 {
+		return nil
+	}
+	q, err := m.loadQuota(sb.ID)
+	if err == nil {
+		return named(m, q.Quota.Ensure(q.Home))
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	image := filepath.Join(m.dir(sb.ID), "home.img")
+	if ok, err := diskquota.Mounted(sb.HomeDir, image); err != nil {
+		return err
+	} else if ok { // a create cut short before it wrote quota.json
+		if err := (&diskquota.Quota{Method: diskquota.Loop, Image: image}).Release(sb.HomeDir); err != nil {
+			return err
+		}
+	}
+	dq, err := diskquota.Apply(ctx, sb.HomeDir, sb.Spec.DiskBytes, diskquota.Options{Image: image, UID: UID, GID: GID})
+	if err != nil {
+		return named(m, err)
+	}
+	b, _ := json.Marshal(homeQuota{Home: sb.HomeDir, Quota: dq})
+	if err := os.WriteFile(m.quotaFile(sb.ID), b, 0o600); err != nil {
+		_ = dq.Release(sb.HomeDir)
+		return err
+	}
+	return nil
+}
+
+// releaseHome ends the quota of sandbox id, whose container is gone,
+// before its directory is removed.
+func (m *Mechanism) releaseHome(id string) error {
+	q, err := m.loadQuota(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := q.Quota.Release(q.Home); err != nil {
+		return err
+	}
+	return os.Remove(m.quotaFile(id))
+}
+
+// named makes a diskquota refusal name this mechanism.
+func named(m *Mechanism, err error) error {
+	var u *mechanism.UnavailableError
+	if errors.As(err, &u) {
+		u.Mechanism = m.Name()
+	}
+	return err
+}
