@@ -248,11 +248,15 @@ type Limits struct {
 	Pids        int
 	CPUMillis   int           // 1000 = one core
 	WallClock   time.Duration // budget for each command
+	// DiskBytes bounds what the sandbox's home may hold (a disk quota),
+	// where the provider can enforce one (provider/local as root);
+	// every other provider refuses it.
+	DiskBytes int64
 }
 
 // Validate refuses a negative limit: Invalid{limits}.
 func (l Limits) Validate() error {
-	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 {
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.WallClock < 0 || l.DiskBytes < 0 {
 		return Invalid("limits", "a limit is negative")
 	}
 	return nil
