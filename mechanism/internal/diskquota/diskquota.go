@@ -166,8 +166,9 @@ type Options struct {
 	UID, GID int
 }
 
-// Apply enforces a limit of bytes on home, an empty directory (a loop
-// file system is mounted over it, hiding anything in it). The caller
+// Apply enforces a limit of bytes on home, a directory: what it holds is
+// charged to the limit (moved into a loop file system, or given the
+// home's project id). The caller
 // records the returned Quota and gives it to Ensure and Release. A host
 // that allows no method gives a *mechanism.UnavailableError naming
 // disk_quota; a limit below MinBytes is Invalid.
@@ -190,6 +191,9 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 			return nil, unavailable(fmt.Sprintf("set a project id on %s: %v", home, err))
 		}
 		q := &Quota{Method: Project, Bytes: bytes, ProjID: id}
+		if err := projectTree(home, id); err != nil {
+			return nil, unavailable(fmt.Sprintf("charge the files of %s to its project: %v", home, err))
+		}
 		if err := setLimit(home, id, bytes); err != nil {
 			return nil, unavailable(fmt.Sprintf("set the project quota of %s: %v", home, err))
 		}
@@ -203,6 +207,14 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 			return nil, mechanism.Invalid("Image", "a loop quota needs an absolute image path")
 		}
 		q := &Quota{Method: Loop, Bytes: bytes, Image: o.Image}
+		// The directory under the mount point, for the files the home
+		// already has (an image's seeded home): they move into the new
+		// file system.
+		under, err := os.Open(home)
+		if err != nil {
+			return nil, err
+		}
+		defer under.Close()
 		if err := makeImage(ctx, o.Image, bytes, o.UID, o.GID); err != nil {
 			_ = os.Remove(o.Image)
 			return nil, unavailable(err.Error())
@@ -214,6 +226,10 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 		// The home is the file system's root: no lost+found in it (e2fsck
 		// makes one again if it ever needs it).
 		_ = os.Remove(filepath.Join(home, "lost+found"))
+		if err := moveUnder(ctx, under, home); err != nil {
+			_ = q.Release(home)
+			return nil, err
+		}
 		return q, nil
 	}
 	return nil, mechanism.Invalid("Method", fmt.Sprintf("%q is not project or loop", m))
@@ -488,16 +504,7 @@ func setProject(home string) (uint32, error) {
 		if id == 0 {
 			id = 1 << 31
 		}
-		var x fsxattr
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFsGetXattr, uintptr(unsafe.Pointer(&x))); e != 0 {
-			return fmt.Errorf("FS_IOC_FSGETXATTR: %w", e)
-		}
-		x.ProjID = id
-		x.XFlags |= fsXflagProjInherit
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFsSetXattr, uintptr(unsafe.Pointer(&x))); e != 0 {
-			return fmt.Errorf("FS_IOC_FSSETXATTR: %w", e)
-		}
-		return nil
+		return setProjectFd(fd, id, true)
 	})
 	return id, err
 }
@@ -523,4 +530,70 @@ func ProjectUse(path string, id uint32) (used, limit int64, err error) {
 		return nil
 	})
 	return used, limit, err
+}
+
+// moveUnder copies what the directory under (the home before the mount)
+// holds into home, owners, modes and times kept (cp -a), then removes it
+// from under, so that the host keeps one copy, inside the limit. Files
+// that do not fit are Invalid: the limit is smaller than the home.
+func moveUnder(ctx context.Context, under *os.File, home string) error {
+	names, err := under.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "cp", "-a", "--", "/proc/self/fd/3/.", home+"/")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.ExtraFiles = []*os.File{under}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if strings.Contains(string(out), "No space left") {
+			return mechanism.Invalid("Limits.DiskBytes", fmt.Sprintf("the files already in %s do not fit in the quota", home))
+		}
+		return fmt.Errorf("copy the files of %s into its quota: %v: %s", home, err, strings.TrimSpace(string(out)))
+	}
+	dir := fmt.Sprintf("/proc/self/fd/%d", under.Fd())
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// projectTree charges what home already holds to project id (the files
+// made from now on inherit it): each directory and regular file below it
+// gets the id, each directory PROJINHERIT. Symbolic links and special
+// files take no space of their own and are left.
+func projectTree(home string, id uint32) error {
+	return filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == home {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return setProjectFd(fd, id, d.IsDir())
+	})
+}
+
+func setProjectFd(fd int, id uint32, dir bool) error {
+	var x fsxattr
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFsGetXattr, uintptr(unsafe.Pointer(&x))); e != 0 {
+		return fmt.Errorf("FS_IOC_FSGETXATTR: %w", e)
+	}
+	x.ProjID = id
+	if dir {
+		x.XFlags |= fsXflagProjInherit
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFsSetXattr, uintptr(unsafe.Pointer(&x))); e != 0 {
+		return fmt.Errorf("FS_IOC_FSSETXATTR: %w", e)
+	}
+	return nil
 }

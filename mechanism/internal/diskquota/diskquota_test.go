@@ -404,3 +404,59 @@ func TestVerifyProject(t *testing.T) {
 		t.Fatalf("Verify on prjquota: %+v", s)
 	}
 }
+
+// What the home held before (an image's seeded home) is in the quota's
+// file system after, owners and modes kept, and no longer under it.
+func TestLoopKeepsTheHomesFiles(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	if err := os.MkdirAll(filepath.Join(home, ".config", "app"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".config", "app", "rc"), []byte("seeded"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(home, ".config"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(".config/app/rc", filepath.Join(home, "link")); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	if b, err := os.ReadFile(filepath.Join(home, "link")); err != nil || string(b) != "seeded" {
+		t.Fatalf("the seeded file through its link: %q, %v", b, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(home, ".config", "app", "rc"), &st); err != nil || st.Mode&0o777 != 0o640 {
+		t.Fatalf("mode %o, %v", st.Mode&0o777, err)
+	}
+	if err := unix.Stat(filepath.Join(home, ".config"), &st); err != nil || st.Uid != 1000 {
+		t.Fatalf("owner %d, %v", st.Uid, err)
+	}
+	if err := q.Release(home); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(home); err != nil || len(ents) != 0 {
+		t.Fatalf("under the mount point after Release: %v, %v", ents, err)
+	}
+	// A home larger than the limit is refused, and left as it was.
+	if err := os.WriteFile(filepath.Join(home, "big"), make([]byte, 3<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Apply(context.Background(), home, 2<<20, Options{Method: Loop, Image: image})
+	var inv *mechanism.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("a 3 MiB home under 2 MiB: %v, want Invalid", err)
+	}
+	if fi, err := os.Stat(filepath.Join(home, "big")); err != nil || fi.Size() != 3<<20 || mountedAt(t, home) {
+		t.Fatalf("after the refusal: %v, %v, mounted %v", fi, err, mountedAt(t, home))
+	}
+	if _, err := os.Stat(image); !os.IsNotExist(err) {
+		t.Fatalf("image left after the refusal: %v", err)
+	}
+}
