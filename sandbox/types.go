@@ -233,6 +233,11 @@ type CreateOptions struct {
 	// the jail as root): PublicURL is then http://127.0.0.1:PORT for the
 	// first. Callers such as the CLI refuse it for the others.
 	Publish []int
+	// Mounts are host files and directories bound into the sandbox
+	// (docker's -v HOST:SANDBOX[:ro]; mounts.go), where the provider runs
+	// sandboxes on this machine (provider/local). Every other provider
+	// refuses a Create with mounts (CheckNoMounts), never drops them.
+	Mounts []Mount
 }
 
 // The values of CreateOptions.Network.

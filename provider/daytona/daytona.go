@@ -217,6 +217,9 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
+	if err := sandbox.CheckNoMounts(Name, opts); err != nil {
+		return nil, err
+	}
 	if opts.Limits != (sandbox.Limits{}) {
 		return nil, sandbox.Invalid("limits", "the daytona provider does not apply sandbox.Limits")
 	}

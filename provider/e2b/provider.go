@@ -71,6 +71,9 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, err
 	}
+	if err := sandbox.CheckNoMounts(Name, opts); err != nil {
+		return nil, err
+	}
 	if opts.Limits != (sandbox.Limits{}) {
 		return nil, sandbox.Invalid("limits", "e2b sizes sandboxes by template; per-sandbox limits cannot be applied")
 	}

@@ -137,8 +137,11 @@ func (p *Provider) lookup(h *sandbox.Handle) (*box, error) {
 }
 
 // Create inserts the name if absent; it always adopts.
-func (p *Provider) Create(ctx context.Context, name string, _ sandbox.CreateOptions) (*sandbox.Handle, error) {
+func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	if err := sandbox.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := sandbox.CheckNoMounts(p.Name(), opts); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()

@@ -162,6 +162,11 @@ func malformed(what string, res []byte) error {
 // enforce.
 func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	h := sandbox.BuildHandle(Name, name)
+	// A runner's sandboxes are on its user's machine: no host path of
+	// the platform's means anything there.
+	if err := sandbox.CheckNoMounts(Name, opts); err != nil {
+		return nil, err
+	}
 	req := &wire.Request{Op: wire.OpCreate}
 	if l := opts.Limits; l != (sandbox.Limits{}) {
 		if err := l.Validate(); err != nil {

@@ -107,6 +107,9 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, err
 	}
+	if err := sandbox.CheckNoMounts(ProviderName, opts); err != nil {
+		return nil, err
+	}
 	if opts.Limits != (sandbox.Limits{}) {
 		return nil, sandbox.Invalid("limits", "Sprites cannot enforce resource limits chosen at creation")
 	}
