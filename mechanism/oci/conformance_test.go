@@ -25,18 +25,20 @@ func TestConformanceRunc(t *testing.T) {
 var runscNotDemonstrated = map[string]string{
 	"memory": "a memory breach OOM-kills the sentry (the whole sandbox), so the workload cannot be shown killed with the sandbox surviving",
 	"pids":   "gVisor's tasks are not host processes; pids.max does not count them",
-	"egress": "gVisor keeps its own network stack (--network=none), which the egress proxy cannot enter: oci/runsc claims no egress_allowlist",
 }
 
 func TestConformanceRunsc(t *testing.T) {
 	requireRuntime(t, "runsc")
+	in := egresstest.New(t)
 	var mu sync.Mutex
 	var subs []*testing.T
-	mechanismtest.Run(t, factory("runsc", func(st *testing.T) {
+	net := factoryNet("runsc", in)
+	mechanismtest.Run(t, func(st *testing.T) mechanism.Mechanism {
 		mu.Lock()
 		subs = append(subs, st)
 		mu.Unlock()
-	}), mechanismtest.Strict(false))
+		return net(st)
+	}, mechanismtest.Strict(false), mechanismtest.Internet(in))
 	for _, st := range subs {
 		name := path.Base(st.Name())
 		if !st.Skipped() {

@@ -34,12 +34,13 @@
 // fresh pid, mount, network (only lo), ipc and uts namespaces. Those are
 // the ConstructedCapabilities (plus the wall-clock budget the mechanism
 // keeps), so the gate probes the host only for the cgroup controllers a
-// Spec's limits need. With runc as root a container's network is egress
-// by default (network.go, mechanism/egress: the outside world through a
-// proxy of the process that started it, under an allow list UpdateEgress
-// puts in force; never the host's loopback or addresses, link-local or
-// private ranges); Spec.Network none keeps only lo, and gVisor's
-// containers have no network.
+// Spec's limits need. As root a container's network is egress by
+// default, on runc and on runsc (network.go, mechanism/egress: the
+// outside world through a proxy of the process that started it, under
+// an allow list UpdateEgress puts in force; never the host's loopback or
+// addresses, link-local or private ranges); Spec.Network none keeps only
+// lo. Without root there is no egress (nothing to enter the container's
+// namespace with).
 //
 // Limits are the launch's, written in the OCI config (memory with no swap,
 // pids, CPU quota). After start the mechanism finds the container's cgroup
@@ -80,8 +81,12 @@
 // # gVisor (runsc)
 //
 // runsc runs with --platform=ptrace (KVM is not usable everywhere),
-// --network=none (a loopback-only netstack) and --oci-seccomp (the bundle's
-// filter applies inside the sandbox too). On a hybrid cgroup layout runsc
+// --network=none (a loopback-only netstack) for a container whose network
+// is none, --network=host for an egress one (the sentry's sockets are the
+// host kernel's, in the container's own network namespace, where the
+// egress proxy's packet filter catches them as runc's; see network.go for
+// why not gVisor's own stack, and what the workload cannot change there),
+// and --oci-seccomp (the bundle's filter applies inside the sandbox too). On a hybrid cgroup layout runsc
 // applies the v1 limits itself; no --ignore-cgroups is needed. Two limits
 // are not guaranteed on runsc and a Spec asking for them is refused with
 // the reason: memory (under ptrace the workload's memory is charged to the

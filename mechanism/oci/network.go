@@ -13,13 +13,27 @@ import (
 	"github.com/managoat/managoat/mechanism/egress"
 )
 
-// Egress of a runc container (as root) is mechanism/egress's, as the
-// jail's: once the runtime made the container's network namespace (only
-// lo), the proxy of the process that started it sets the namespace up
-// and serves its connections and queries; it ends with the container's
-// init or at Stop. gVisor's runsc keeps its own network stack
-// (--network=none), which the proxy cannot enter: its containers have
-// no network, and an explicit egress network is refused.
+// Egress of a container (as root) is mechanism/egress's, as the jail's:
+// once the runtime made the container's network namespace (only lo), the
+// proxy of the process that started it sets the namespace up and serves
+// its connections and queries; it ends with the container's init or at
+// Stop. gVisor's runsc gets the same: a container whose network is
+// egress is created and started with --network=host, so its sandbox
+// (the sentry) lives in that fresh namespace (the bundle names none to
+// join) and opens its sockets as the host kernel's sockets there, which
+// the namespace's packet filter redirects to the proxy like any other
+// (runsc's own stack, --network=sandbox, cannot be used: this runsc
+// refuses it on kernels that show net.core.rmem_default in every
+// namespace, "cannot run with network enabled in root network
+// namespace", and would take the namespace's interfaces for itself).
+// Inside, the workload cannot change that namespace: it has no
+// capabilities, and gVisor's host network has no netfilter netlink and
+// no raw sockets (TestRunscEgressCannotTouchItsNamespace; by hand, a
+// container given CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN could not
+// take lo down, add a route or an address either). The price is the
+// host kernel's TCP/IP behind the sentry's socket calls instead of
+// gVisor's own stack; a container whose network is none keeps
+// --network=none (gVisor's loopback only).
 
 // nets are the proxies this process serves, by sandbox id.
 type nets struct {
@@ -29,7 +43,18 @@ type nets struct {
 }
 
 // egressOK reports whether this mechanism gives containers egress.
-func (m *Mechanism) egressOK() bool { return !m.rt.gvisor && os.Geteuid() == 0 }
+func (m *Mechanism) egressOK() bool { return os.Geteuid() == 0 }
+
+// withNet is the runtime's args for a subcommand (create, start) of the
+// container of spec: for runsc and an egress network, --network=host
+// first, which overrides the global --network=none (runtime.go; the
+// last flag wins).
+func (m *Mechanism) withNet(spec mechanism.Spec, args ...string) []string {
+	if m.rt.gvisor && m.networkOf(spec) == mechanism.NetworkEgress {
+		return append([]string{"--network=host"}, args...)
+	}
+	return args
+}
 
 // networkOf is the network a container of spec gets.
 func (m *Mechanism) networkOf(spec mechanism.Spec) string {
@@ -136,7 +161,7 @@ func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string)
 			return nil
 		}
 		return &mechanism.UnavailableError{Mechanism: m.Name(), Missing: []mechanism.Report{{
-			Name: mechanism.EgressAllowlist, Detail: "the container has no network (network none, or gVisor's own stack): it can deny all but allow nothing"}}}
+			Name: mechanism.EgressAllowlist, Detail: "the container was made with network none (only lo): it can deny all but allow nothing"}}}
 	}
 	if err := egress.SavePolicy(m.policyPath(id), allow); err != nil {
 		return err

@@ -373,7 +373,7 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 		ctx, cancel = context.WithTimeout(ctx, runtimeTimeout)
 		defer cancel()
 	}
-	cmd := m.command(ctx, "create", "--bundle", m.bundle(sb.ID), "--pid-file", pidFile, sb.ID)
+	cmd := m.command(ctx, m.withNet(sb.Spec, "create", "--bundle", m.bundle(sb.ID), "--pid-file", pidFile, sb.ID)...)
 	// The container's init inherits create's stdio: a file, never a pipe
 	// (a pipe would be held open by the container for its whole life).
 	cmd.Stdout, cmd.Stderr = log, log
@@ -455,7 +455,7 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 	// The common case is a created container (Provision, or a Start after
 	// Stop that recreated it): start it at once and ask the runtime's state
 	// only when that fails.
-	if _, err := m.run(ctx, "start", id); err != nil {
+	if _, err := m.run(ctx, m.withNet(sb.Spec, "start", id)...); err != nil {
 		st, serr := m.state(ctx, id)
 		switch {
 		case serr == nil && st.Status == "running":
@@ -475,7 +475,7 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 			if err := m.create(ctx, sb); err != nil {
 				return err
 			}
-			if _, err := m.run(ctx, "start", id); err != nil {
+			if _, err := m.run(ctx, m.withNet(sb.Spec, "start", id)...); err != nil {
 				_ = m.deleteContainer(context.Background(), id)
 				return err
 			}
