@@ -366,6 +366,8 @@ type record struct {
 	// Publish are the ports published on the host's loopback
 	// (CreateOptions.Publish); PublicURL is the first's.
 	Publish []int `json:"publish,omitempty"`
+	// Mounts are the host paths bound in, as asked (mounts.go).
+	Mounts []sandbox.Mount `json:"mounts,omitempty"`
 }
 
 // dir is the working directory of a command asked to run in d.
@@ -503,6 +505,9 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	if spec.Publish, err = p.publishOf(opts.Publish); err != nil {
 		return nil, err
 	}
+	if spec.Mounts, err = mountsSpec(opts.Mounts); err != nil { // mounts.go
+		return nil, err
+	}
 	if err := p.withImage(ctx, iid, &spec, &opts); err != nil {
 		return nil, err
 	}
@@ -548,7 +553,7 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 		}
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
-		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels, Publish: spec.Publish}
+		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels, Publish: spec.Publish, Mounts: opts.Mounts}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
@@ -639,6 +644,9 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	}
 	if len(r.Labels) > 0 {
 		raw["labels"] = r.Labels
+	}
+	if len(r.Mounts) > 0 {
+		raw["mounts"] = mountsJSON(r.Mounts)
 	}
 	if r.Fresh {
 		raw["id"] = r.InstanceID
