@@ -61,7 +61,7 @@
 //
 // # Network
 //
-// As root a sandbox's network is egress by default (network.go,
+// A sandbox's network is egress by default (network.go,
 // mechanism/egress): the outside world through a proxy of the process
 // that started it (a provider/local sandbox's supervisor), which sets up
 // the sandbox's network namespace while the init starts, serves its
@@ -71,7 +71,15 @@
 // puts in force (kept for the next start). Spec.Network none keeps only
 // lo. Spec.Publish ports are published on the host's loopback while the
 // sandbox runs (Address). When the process serving them dies the
-// sandbox fails closed, until a Start adopts it.
+// sandbox fails closed, until a Start adopts it. Without root the same
+// holds (the proxy's sockets and packet filter are made in the sandbox's
+// user and network namespaces by mechanism/egress's helper, which
+// nsenter starts there), except that the packet filter does not change
+// with the policy, so a connection the list denies is reset by the
+// proxy at once rather than refused at connect, and that ports are not
+// published (egress.Publish enters the namespace for each connection);
+// where nsenter is missing a rootless sandbox has only lo and an egress
+// network is refused naming egress_allowlist.
 //
 // As root, on a kernel whose procfs takes the pidns mount option (6.18+),
 // the init is born restricted: the manager starts it from a locked OS
@@ -197,10 +205,11 @@
 // # Not constructed
 //
 // The jail refuses, naming the capability, a Spec with a disk quota
-// (disk_quota: no filesystem quotas are set); without root it refuses an
-// egress network or allow list and published ports (egress_allowlist:
-// the proxy must enter the sandbox's network namespace, which a rootless
-// manager cannot), and its sandboxes have only lo. cgroup v2 limits are implemented but were exercised here only
+// (disk_quota: no filesystem quotas are set); without root it refuses
+// published ports (network_restriction: publishing enters the sandbox's
+// network namespace for each connection, which a rootless manager
+// cannot), and, where nsenter is missing, an egress network or allow
+// list (egress_allowlist). cgroup v2 limits are implemented but were exercised here only
 // on a hybrid host; a pure-v2 host needs a delegated cgroup so controllers
 // can be enabled below the caller's own.
 package jail
