@@ -23,7 +23,8 @@ func ExampleParsePolicy() {
 }
 
 // Attach gives a running sandbox (its init is pid) the outside world
-// under a policy; it needs root.
+// under a policy: as root, or as the user owning the sandbox's user
+// namespace (a rootless sandbox).
 func ExampleAttach() {
 	pid := 12345 // the sandbox's init
 	pol, _ := egress.ParsePolicy([]string{"github.com"})
@@ -34,4 +35,14 @@ func ExampleAttach() {
 	}
 	defer p.Close()
 	p.SetPolicy(nil) // every public destination, from the next connection on
+}
+
+// RootlessSupported says whether a manager that is not root can give its
+// sandboxes egress on this host, and if not, why.
+func ExampleRootlessSupported() {
+	if ok, why := egress.RootlessSupported(); !ok {
+		fmt.Println("rootless sandboxes get only lo:", why)
+		return
+	}
+	fmt.Println("rootless sandboxes get egress")
 }
