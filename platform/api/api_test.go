@@ -110,7 +110,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatalf("document and routes differ:\ndocumented %v\nrouted     %v", documented, routed)
 	}
 	for _, r := range api.Routes {
-		path := strings.NewReplacer("{name}", "x", "{session}", "s1", "{checkpoint}", "c1").Replace(r.Path)
+		path := strings.NewReplacer("{name}", "x", "{session}", "s1", "{checkpoint}", "c1", "{port}", "8080", "{path}", "a/b").Replace(r.Path)
 		got := call(t, r.Method, pl.URL+path, "", nil)
 		switch {
 		case r.Public && got.status != 200:

@@ -36,6 +36,14 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{name}/url", "url", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints", "checkpoint", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints/{checkpoint}/restore", "restore", false},
+	// The proxy to a port the sandbox publishes (proxy.go); {path} is the
+	// rest of the path, slashes included. GET serves HEAD too.
+	{"GET", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
+	{"POST", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
+	{"PUT", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
+	{"PATCH", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
+	{"DELETE", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
+	{"OPTIONS", "/v1/sandboxes/{name}/ports/{port}/{path}", "proxy", false},
 }
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at GET /v1/openapi.json.

@@ -215,7 +215,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, err)
 		return
 	}
-	rec, created, err := s.Create(r.Context(), k.AccountID, req.Name, req.Provider, lim, req.CreateNew, time.Duration(req.TimeoutMS)*time.Millisecond)
+	for _, port := range req.Publish {
+		if port < 1 || port > 65535 {
+			writeErr(w, badJSON("publish", fmt.Sprintf("port %d is not 1 to 65535", port)))
+			return
+		}
+	}
+	ctx := context.WithValue(r.Context(), baseKey{}, s.baseURL(r))
+	rec, created, err := s.Create(ctx, k.AccountID, req.Name, req.Provider, lim, req.Publish, req.CreateNew, time.Duration(req.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -228,8 +235,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 }
 
 // Create makes (or, unless createNew, adopts) the account's sandbox name.
-// It reports whether it made a new record.
-func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sandbox.Limits, createNew bool, timeout time.Duration) (store.Sandbox, bool, error) {
+// It reports whether it made a new record. Publish are ports to publish,
+// on a provider that publishes (a PortPublisher); the record's URL is
+// then the platform's proxy of the first, under the base URL ctx carries.
+func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sandbox.Limits, publish []int, createNew bool, timeout time.Duration) (store.Sandbox, bool, error) {
 	for attempt := 0; ; attempt++ {
 		rec, err := s.cfg.Store.GetSandbox(ctx, accountID, name)
 		switch {
@@ -254,6 +263,9 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		}
 		if createNew && !p.Capabilities().Has(sandbox.CapCreateNew) {
 			return rec, false, sandbox.ErrNotSupported
+		}
+		if err := checkPublish(p, prov, publish, createNew); err != nil {
+			return rec, false, err
 		}
 		pname, err := s.providerName(ctx, accountID, p)
 		if err != nil {
@@ -282,7 +294,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 				return rec, false, err
 			}
 		} else {
-			h, err = reg.Create(ctx, prov, pname, sandbox.CreateOptions{Limits: lim})
+			h, err = reg.Create(ctx, prov, pname, sandbox.CreateOptions{Limits: lim, Publish: publish})
 		}
 		if err != nil {
 			// The provider may hold a sandbox of pname (a create cut short):
@@ -292,7 +304,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		}
 		rec.InstanceID = h.InstanceID
 		rec.State = store.StateRunning
-		rec.URL = s.publicURL(ctx, p, h)
+		rec.URL = s.publicURL(ctx, p, h, name)
 		rec, err = s.cfg.Store.UpdateSandbox(ctx, rec)
 		return rec, true, err
 	}
@@ -314,10 +326,16 @@ func (s *Server) outcome(ctx context.Context, id int64, err error) {
 	_ = s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, state, detail)
 }
 
-// publicURL is the sandbox's URL where the provider advertises one, else "".
-func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.Handle) string {
+// publicURL is the sandbox's URL where the provider advertises one, else
+// "": for a provider whose sandboxes publish on this host (PortPublisher),
+// the platform's proxy of the first port (never the host's loopback
+// address, which only this host reaches and no key guards).
+func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.Handle, name string) string {
 	if !p.Capabilities().Has(sandbox.CapPublicURL) {
 		return ""
+	}
+	if u, ok, _ := portURL(ctx, p, h, name); ok {
+		return u
 	}
 	u, err := p.PublicURL(ctx, h)
 	if err != nil {
@@ -346,7 +364,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 		}
 		cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
 		if errors.Is(err, store.ErrNotFound) {
-			return s.Create(ctx, rec.AccountID, rec.Name, rec.Provider, lim, false, 0) // it failed: try ours
+			return s.Create(ctx, rec.AccountID, rec.Name, rec.Provider, lim, nil, false, 0) // it failed: try ours
 		}
 		if err != nil {
 			return rec, false, err
@@ -688,7 +706,13 @@ func (s *Server) url(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, sandbox.ErrUnsupported)
 		return
 	}
-	u, err := sandbox.NewRegistry(p).PublicURL(r.Context(), handleOf(rec))
+	u, ok, err := portURL(context.WithValue(r.Context(), baseKey{}, s.baseURL(r)), p, handleOf(rec), rec.Name)
+	switch {
+	case !ok:
+		u, err = sandbox.NewRegistry(p).PublicURL(r.Context(), handleOf(rec))
+	case err == nil && u == "":
+		err = sandbox.Invalid("no_published_port", "the sandbox publishes no port: create it with publish (managoat create --publish PORT)")
+	}
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -81,6 +81,16 @@ type Config struct {
 	Burst int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// BaseURL is the platform's URL as its clients reach it, which a
+	// sandbox's proxied url starts with (default: the scheme and Host of
+	// the request that made the sandbox).
+	BaseURL string
+	// The proxy's bounds (proxy.go): proxied connections per sandbox at
+	// once (default 64), how long a connection to an application may
+	// idle (default 2 min), and a request body's size (default 64 MiB).
+	ProxyMaxConns int
+	ProxyIdle     time.Duration
+	ProxyMaxBody  int64
 }
 
 // Server serves /v1.
@@ -97,6 +107,11 @@ type Server struct {
 	streams  map[*websocket.Conn]struct{}
 	wg       sync.WaitGroup
 	locks    map[string]*sync.Mutex // serialises wake/park of one record in this process
+
+	proxied   map[string]int // open proxied connections per record key (proxy.go)
+	transport *http.Transport
+	closed    context.Context // done at Close
+	close     context.CancelFunc
 }
 
 // New returns the API server.
@@ -125,15 +140,30 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Providers == nil {
 		cfg.Providers = map[string]sandbox.Provider{}
 	}
+	if cfg.ProxyMaxConns <= 0 {
+		cfg.ProxyMaxConns = DefaultProxyMaxConns
+	}
+	if cfg.ProxyIdle <= 0 {
+		cfg.ProxyIdle = DefaultProxyIdle
+	}
+	if cfg.ProxyMaxBody <= 0 {
+		cfg.ProxyMaxBody = DefaultProxyMaxBody
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
-		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*sync.Mutex{}}
+		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*sync.Mutex{},
+		proxied: map[string]int{}, transport: newProxyTransport(cfg.ProxyIdle)}
+	s.closed, s.close = context.WithCancel(context.Background())
 	for _, r := range Routes {
 		h := s.handler(r.Handler)
+		pattern := r.Method + " " + r.Path
+		if r.Handler == "proxy" {
+			pattern = strings.Replace(pattern, "{path}", "{path...}", 1) // the rest of the path, slashes and all
+		}
 		if r.Public {
-			s.mux.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) { h(w, req, store.Key{}) })
+			s.mux.HandleFunc(pattern, func(w http.ResponseWriter, req *http.Request) { h(w, req, store.Key{}) })
 			continue
 		}
-		s.mux.HandleFunc(r.Method+" "+r.Path, s.auth(h))
+		s.mux.HandleFunc(pattern, s.auth(h))
 	}
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, &apiError{http.StatusNotFound, &Error{Kind: "not_found", Reason: "route", Message: "no such route: " + r.Method + " " + r.URL.Path}})
@@ -144,10 +174,12 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// Close closes every open stream and waits for their handlers.
+// Close closes every open stream and proxied connection and waits for
+// their handlers.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closing = true
+	s.close()
 	conns := make([]*websocket.Conn, 0, len(s.streams))
 	for c := range s.streams {
 		conns = append(conns, c)
@@ -157,6 +189,7 @@ func (s *Server) Close() {
 		_ = c.Close(websocket.StatusGoingAway, "platform shutting down")
 	}
 	s.wg.Wait()
+	s.transport.CloseIdleConnections()
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, k store.Key)
@@ -201,6 +234,8 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.checkpoint
 	case "restore":
 		return s.restore
+	case "proxy":
+		return s.proxy
 	}
 	panic("api: no handler " + name)
 }

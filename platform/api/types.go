@@ -18,7 +18,7 @@ type Sandbox struct {
 	Provider     string          `json:"provider"`
 	State        string          `json:"state"`            // the record's: creating, running, suspended, parked, unknown
 	Status       string          `json:"status,omitempty"` // the provider's, on a single get: running, suspended, unknown
-	URL          string          `json:"url,omitempty"`    // only where the provider has a real one
+	URL          string          `json:"url,omitempty"`    // only where the provider has a real one (or the platform proxies one)
 	InstanceID   string          `json:"instance_id,omitempty"`
 	Limits       *Limits         `json:"limits,omitempty"`
 	CreatedAt    time.Time       `json:"created_at"`
@@ -61,6 +61,10 @@ type CreateRequest struct {
 	// CreateNew asks for one creation attempt that never adopts.
 	CreateNew bool  `json:"create_new,omitempty"`
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Publish are ports of the sandbox the platform proxies, at
+	// /v1/sandboxes/{name}/ports/{port}/ (a provider that publishes:
+	// local); url is the first's.
+	Publish []int `json:"publish,omitempty"`
 }
 
 // ExecRequest is POST /v1/sandboxes/{name}/exec.

@@ -260,12 +260,14 @@ func (c *Client) create(ctx context.Context, name string, req api.CreateRequest)
 }
 
 // Create makes the named sandbox on the pinned (or default) provider, or
-// adopts the account's sandbox of that name where it lives.
+// adopts the account's sandbox of that name where it lives. Publish ports
+// are proxied by the platform (PublicURL is its URL of the first), on a
+// provider that publishes (local); any other refuses them.
 func (c *Client) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
 	if err := opts.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	return c.create(ctx, name, api.CreateRequest{Limits: api.FromLimits(opts.Limits)})
+	return c.create(ctx, name, api.CreateRequest{Limits: api.FromLimits(opts.Limits), Publish: opts.Publish})
 }
 
 // CreateNew is one creation attempt that never adopts.
@@ -483,7 +485,10 @@ func (c *Client) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, p sa
 	return c.do(ctx, http.MethodPut, c.path(h.Name, "network-policy"), api.PolicyRequest{Allow: allow}, nil)
 }
 
-// PublicURL returns the sandbox's URL, or ErrUnsupported.
+// PublicURL returns the sandbox's URL, or ErrUnsupported. For a sandbox
+// of a provider on the platform's host (local) it is the platform's proxy
+// of its first published port, /v1/sandboxes/NAME/ports/PORT/, which
+// takes the account's API key as every call does.
 func (c *Client) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return "", err
