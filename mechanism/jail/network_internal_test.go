@@ -18,9 +18,26 @@ import (
 // sandbox) serves it again, under the policy that was in force.
 func TestEgressAdoptedByANewManager(t *testing.T) {
 	testenv.RequireRoot(t)
+	adoptedByANewManager(t, egresstest.New(t))
+}
+
+// TestRootlessEgressAdoptedByANewManager: the same for a rootless jail
+// (as uid 65534): the new manager's proxy is set up by mechanism/egress's
+// helper in the running sandbox's namespaces.
+func TestRootlessEgressAdoptedByANewManager(t *testing.T) {
+	in := egresstest.Unprivileged(t, "")
+	if in == nil {
+		return // ran as uid 65534
+	}
+	if ok, why := egress.RootlessSupported(); !ok {
+		testenv.Require(t, false, why)
+	}
+	adoptedByANewManager(t, in)
+}
+
+func adoptedByANewManager(t *testing.T, in *egresstest.Internet) {
 	_, err := os.Stat("/usr/bin/curl")
 	testenv.Require(t, err == nil, "needs /usr/bin/curl (Debian package curl)")
-	in := egresstest.New(t)
 	dir := t.TempDir()
 	cfg := Config{StateDir: dir, Egress: egress.Config{Dial: in.Dial, Resolvers: []string{in.DNS}}}
 	first, err := New(cfg)
