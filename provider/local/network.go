@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
+	"github.com/managoat/managoat/provider/local/supervisor"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -62,7 +65,8 @@ func egressEntries(allow []string) []string {
 }
 
 // publishes reports whether m publishes sandboxes' ports on the host's
-// loopback (the jail as root): only then is public_url advertised.
+// loopback (the jail and oci/runc as root): only then is public_url
+// advertised.
 func publishes(m mechanism.Mechanism) bool {
 	_, ok := m.(mechanism.Addresser)
 	return ok && enforcesEgress(m)
@@ -75,7 +79,7 @@ func (p *Provider) publishOf(ports []int) ([]int, error) {
 		return nil, nil
 	}
 	if !publishes(p.mech) {
-		return nil, sandbox.Invalid("publish", "mechanism "+p.mech.Name()+" publishes no ports here (the jail does as root)")
+		return nil, sandbox.Invalid("publish", "mechanism "+p.mech.Name()+" publishes no ports here (the jail and oci/runc do as root)")
 	}
 	spec := mechanism.Spec{Publish: ports}
 	if err := spec.Validate(); err != nil {
@@ -111,4 +115,45 @@ func (p *Provider) publicURL(ctx context.Context, r *record) (string, error) {
 		return "", sandbox.Unavailable("not_running", fmt.Errorf("sandbox %s is not running: its port %d is published only while it runs", r.Name, r.Publish[0]))
 	}
 	return "http://" + addr, nil
+}
+
+// PublishedPorts are the ports the sandbox h publishes
+// (CreateOptions.Publish), in order; none is an empty list. With
+// PortAddress it is what a platform on this host proxies (platform/api).
+func (p *Provider) PublishedPorts(ctx context.Context, h *sandbox.Handle) ([]int, error) {
+	r, _, err := p.handle(h)
+	if err != nil {
+		return nil, err
+	}
+	return append([]int{}, r.Publish...), nil
+}
+
+// PortAddress is the host's loopback address ("127.0.0.1:PORT") where
+// port of the sandbox h is published while it runs. A port h does not
+// publish is Invalid{port}; a sandbox that is not running, or is
+// suspended (its application would not answer), is
+// Unavailable{not_running}. It starts nothing and reads files only.
+func (p *Provider) PortAddress(ctx context.Context, h *sandbox.Handle, port int) (string, error) {
+	r, dir, err := p.handle(h)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(r.Publish, port) {
+		return "", sandbox.Invalid("port", fmt.Sprintf("sandbox %s does not publish port %d (it publishes %v)", r.Name, port, r.Publish))
+	}
+	m, err := p.mechFor(r)
+	if err != nil {
+		return "", mechErr("url", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, supervisor.SuspendedName)); err == nil {
+		return "", sandbox.Unavailable("not_running", fmt.Errorf("sandbox %s is suspended: resume it to reach its port %d", r.Name, port))
+	}
+	addr, err := mechanism.Address(ctx, m, r.InstanceID, port)
+	if err != nil {
+		return "", mechErr("url", err)
+	}
+	if addr == "" {
+		return "", sandbox.Unavailable("not_running", fmt.Errorf("sandbox %s is not running: its port %d is published only while it runs", r.Name, port))
+	}
+	return addr, nil
 }
