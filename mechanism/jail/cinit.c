@@ -170,6 +170,29 @@ static void check_restricted(void) {
 		ci_fail("init born without no_new_privs");
 }
 
+/* A mapped sandbox's init (flag 2) is born root of a user namespace of
+ * its own, which starts with every capability there, its bounding set
+ * included (userns.go): it lowers them to the kept ones before anything
+ * else, CAP_SETPCAP (which the drops need) last. They are capabilities
+ * of that namespace only; the host's it never had. */
+static void lower_caps(void) {
+	if (!(cfg.flags & 2))
+		return;
+	uint32_t keep[2] = {cfg.keep0, cfg.keep1};
+	for (int c = 0; c < 64; c++) {
+		if (c == CAP_SETPCAP || (keep[c / 32] & (1u << (c % 32))))
+			continue;
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
+			ci_fail("drop capability %d from the bounding set: %s", c, strerror(errno));
+	}
+	if (!(keep[0] & (1u << CAP_SETPCAP)) && prctl(PR_CAPBSET_DROP, CAP_SETPCAP, 0, 0, 0) != 0)
+		ci_fail("drop CAP_SETPCAP from the bounding set: %s", strerror(errno));
+	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2] = {{keep[0], keep[0], 0}, {keep[1], keep[1], 0}};
+	if (syscall(SYS_capset, &hdr, d) != 0)
+		ci_fail("capset: %s", strerror(errno));
+}
+
 static void load_seccomp(void) {
 	struct sock_fprog prog = {(unsigned short)cfg.nfilter, filter};
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
@@ -609,6 +632,7 @@ static void ci_main(void) {
 	read_config();
 	if (chdir("/") != 0)
 		ci_fail("chdir /: %s", strerror(errno));
+	lower_caps();
 	check_restricted();
 	if (fcntl(CI_FD_LISTENER, F_SETFD, FD_CLOEXEC) != 0 || fcntl(CI_FD_READY, F_SETFD, FD_CLOEXEC) != 0)
 		ci_fail("descriptors: %s", strerror(errno));

@@ -98,7 +98,10 @@ var standaloneInit = sync.OnceValues(func() (*os.File, error) {
 		}
 		b = b[n:]
 	}
-	if err := unix.Fchmod(fd, 0o500); err != nil {
+	// Executable by all: a mapped sandbox's init execs it as its user
+	// namespace's root, host uid base (userns.go); only this process
+	// (and root) can reach the descriptor.
+	if err := unix.Fchmod(fd, 0o555); err != nil {
 		return fail(err)
 	}
 	var st unix.Stat_t
@@ -125,10 +128,13 @@ var managerSeccomp = sync.OnceValues(assembleSeccomp)
 // cInitConfig encodes what the C init reads from fdConfig: the header of
 // cinit.c's struct ci_config, then the seccomp program.
 func cInitConfig(lc launchConfig, prog seccompProgram) []byte {
-	want := capData(keepCaps)
+	want := capData(keepFor(lc))
 	var flags uint32
 	if lc.Rootless {
 		flags |= 1
+	}
+	if lc.IDBase != 0 {
+		flags |= 2 // born root of its own user namespace: lower_caps
 	}
 	b := make([]byte, 0, 32+8*len(prog))
 	for _, v := range []uint32{cInitMagic, cInitVersion, uint32(lc.UID), uint32(lc.GID), flags,

@@ -44,7 +44,8 @@
 // # What a sandbox is
 //
 // Start launches the init with new mount, pid, network, uts, ipc and cgroup
-// namespaces (plus a user namespace when not root). Before it does anything
+// namespaces, plus a user namespace: without root one mapping the caller,
+// as root one mapping a uid range of the sandbox's own (below). Before it does anything
 // the init is placed in the sandbox's cgroups (CLONE_INTO_CGROUP on the v2
 // tree, the manager writing its pid into cgroup.procs on v1), the limits are
 // read back and verified in force, and the sandbox is killed if they are
@@ -113,7 +114,8 @@
 // The init then stays pid 1 of the sandbox, reaps orphans and
 // starts commands on request over a unixpacket control socket; every
 // command inherits that state. Commands run as uid:gid 1000:1000
-// ("sprite"; Config.UID/GID) with no capabilities (CapEff, CapPrm and
+// ("sprite"; Config.UID/GID; host ids base+1000 in a sandbox with a
+// range of its own) with no capabilities (CapEff, CapPrm and
 // CapAmb zero; the bounding set keeps the three the init needs, unusable
 // under no_new_privs); without root they are uid 0 of a user namespace
 // mapped to the caller, with no capabilities. The binary starts once per
@@ -157,6 +159,40 @@
 // Stop kills the init (the kernel then kills its whole pid namespace) and
 // removes the cgroups; Destroy also removes the files.
 //
+// # A uid range of its own
+//
+// As root, each sandbox provisioned on a kernel where its init is born
+// restricted (above) gets a user namespace mapping 65536 uids and gids,
+// 0..65535 inside, to a range of the host of its own (userns.go): base
+// from 0x70000000 up in steps of 65536, past the ranges systemd-nspawn
+// hands out and below systemd's foreign range and 2^31, never one that
+// meets a range of /etc/subuid or /etc/subgid or an id of /etc/passwd or
+// /etc/group. The range is claimed in Config.IDMapDir (host-wide,
+// /var/lib/managoat/idmap by default: one file per range naming the
+// sandbox, taken under a lock, taken over when its sandbox is gone),
+// recorded in the sandbox's state (a restart or a new manager adopting
+// it keeps it) and released by Destroy. The workload's uid inside is what
+// it was (1000, or an image's user) and base+uid on the host, which owns
+// its home; OwnerOf and IDRange say which. The guarantee: no host user,
+// and no process of another sandbox, has the workload's uid, so none can
+// signal or ptrace it, and the workload's ids own no host file but the
+// sandbox's own (its home, an image's upper layer). The init is born root
+// of the namespace (host uid base) and lowers the full set of
+// capabilities a new user namespace starts with to the ones it keeps
+// (SETUID, SETGID, KILL) before anything else; the mount, network, uts and ipc namespaces
+// it is born in are made by the manager and stay the host's, so root of
+// the sandbox holds no capability over them: it cannot mount, configure
+// the network or set the hostname, whatever seccomp allows. Host files
+// appear inside as owned by nobody (65534): their ids are not mapped.
+// Not mapped, and running as before (Config.UID on the host): without
+// root (the workload is the caller), on a kernel without the procfs pidns
+// option (the older start path builds the tree in the init, which a
+// user namespace would then own), with Config.IDMapDir "-", for a sandbox
+// with host mounts (Spec.Mounts: its bind mounts are not idmapped yet,
+// so a mapped workload would no longer own what it owns there), and for
+// a sandbox provisioned before ranges existed (its state has none).
+// UsernsDescription (managoat doctor) says which applies.
+//
 // # On an image
 //
 // A Spec with Image (an image unpacked by package image) runs the sandbox
@@ -167,11 +203,24 @@
 // /proc, Landlock ruleset, seccomp filter and capabilities as on the
 // host's root, and the image's /etc but for hosts, hostname and
 // resolv.conf. Mount points the image has as symlinks are made real
-// directories in the upper layer, never followed. The workload runs as
-// the image's user unless that is root (then as Config.UID): the
-// sandbox's root user is not given to an image's workload, so it
-// writes, as on the host's root, only its home and /tmp. See image.go;
-// the breach conformance runs on an image root too (TestConformanceOnImage).
+// directories in the upper layer, never followed. In a sandbox with a
+// range of its own, on a kernel whose overlayfs takes an idmapped lower
+// layer (Linux 5.19; probed once per file system by mounting one), the
+// image's directory is mounted under the overlay idmapped with the
+// sandbox's user namespace, so its files (owned by the host's root on
+// disk) are root's inside; the upper layer is owned by the range. The
+// workload then runs as the image's user, root included: root of the
+// user namespace, with CHOWN, DAC_OVERRIDE, FOWNER and FSETID besides the
+// init's three, all acting only on files whose ids the namespace maps
+// (the sandbox's own). It may write its whole root (dpkg -i, pip install
+// into its own layer; Landlock, with nothing left to hold on paths, only
+// scopes abstract unix sockets there), while the image's directory stays
+// unchanged and shared. Elsewhere (no range, no idmapped layers) the
+// workload runs as the image's user unless that is root (then as
+// Config.UID) and writes, as on the host's root, only its home and /tmp.
+// See image.go and userns_image.go; the breach conformance runs on an
+// image root too (TestConformanceOnImage, as the image's user "app"),
+// and TestImageRootInUserns tries root's escapes.
 //
 // # Cost
 //

@@ -50,6 +50,9 @@ type launchConfig struct {
 	Entered bool
 	// Image: the sandbox runs on an image's root (image.go).
 	Image *imageLaunch `json:",omitempty"`
+	// IDBase: the init was born root of a user namespace mapping
+	// 0..65535 to host ids IDBase.. (userns.go); 0 for none.
+	IDBase int `json:",omitempty"`
 	// Mounts: host paths bound into the tree (mounts.go).
 	Mounts []mechanism.Mount `json:",omitempty"`
 }
@@ -132,7 +135,10 @@ func initMain() error {
 		if err := unix.Chdir("/"); err != nil {
 			return err
 		}
-		if err := checkRestricted(keepCaps); err != nil {
+		if err := lowerCaps(cfg); err != nil { // userns.go
+			return err
+		}
+		if err := checkRestricted(keepFor(cfg)); err != nil {
 			return err
 		}
 		if err := prog.load(); err != nil {
@@ -326,7 +332,7 @@ var etcBinds = []string{
 // home and /dev go on top; finishTree adds the writable file systems.
 func buildTreeBase(cfg launchConfig) error {
 	if cfg.Image != nil {
-		return buildImageTree(cfg)
+		return buildImageTree(cfg, -1)
 	}
 	if err := buildTreeShared(cfg); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -35,6 +36,9 @@ import (
 // The workload runs as the image's user when that user is not root
 // (Spec.Image.UID), else as the jail's (1000); the Landlock ruleset,
 // seccomp filter and capabilities are the same as on the host's root.
+// With a uid range of its own and an idmapped image layer (Mapped,
+// userns_image.go) the image's user is taken as it is, root included,
+// and the workload may write its whole root (the upper layer takes it).
 
 // imageLaunch is what the tree builder needs of an image sandbox.
 type imageLaunch struct {
@@ -42,6 +46,10 @@ type imageLaunch struct {
 	Upper string // the sandbox's writable layer
 	Work  string // overlayfs's work directory, beside Upper
 	Copy  string // the sandbox's own copy, where there is no overlayfs
+	// Mapped: the lower layer is mounted idmapped with the sandbox's
+	// user namespace, at LowerMount, under the overlay (userns_image.go).
+	Mapped     bool   `json:",omitempty"`
+	LowerMount string `json:",omitempty"`
 }
 
 var overlayOnce = sync.OnceValue(func() bool {
@@ -55,7 +63,7 @@ func imageDirs(dir string, img *mechanism.ImageRoot) *imageLaunch {
 	if img == nil {
 		return nil
 	}
-	il := &imageLaunch{Lower: img.Dir, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work")}
+	il := &imageLaunch{Lower: img.Dir, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), LowerMount: filepath.Join(dir, "lower")}
 	if !overlayOnce() {
 		il.Copy = filepath.Join(dir, "rootfs")
 	}
@@ -63,13 +71,15 @@ func imageDirs(dir string, img *mechanism.ImageRoot) *imageLaunch {
 }
 
 // provisionImage makes an image sandbox's writable layer (or its copy of
-// the image).
-func provisionImage(dir string, img *mechanism.ImageRoot) error {
+// the image); with mapped, the upper layer's root is owned by the
+// sandbox's root (host id base), and the idmapped layer's mount point is
+// made.
+func provisionImage(dir string, img *mechanism.ImageRoot, base int, mapped bool) error {
 	il := imageDirs(dir, img)
 	if il == nil {
 		return nil
 	}
-	if strings.ContainsAny(il.Lower+il.Upper+il.Work, ",:") {
+	if strings.ContainsAny(il.Lower+il.Upper+il.Work+il.LowerMount, ",:") {
 		return mechanism.Invalid("Image.Dir", "overlayfs cannot take a path with ',' or ':'")
 	}
 	if st, err := os.Stat(il.Lower); err != nil || !st.IsDir() {
@@ -87,23 +97,31 @@ func provisionImage(dir string, img *mechanism.ImageRoot) error {
 		}
 		return os.Rename(tmp, il.Copy)
 	}
-	for _, d := range []string{il.Upper, il.Work} {
+	for _, d := range []string{il.Upper, il.Work, il.LowerMount} {
 		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
 			return err
 		}
+	}
+	if mapped {
+		return os.Chown(il.Upper, base, base)
 	}
 	return nil
 }
 
 // buildImageBeside is buildBeside for an image sandbox: no template (the
-// root is the sandbox's own overlay).
+// root is the sandbox's own overlay). A mapped one's tree is built once
+// its init, and with it its user namespace, exists (buildMappedImage).
 func buildImageBeside(mnt, uts int, lc launchConfig) error {
 	for _, fd := range []int{mnt, uts} {
 		if err := unix.Setns(fd, 0); err != nil {
 			return fmt.Errorf("join the sandbox's namespaces: %w", err)
 		}
 	}
-	if err := buildImageTree(lc); err != nil {
+	if lc.Image.Mapped {
+		if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return err
+		}
+	} else if err := buildImageTree(lc, -1); err != nil {
 		return err
 	}
 	if err := unix.Sethostname([]byte(lc.Hostname)); err != nil {
@@ -112,14 +130,32 @@ func buildImageBeside(mnt, uts int, lc launchConfig) error {
 	return nil
 }
 
+// buildMappedImage builds a mapped image sandbox's tree, in the calling
+// thread's (the sandbox's) mount namespace, once its init pid exists: the
+// image layer idmapped with the init's user namespace.
+func buildMappedImage(lc launchConfig, pid int) error {
+	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the init's user namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	return buildImageTree(lc, ns)
+}
+
 // buildImageTree is buildTreeBase for an image sandbox: the overlay (or
 // the copy) at cfg.Root, the mount points, the sandbox's /etc files, /dev
-// and the home.
-func buildImageTree(cfg launchConfig) error {
+// and the home. With usernsFD (a mapped sandbox's) the image layer is
+// mounted idmapped under the overlay, and what is made in the upper
+// layer is owned by the sandbox's root.
+func buildImageTree(cfg launchConfig, usernsFD int) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
 	r, il := cfg.Root, cfg.Image
+	own := -1
+	if usernsFD >= 0 {
+		own = cfg.IDBase
+	}
 	if il.Copy != "" {
 		if err := mount(il.Copy, r, "", unix.MS_BIND, ""); err != nil {
 			return err
@@ -128,11 +164,23 @@ func buildImageTree(cfg launchConfig) error {
 			return err
 		}
 	} else {
-		opts := "lowerdir=" + il.Lower + ",upperdir=" + il.Upper + ",workdir=" + il.Work
+		lower := il.Lower
+		if usernsFD >= 0 {
+			if err := idmapMount(il.Lower, usernsFD, il.LowerMount); err != nil {
+				return err
+			}
+			lower = il.LowerMount
+		}
+		opts := "lowerdir=" + lower + ",upperdir=" + il.Upper + ",workdir=" + il.Work
 		if cfg.Rootless {
 			opts += ",userxattr"
 		}
-		if err := mount("overlay", r, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		err := mount("overlay", r, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+		if usernsFD >= 0 {
+			// The overlay holds its own reference to the layer.
+			_ = unix.Unmount(il.LowerMount, unix.MNT_DETACH)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -143,13 +191,13 @@ func buildImageTree(cfg launchConfig) error {
 		{"/etc", 0o755}, {"/home", 0o755}, {mechanism.Home, 0o755}, {"/tmp", 0o1777},
 		{"/dev", 0o755}, {"/proc", 0o555}, {"/root", 0o700}, {"/run", 0o755},
 	} {
-		if err := realDir(r, d.path, d.mode); err != nil {
+		if err := realDir(r, d.path, d.mode, own); err != nil {
 			return err
 		}
 	}
 	all := etcfiles.Files(cfg.Hostname)
 	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
-		if err := replaceFile(r+"/etc/"+name, all[name]); err != nil {
+		if err := replaceFile(r+"/etc/"+name, all[name], own); err != nil {
 			return err
 		}
 	}
@@ -162,7 +210,8 @@ func buildImageTree(cfg launchConfig) error {
 // realDir makes root+p a directory of the tree, each component checked
 // without following links: whatever else the image has there goes (in the
 // upper layer), so no mount and no write below it can be sent elsewhere.
-func realDir(root, p string, mode uint32) error {
+// A directory it makes is owned by host id own (own:own) unless own < 0.
+func realDir(root, p string, mode uint32, own int) error {
 	cur := root
 	for _, el := range strings.Split(strings.Trim(p, "/"), "/") {
 		cur += "/" + el
@@ -184,14 +233,19 @@ func realDir(root, p string, mode uint32) error {
 		if err := unix.Chmod(cur, mode); err != nil { // past the umask
 			return err
 		}
+		if own >= 0 {
+			if err := unix.Lchown(cur, own, own); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
 // replaceFile writes content at p (whose directory realDir made) as a new
 // file: whatever the image has there, a symlink included, is removed, not
-// written through.
-func replaceFile(p, content string) error {
+// written through. The file is owned by host id own unless own < 0.
+func replaceFile(p, content string, own int) error {
 	if err := unix.Unlink(p); err != nil && err != unix.ENOENT {
 		if err := os.RemoveAll(p); err != nil {
 			return err
@@ -202,6 +256,9 @@ func replaceFile(p, content string) error {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	_, err = unix.Write(fd, []byte(content))
+	if err == nil && own >= 0 {
+		err = unix.Fchown(fd, own, own)
+	}
 	unix.Close(fd)
 	return err
 }
@@ -243,9 +300,11 @@ func buildDev(dev string) error {
 }
 
 // imageUser is the uid and gid the workload of spec runs as, as root:
-// the image's user unless that is root, else the jail's.
-func (j *Jail) imageUser(spec mechanism.Spec) (uid, gid int) {
-	if spec.Image != nil && spec.Image.UID > 0 {
+// the image's user unless that is root, else the jail's; with rootOK
+// (a mapped sandbox on an idmapped layer) the image's user, root
+// included.
+func (j *Jail) imageUser(spec mechanism.Spec, rootOK bool) (uid, gid int) {
+	if spec.Image != nil && (spec.Image.UID > 0 || rootOK) {
 		return spec.Image.UID, spec.Image.GID
 	}
 	return j.cfg.UID, j.cfg.GID

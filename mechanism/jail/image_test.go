@@ -135,13 +135,15 @@ func (m imageJail) Provision(ctx context.Context, id string, spec mechanism.Spec
 }
 
 // TestConformanceOnImage runs the breach conformance on an image root
-// (imagetest.Conformance; the image's user is root, so the workload runs
-// as the jail's uid 1000).
+// (imagetest.Conformance) whose user is "app" (uid 1234): the suite's
+// "nothing outside home and /tmp is writable" is a non-root workload's
+// guarantee. An image whose user is root gets root of the sandbox's user
+// namespace, which writes its own root (TestImageRootInUserns).
 func TestConformanceOnImage(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
-	img := pullTestImage(t, dir, v1.Config{})
-	root := &mechanism.ImageRoot{Dir: img.Root, Ref: img.Ref, Digest: img.Digest}
+	img := pullTestImage(t, dir, v1.Config{User: "app"})
+	root := &mechanism.ImageRoot{Dir: img.Root, Ref: img.Ref, Digest: img.Digest, UID: 1234, GID: 1234}
 	mechanismtest.Run(t, func(t *testing.T) mechanism.Mechanism {
 		return imageJail{newForSuite(t).(*jail.Jail), root}
 	}, mechanismtest.Strict(testenv.InCI()))

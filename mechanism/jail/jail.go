@@ -55,6 +55,12 @@ type Config struct {
 	// 1000:1000, the "sprite" user of the sandbox's /etc/passwd). Without
 	// root the workload is uid 0 of a user namespace mapped to the caller.
 	UID, GID int
+	// IDMapDir is where, as root, each sandbox's uid/gid range is
+	// claimed (userns.go): host-wide, so that no two sandboxes of any
+	// StateDir share one. Default DefaultIDMapDir; "-" gives sandboxes
+	// provisioned from then on no range of their own (they run as
+	// Config.UID on the host, as before ranges existed).
+	IDMapDir string
 	// Egress is how sandboxes whose network is egress reach the outside
 	// world (default: from this process's network namespace, through the
 	// host's resolvers; a test gives a stand-in, mechanism/egress/egresstest).
@@ -101,6 +107,9 @@ func New(cfg Config) (*Jail, error) {
 	}
 	if cfg.RunDir == "" {
 		cfg.RunDir, _ = mechanism.DefaultRunDir()
+	}
+	if cfg.IDMapDir == "" {
+		cfg.IDMapDir = DefaultIDMapDir
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
@@ -199,6 +208,13 @@ type state struct {
 	Frozen    bool             `json:"frozen,omitempty"` // by Freeze, until Thaw or the init's end
 	Note      string           `json:"note,omitempty"`
 	Quota     *homeQuota       `json:"quota,omitempty"` // Spec.DiskBytes in force (quota.go)
+	// IDBase is the first host id of the sandbox's uid/gid range (its
+	// user namespace maps 0..65535 there; userns.go), 0 for none: a
+	// sandbox provisioned without one runs as before.
+	IDBase int `json:"idBase,omitempty"`
+	// ImageRoot: the image's workload may be root of the user namespace
+	// (an idmapped image layer; userns_image.go).
+	ImageRoot bool `json:"imageRoot,omitempty"`
 }
 
 func (j *Jail) dir(id string) string { return filepath.Join(j.cfg.StateDir, id) }
@@ -330,14 +346,19 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	uid, gid := j.Owner()
-	if !j.rootless {
-		uid, gid = j.imageUser(spec)
-	}
-	if err := provisionImage(dir, spec.Image); err != nil {
+	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
+	if err := j.provisionRange(ctx, dir, st); err != nil { // userns.go
 		return err
 	}
-	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
+	uid, gid := j.Owner()
+	if !j.rootless {
+		uid, gid = j.imageUser(spec, st.ImageRoot)
+		uid, gid = st.IDBase+uid, st.IDBase+gid
+	}
+	if err := provisionImage(dir, spec.Image, st.IDBase, st.ImageRoot); err != nil {
+		j.releaseRange(ctx, dir, st.IDBase)
+		return err
+	}
 	if spec.HomeDir != "" {
 		if err := os.MkdirAll(spec.HomeDir, 0o755); err != nil {
 			return err
@@ -532,8 +553,12 @@ func (j *Jail) launchConfig(st *state) launchConfig {
 		Image: imageDirs(j.dir(st.ID), st.Spec.Image), Mounts: st.Spec.Mounts,
 	}
 	if st.Spec.Image != nil {
-		lc.UID, lc.GID = j.imageUser(st.Spec)
+		lc.UID, lc.GID = j.imageUser(st.Spec, st.ImageRoot)
+		if lc.Image != nil {
+			lc.Image.Mapped = st.ImageRoot
+		}
 	}
+	lc.IDBase = st.IDBase
 	return lc
 }
 
@@ -656,6 +681,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
 		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 	}
+	if st.IDBase != 0 && !born {
+		return fmt.Errorf("sandbox %s has a uid range of its own, which needs its init born restricted: %v", st.ID, j.usernsSupport())
+	}
 	if g != nil && g.V2 != "" {
 		fd, err := g.V2FD()
 		if err != nil {
@@ -671,6 +699,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
 		lc.TreeBuilt = true
 		tree = &lc
+		mapRange(sys, st.IDBase) // userns.go
 	}
 	cmd.SysProcAttr = sys
 	var cConfig []byte
@@ -898,13 +927,18 @@ func (j *Jail) Destroy(ctx context.Context, id string) error {
 	if err := mechanism.ValidateID(id); err != nil {
 		return err
 	}
+	dir := j.dir(id)
+	var base int
+	if st, err := readState(dir); err == nil {
+		base = st.IDBase
+	}
 	if err := j.stop(ctx, id, false); err != nil {
 		return err
 	}
 	if err := j.releaseQuota(id); err != nil { // quota.go
 		return err
 	}
-	dir := j.dir(id)
+	defer j.releaseRange(ctx, dir, base) // userns.go
 	gone := filepath.Join(j.cfg.StateDir, ".destroy-"+randHex())
 	if err := os.Rename(dir, gone); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

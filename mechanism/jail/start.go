@@ -112,6 +112,9 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			return
 		}
 		defer st.det.close()
+		if err == nil && lc.Image != nil && lc.Image.Mapped {
+			err = buildMappedImage(lc, st.pid) // needs the init's user namespace (image.go)
+		}
 		if err == nil && st.hooks.place != nil {
 			err = st.hooks.place(st.pid) // before the pivot: host paths
 		}
@@ -199,7 +202,7 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 		return err
 	}
 	*det = d
-	rfd, err := newRuleset(func(p string) (int, error) {
+	rfd, err := rulesetFor(lc, func(p string) (int, error) { // userns.go
 		switch p {
 		case mechanism.Home:
 			return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -215,11 +218,17 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 	if err != nil {
 		return err
 	}
+	if rfd < 0 { // nothing for Landlock to hold (userns.go)
+		return restrictThread(keepFor(lc), rfd)
+	}
 	defer unix.Close(rfd)
+	if lc.Image != nil && lc.Image.Mapped { // writes unconfined by paths (userns.go)
+		return restrictThread(keepFor(lc), rfd)
+	}
 	if err = addMountRules(rfd, lc.Mounts, openSource); err != nil { // mounts.go
 		return err
 	}
-	return restrictThread(keepCaps, rfd)
+	return restrictThread(keepFor(lc), rfd)
 }
 
 // start hands T the init to clone and waits for the clone; the tree's
@@ -414,6 +423,9 @@ func restrictThread(keep []int, rfd int) error {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if rfd < 0 {
+		return nil
 	}
 	if err := landlockRestrictSelf(rfd); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)
