@@ -65,6 +65,11 @@ func Unprivileged(t *testing.T, sub string) *Internet {
 		return &Internet{NS: -1, DNS: Resolver, CA: pool, CAPEM: pem, dialPath: path}
 	}
 	testenv.RequireRoot(t)
+	for _, f := range []string{"/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"} {
+		b, err := os.ReadFile(f)
+		testenv.Require(t, err != nil || strings.TrimSpace(string(b)) != "0",
+			"unprivileged users may not make user namespaces here ("+f+" is 0)")
+	}
 	in := New(t)
 	dir := t.TempDir()
 	// The unprivileged run must reach its directory (the test's and the
