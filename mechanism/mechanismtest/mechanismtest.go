@@ -133,6 +133,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"filesystem", checkFilesystem},
 		{"processes", checkProcesses},
 		{"privileges", checkPrivileges},
+		{"user_namespace", checkUserns}, // userns.go
 		{"freeze", checkFreeze},
 	}
 	for _, c := range checks {
