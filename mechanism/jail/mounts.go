@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/mountpath"
 )
 
 // Host mounts (Spec.Mounts): docker's -v HOST:SANDBOX[:ro].
@@ -43,39 +44,11 @@ import (
 // (rules are on inodes: the source's is the mount's root); a read-only
 // mount gets none, and the mount flag refuses writes (EROFS).
 //
-// Hand-written with x/sys/unix rather than a path library such as
-// filepath-securejoin: securejoin resolves symbolic links inside the root,
-// where this refuses them; and the mount API's descriptors are what the
-// mount is attached by.
+// Both ends are opened by package mountpath (openat2, no symbolic link
+// followed; see there why no path library).
 
-// mountResolve is how every path component is looked up: never through a
-// symbolic link, never above the directory it starts from.
-const mountResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
-
-// openSource opens a mount's source, refusing any symbolic link in its
-// (already resolved) path.
-func openSource(m mechanism.Mount) (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err == unix.ELOOP {
-		return -1, fmt.Errorf("mount source %s: a symbolic link is on its path now (it was resolved when the sandbox was made); refused", m.Source)
-	}
-	if err != nil {
-		return -1, fmt.Errorf("mount source %s: %w", m.Source, err)
-	}
-	return fd, nil
-}
-
-// isDirFD reports whether fd is a directory.
-func isDirFD(fd int) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, err
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
-}
+// openSource opens m's source, refusing any symbolic link on its path.
+func openSource(m mechanism.Mount) (int, error) { return mountpath.OpenSource(m.Source) }
 
 // beneathPreBuilt reports whether target is beneath a file system the
 // tree gets after it is built (the home, /tmp): its mount point is made
@@ -104,88 +77,18 @@ func makeMountPoints(root string, ms []mechanism.Mount) error {
 		if err != nil {
 			return err
 		}
-		dir, err := isDirFD(src)
+		dir, err := mountpath.IsDir(src)
 		unix.Close(src)
 		if err != nil {
 			return err
 		}
-		fd, err := walkTarget(rfd, m.Target, dir, true)
+		fd, err := mountpath.Walk(rfd, m.Target, dir, true, m.Target)
 		if err != nil {
 			return err
 		}
 		unix.Close(fd)
 	}
 	return nil
-}
-
-// walkTarget opens target beneath the directory rfd, one component at a
-// time, never through a symbolic link. With mk it makes the missing
-// components (directories, and the last one a directory when dir, else an
-// empty file). The last component must be a directory when dir, else a
-// non-directory.
-func walkTarget(rfd int, target string, dir, mk bool) (int, error) {
-	parts := strings.Split(strings.TrimPrefix(target, "/"), "/")
-	cur, err := unix.FcntlInt(uintptr(rfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	for i, name := range parts {
-		last := i == len(parts)-1
-		where := "/" + strings.Join(parts[:i+1], "/")
-		fd, err := openBeneath(cur, name)
-		if err == unix.ENOENT && mk {
-			if !last || dir {
-				err = unix.Mkdirat(cur, name, 0o755)
-			} else {
-				var f int
-				if f, err = unix.Openat(cur, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644); err == nil {
-					unix.Close(f)
-				}
-			}
-			if err == nil || err == unix.EEXIST {
-				fd, err = openBeneath(cur, name)
-			}
-		}
-		unix.Close(cur)
-		switch {
-		case err == unix.ELOOP:
-			return -1, fmt.Errorf("mount target %s: %s is a symbolic link in the sandbox's tree; a mount is never made through one (remove it, or choose another target)", target, where)
-		case err == unix.EROFS:
-			return -1, fmt.Errorf("mount target %s: %s cannot be made, its directory is read-only in the sandbox (mount on an existing directory, or beneath %s or /tmp)", target, where, mechanism.Home)
-		case err == unix.ENOENT:
-			return -1, fmt.Errorf("mount target %s: %s does not exist", target, where)
-		case err != nil:
-			return -1, fmt.Errorf("mount target %s: %s: %w", target, where, err)
-		}
-		isDir, err := isDirFD(fd)
-		if err != nil {
-			unix.Close(fd)
-			return -1, err
-		}
-		if (!last || dir) && !isDir {
-			unix.Close(fd)
-			return -1, fmt.Errorf("mount target %s: %s is not a directory", target, where)
-		}
-		if last && !dir && isDir {
-			unix.Close(fd)
-			return -1, fmt.Errorf("mount target %s is a directory and the source a file", target)
-		}
-		cur = fd
-	}
-	return cur, nil
-}
-
-// openBeneath opens the one component name in the directory dfd; a
-// symbolic link there is ELOOP (RESOLVE_NO_SYMLINKS applies to the last
-// component too, O_PATH without O_NOFOLLOW).
-func openBeneath(dfd int, name string) (int, error) {
-	for {
-		fd, err := unix.Openat2(dfd, name, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: mountResolve})
-		if err == unix.EAGAIN || err == unix.EINTR {
-			continue // a rename elsewhere on the file system raced the lookup
-		}
-		return fd, err
-	}
 }
 
 // placeMounts attaches cfg.Mounts in the tree at cfg.Root (finishTree:
@@ -230,7 +133,7 @@ func placeMount(rfd int, m mechanism.Mount) error {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return fmt.Errorf("mount source %s: set nosuid, nodev%s: %w", m.Source, map[bool]string{true: ", read-only"}[m.ReadOnly], err)
 	}
-	tgt, err := walkTarget(rfd, m.Target, dir, true)
+	tgt, err := mountpath.Walk(rfd, m.Target, dir, true, m.Target)
 	if err != nil {
 		return err
 	}
@@ -245,7 +148,7 @@ func placeMount(rfd int, m mechanism.Mount) error {
 // checkMount opens m's target again (through the mount now) and checks
 // that it is the source, nosuid, nodev, and read-only when asked.
 func checkMount(rfd int, m mechanism.Mount, src *unix.Stat_t, dir bool) error {
-	fd, err := walkTarget(rfd, m.Target, dir, false)
+	fd, err := mountpath.Walk(rfd, m.Target, dir, false, m.Target)
 	if err != nil {
 		return err
 	}
@@ -294,7 +197,7 @@ func addMountRules(rfd int, ms []mechanism.Mount, open func(mechanism.Mount) (in
 		if err != nil {
 			return err
 		}
-		dir, err := isDirFD(fd)
+		dir, err := mountpath.IsDir(fd)
 		if err == nil {
 			a := access
 			if !dir {
