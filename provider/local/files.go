@@ -40,8 +40,13 @@ func homeRel(p string) (string, error) {
 	return strings.TrimPrefix(clean, mechanism.Home+"/"), nil
 }
 
-// owner is the uid and gid the sandbox's files belong to.
-func (p *Provider) owner(m mechanism.Mechanism, home string) (int, int) {
+// owner is the uid and gid the sandbox's files belong to: a mechanism
+// that gives each sandbox ids of its own (the jail's uid ranges) says
+// which with OwnerOf.
+func (p *Provider) owner(m mechanism.Mechanism, iid, home string) (int, int) {
+	if o, ok := m.(interface{ OwnerOf(id string) (int, int) }); ok {
+		return o.OwnerOf(iid)
+	}
 	if o, ok := m.(interface{ Owner() (int, int) }); ok {
 		return o.Owner()
 	}
@@ -89,7 +94,7 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 		return mechErr("write_file", err)
 	}
 	home := p.homeDir(r.InstanceID)
-	uid, gid := p.owner(m, home)
+	uid, gid := p.owner(m, r.InstanceID, home)
 	root, err := os.OpenRoot(home)
 	if err != nil {
 		return fileErr(err)
