@@ -110,8 +110,14 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 	iof.add(fs, true, false) // no detach: the sandbox is run's own
 	name := fs.String("name", "", "sandbox name (default run-<random>)")
 	imgRef := imageFlag(fs)
+	var vf volumeFlags
+	vf.add(fs) // volumes.go
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
+			return err
+		}
+		mounts, err := vf.mounts()
+		if err != nil {
 			return err
 		}
 		argv, err := imageArgv(ctx, g, *imgRef, fs.Args()) // image.go
@@ -160,7 +166,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			}
 		}
 		sp := startSpinner("creating sandbox " + *name)
-		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits, Image: *imgRef})
+		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits, Image: *imgRef, Mounts: mounts})
 		sp.Stop()
 		if err != nil {
 			return createErr(ctx, err)
@@ -267,12 +273,18 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	var nf networkFlags
 	nf.add(fs)
 	imgRef := imageFlag(fs)
+	var vf volumeFlags
+	vf.add(fs) // volumes.go
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
 			return err
 		}
 		if err := noMore(rest); err != nil {
+			return err
+		}
+		mounts, err := vf.mounts()
+		if err != nil {
 			return err
 		}
 		limits, err := lf.limits()
@@ -344,7 +356,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 				return err
 			}
 		}
-		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Labels: labels, Image: *imgRef, Network: network, Publish: publish}
+		opts := sandbox.CreateOptions{Limits: limits, Env: env, Dir: ef.dir, Labels: labels, Image: *imgRef, Network: network, Publish: publish, Mounts: mounts}
 		if len(pos) == 1 {
 			if err := createConflict(ctx, reg, sandbox.BuildHandle(p.Name(), name), fs, opts); err != nil {
 				return err

@@ -4,8 +4,8 @@
 //
 // Usage:
 //
-//	managoat run [limits] [-it] [-e K=V] [-w DIR] [--] CMD [ARGS...]   ephemeral sandbox: create, run with live output, destroy
-//	managoat create NAME [limits] [-e K=V] [--env-file F] [-w DIR] [--label K=V]
+//	managoat run [limits] [-it] [-e K=V] [-w DIR] [-v HOST:SANDBOX[:ro]] [--] CMD [ARGS...]   ephemeral sandbox: create, run with live output, destroy
+//	managoat create NAME [limits] [-e K=V] [--env-file F] [-w DIR] [--label K=V] [-v HOST:SANDBOX[:ro]]
 //	managoat exec NAME [-it] [-e K=V] [-w DIR] [--timeout D] -- CMD [ARGS...]
 //	managoat spawn NAME [--detach] [-t] -- CMD [ARGS...]
 //	managoat attach NAME SESSION [--detach-keys ctrl-p,ctrl-q]

@@ -79,6 +79,7 @@ func createConflict(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handl
 		Env    []string          `json:"env"`
 		Dir    string            `json:"dir"`
 		Labels map[string]string `json:"labels"`
+		Mounts []sandbox.Mount   `json:"mounts"`
 	}
 	_ = json.Unmarshal(info.Raw, &raw)
 	var diffs []string
@@ -114,6 +115,9 @@ func createConflict(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handl
 	}
 	if given["label"] && !maps.Equal(opts.Labels, raw.Labels) {
 		diffs = append(diffs, fmt.Sprintf("labels %v asked, the existing one has %v", opts.Labels, raw.Labels))
+	}
+	if (given["v"] || given["volume"]) && !slices.Equal(opts.Mounts, raw.Mounts) {
+		diffs = append(diffs, fmt.Sprintf("mounts %v asked, the existing one has %v", opts.Mounts, raw.Mounts))
 	}
 	if given["w"] || given["dir"] {
 		if opts.Dir != raw.Dir {
