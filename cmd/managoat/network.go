@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/managoat/managoat/sandbox"
 )
@@ -17,7 +18,7 @@ type networkFlags struct {
 
 func (f *networkFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.network, "network", "", "the sandbox's network: egress (the default: the outside world, under its network policy) or none (only loopback; local provider)")
-	fs.Var(&f.publish, "publish", "publish `PORT` of the sandbox on this machine's loopback; managoat url NAME prints http://127.0.0.1:PORT for the first (repeatable; local provider)")
+	fs.Var(&f.publish, "publish", "publish `PORT` of the sandbox on this machine's loopback; managoat url NAME prints http://127.0.0.1:PORT for the first, or through the platform its proxied URL (repeatable; local provider)")
 }
 
 // options checks the flags for provider and returns CreateOptions'
@@ -36,8 +37,11 @@ func (f *networkFlags) options(provider string) (string, []int, error) {
 		}
 		ports = append(ports, n)
 	}
-	if (f.network != "" || len(ports) > 0) && provider != "local" {
-		return "", nil, &sandbox.InvalidError{Reason: "network", Msg: fmt.Sprintf("provider %s chooses its sandboxes' network itself; --network and --publish are the local provider's", provider)}
+	// Through the platform, --publish goes to serve, which proxies the
+	// ports of a provider that publishes (local) and refuses the others'.
+	platform := provider == "platform" || strings.HasPrefix(provider, "platform:")
+	if (f.network != "" || len(ports) > 0 && !platform) && provider != "local" {
+		return "", nil, &sandbox.InvalidError{Reason: "network", Msg: fmt.Sprintf("provider %s chooses its sandboxes' network itself; --network and --publish are the local provider's (--publish the platform's too)", provider)}
 	}
 	return f.network, ports, nil
 }

@@ -35,4 +35,13 @@ func TestNetworkFlags(t *testing.T) {
 	if n, ports, err := parse().options("e2b"); err != nil || n != "" || ports != nil {
 		t.Errorf("no flags on e2b = %q %v %v", n, ports, err)
 	}
+	// Through the platform, serve proxies published ports (or refuses them).
+	for _, p := range []string{"platform", "platform:local"} {
+		if _, ports, err := parse("--publish", "8080").options(p); err != nil || len(ports) != 1 || ports[0] != 8080 {
+			t.Errorf("--publish on %s = %v %v", p, ports, err)
+		}
+		if _, _, err := parse("--network", "none").options(p); !errors.As(err, &ie) {
+			t.Errorf("--network on %s = %v, want Invalid", p, err)
+		}
+	}
 }

@@ -77,6 +77,7 @@ type platformOptions struct {
 	token     string // the static token of the original relay ("" for none)
 	runners   string // the enrolled runners' file
 	natsURL   string // NATS of a platform of several replicas ("" for one)
+	publicURL string // the platform's URL as clients reach it ("": each request's)
 	open      bool   // --open-runners
 	idle      time.Duration
 	reapEvery time.Duration
@@ -195,7 +196,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if nh != nil {
 		runners = nh
 	}
-	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger})
+	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL})
 	if err != nil {
 		closeCluster()
 		st.Close()

@@ -151,6 +151,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
 	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
 	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
+	publicURL := fs.String("public-url", "", "the platform's URL as clients reach it (behind a reverse proxy: its URL), which the URLs of sandboxes' published ports start with (default: the scheme and host each create came to)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -172,6 +173,9 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		}
 		if *maxConns < 1 || *maxPerSource < 1 {
 			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
+		}
+		if u, err := url.Parse(*publicURL); *publicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil) {
+			return usageError{msg: fmt.Sprintf("--public-url %q: http(s)://host[:port][/path], without credentials", *publicURL)}
 		}
 		if (*tlsCert == "") != (*tlsKey == "") {
 			return usageError{msg: "--tls-cert and --tls-key go together"}
@@ -198,7 +202,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			*runners = defaultRunnersFile()
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
-			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {
 			return err
 		}
