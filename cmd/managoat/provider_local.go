@@ -59,7 +59,8 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 				JailInit      string           `json:"jail_init"`
 				JailTemplates templates        `json:"jail_templates"`
 				DefaultLimits map[string]int64 `json:"default_limits"`
-			}{r, checks, jail.InitDescription(), pinned, defaults})
+				JailUsers     string           `json:"jail_users"`
+			}{r, checks, jail.InitDescription(), pinned, defaults, jail.UsernsDescription()})
 		}
 		if err := r.WriteText(os.Stdout); err != nil {
 			return err
@@ -72,6 +73,7 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 			fmt.Printf("  %-12s %s: %s\n", c.Name, verdict, c.Why)
 		}
 		fmt.Printf("  jail init: %s\n", jail.InitDescription())
+		fmt.Printf("  jail sandboxes' users: %s\n", jail.UsernsDescription())
 		fmt.Printf("  default limits of a sandbox made without any (jail, runc): %d processes, %d MiB of memory\n", d.Pids, d.MemoryBytes>>20)
 		if pinned.Dir != "" {
 			fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
