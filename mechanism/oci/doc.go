@@ -85,7 +85,8 @@
 // is none, --network=host for an egress one (the sentry's sockets are the
 // host kernel's, in the container's own network namespace, where the
 // egress proxy's packet filter catches them as runc's; see network.go for
-// why not gVisor's own stack, and what the workload cannot change there),
+// why not gVisor's own stack, what the workload cannot change there, and
+// the blocking read(2)/write(2) this runsc's host network gets wrong),
 // and --oci-seccomp (the bundle's filter applies inside the sandbox too). On a hybrid cgroup layout runsc
 // applies the v1 limits itself; no --ignore-cgroups is needed. Two limits
 // are not guaranteed on runsc and a Spec asking for them is refused with

@@ -32,8 +32,14 @@ import (
 // container given CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN could not
 // take lo down, add a route or an address either). The price is the
 // host kernel's TCP/IP behind the sentry's socket calls instead of
-// gVisor's own stack; a container whose network is none keeps
-// --network=none (gVisor's loopback only).
+// gVisor's own stack, and one defect of this runsc release's host
+// network: a blocking read(2) or write(2) on a TCP socket that would
+// block returns EAGAIN instead of waiting (its Read and Write pass the
+// host descriptor's, which is non-blocking, through; seen with cat and
+// dd on bash's /dev/tcp). recv/send and I/O that polls first, which
+// curl, Python's socket and ssl, Go and Node do, work (the breach
+// conformance and BenchmarkEgressThroughput use them). A container whose
+// network is none keeps --network=none (gVisor's loopback only).
 
 // nets are the proxies this process serves, by sandbox id.
 type nets struct {
