@@ -323,8 +323,16 @@ func Mounted(home, image string) (bool, error) {
 		return false, nil
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(h.Dev), unix.Minor(h.Dev)))
-	if err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == image {
-		return true, nil
+	if err == nil {
+		// The kernel gives the path it resolved: image's, through any
+		// symbolic link on the way.
+		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if backing == image {
+			return true, nil
+		}
+		if real, err := filepath.EvalSymlinks(image); err == nil && backing == real {
+			return true, nil
+		}
 	}
 	return false, fmt.Errorf("%s is a mount point of another file system (device %d:%d), not of %s", home, unix.Major(h.Dev), unix.Minor(h.Dev), image)
 }

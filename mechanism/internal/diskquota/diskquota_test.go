@@ -460,3 +460,29 @@ func TestLoopKeepsTheHomesFiles(t *testing.T) {
 		t.Fatalf("image left after the refusal: %v", err)
 	}
 }
+
+// A state directory reached through a symbolic link: the kernel names the
+// image by its real path, and Release still finds its mount.
+func TestLoopThroughSymlink(t *testing.T) {
+	needLoop(t)
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	home, image := newHome(t, link), filepath.Join(link, "home.img")
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	if ok, err := Mounted(home, image); !ok || err != nil {
+		t.Fatalf("Mounted through the link: %v, %v", ok, err)
+	}
+	if err := q.Release(home); err != nil {
+		t.Fatal(err)
+	}
+	if mountedAt(t, filepath.Join(real, "home")) || len(loopsOf(t, filepath.Join(real, "home.img"))) > 0 {
+		t.Fatal("left mounted")
+	}
+}
