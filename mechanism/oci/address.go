@@ -19,8 +19,12 @@ import (
 // loopback (entering its network namespace to dial), whatever its
 // network (egress or none). published.json in the sandbox's directory
 // says where, for the container's init of that start; Address reads it.
-// gVisor's runsc keeps its own network stack, which nothing on the host
-// can enter, so a Spec.Publish is refused there.
+// gVisor's runsc publishes where its container's network is egress: its
+// sentry then opens the workload's sockets as host-kernel sockets in the
+// container's namespace (--network=host there, network.go), which the
+// relay enters as runc's; with network none the workload's loopback is
+// gVisor's own stack, which nothing on the host can enter, so a
+// Spec.Publish is refused there.
 
 var _ mechanism.Addresser = (*Mechanism)(nil)
 
@@ -35,8 +39,8 @@ func (m *Mechanism) refusePublish(spec mechanism.Spec) error {
 	}
 	detail := ""
 	switch {
-	case m.rt.gvisor:
-		detail = "oci/runsc publishes no port: gVisor's own network stack cannot be entered from the host"
+	case m.rt.gvisor && m.networkOf(spec) != mechanism.NetworkEgress:
+		detail = "oci/runsc publishes a port only with an egress network: with network none the workload's loopback is gVisor's own stack, which the host cannot enter"
 	case os.Geteuid() != 0:
 		detail = "publishing a port needs root (it enters the container's network namespace)"
 	default:

@@ -15,19 +15,25 @@ import (
 	"github.com/managoat/managoat/mechanism"
 )
 
-// TestAddress: a port a runc container publishes (Spec.Publish, with
-// network none as with egress) is reached from the host's loopback at
-// Address, 127.0.0.1 only; Address is "" for a port not published and
-// once the container is stopped, where the port no longer answers; a
-// Start publishes it again. runsc refuses Spec.Publish, naming why.
+// TestAddress: a port a container publishes (Spec.Publish; runc with
+// network none, runsc with its egress network) is reached from the
+// host's loopback at Address, 127.0.0.1 only; Address is "" for a port
+// not published and once the container is stopped, where the port no
+// longer answers; a Start publishes it again.
 func TestAddress(t *testing.T) {
-	requireRuntime(t, "runc")
+	for rt, network := range map[string]string{"runc": mechanism.NetworkNone, "runsc": mechanism.NetworkEgress} {
+		t.Run(rt, func(t *testing.T) { testAddress(t, rt, network) })
+	}
+}
+
+func testAddress(t *testing.T, rt, network string) {
+	requireRuntime(t, rt)
 	_, err := os.Stat("/usr/bin/python3")
 	testenv.Require(t, err == nil, "/usr/bin/python3 (Debian package python3) to serve inside the container")
-	m := newMech(t, "runc", t.TempDir())
+	m := newMech(t, rt, t.TempDir())
 	ctx := context.Background()
 	id := tid("pub")
-	started(t, m, id, mechanism.Spec{Network: mechanism.NetworkNone, Publish: []int{8080}})
+	started(t, m, id, mechanism.Spec{Network: network, Publish: []int{8080}})
 	serve := func() {
 		t.Helper()
 		p, err := m.HostPath(id, "index.html")
@@ -102,12 +108,13 @@ func TestAddress(t *testing.T) {
 	}
 }
 
-// TestAddressRunscRefused: gVisor's network stack cannot be entered, so a
-// runsc container publishes nothing and says so at Provision.
+// TestAddressRunscRefused: with network none a runsc container's
+// loopback is gVisor's own stack, which the host cannot enter: it
+// publishes nothing and says so at Provision.
 func TestAddressRunscRefused(t *testing.T) {
 	m := newMech(t, "runsc", t.TempDir())
-	err := m.Provision(context.Background(), tid("pub"), mechanism.Spec{Publish: []int{8080}})
-	if !errors.Is(err, mechanism.ErrCapabilityUnavailable) || !strings.Contains(err.Error(), "publishes no port") {
+	err := m.Provision(context.Background(), tid("pub"), mechanism.Spec{Network: mechanism.NetworkNone, Publish: []int{8080}})
+	if !errors.Is(err, mechanism.ErrCapabilityUnavailable) || !strings.Contains(err.Error(), "only with an egress network") {
 		t.Fatalf("runsc with Publish = %v, want a refusal naming why", err)
 	}
 }
