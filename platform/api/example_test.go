@@ -58,3 +58,12 @@ func ExampleNew() {
 	// hi from the platform 0 <nil>
 	// hello fake running
 }
+
+// The URL the platform proxies for port 8080 of the account's sandbox
+// "web" (what its url field and `managoat url web` say): every method, an
+// Upgrade too, with the account's key in the Authorization header.
+func ExamplePortURL() {
+	fmt.Println(api.PortURL("https://sandboxes.example.com", "web", 8080))
+	// Output:
+	// https://sandboxes.example.com/v1/sandboxes/web/ports/8080/
+}

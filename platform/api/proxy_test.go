@@ -167,6 +167,17 @@ func TestProxyAuthorizedAsTheAPI(t *testing.T) {
 		t.Errorf("hop-by-hop X-Hop %q, X-App %q", h.Get("X-Hop"), h.Get("X-App"))
 	}
 
+	// The port's root without its slash is redirected to it (before any
+	// key is asked: the redirect says nothing); HEAD is GET's.
+	nofollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, err := nofollow.Get(strings.TrimSuffix(want, "/")); err != nil || resp.StatusCode != 307 || resp.Header.Get("Location") != "/v1/sandboxes/web/ports/8080/" {
+		t.Errorf("the port without its slash = %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if a := call(t, "HEAD", want+"x", alice, nil); a.status != 200 || a.header.Get("Content-Length") != "12" { // "app: HEAD /x"
+		t.Errorf("HEAD = %d %v", a.status, a.header)
+	}
 	if a := call(t, "GET", want, "", nil); a.status != 401 {
 		t.Errorf("no key = %d %s, want 401", a.status, a.body)
 	}
