@@ -40,7 +40,11 @@
 // an allow list UpdateEgress puts in force; never the host's loopback or
 // addresses, link-local or private ranges); Spec.Network none keeps only
 // lo. Without root there is no egress (nothing to enter the container's
-// namespace with).
+// namespace with). Spec.Publish ports are published on the host's
+// loopback while the container runs (address.go, Address: 127.0.0.1:PORT,
+// never an address another machine reaches; egress.PublishPorts, as the
+// jail's): on runc whatever its network, on runsc only with an egress
+// network (with none its loopback is gVisor's own stack), as root.
 //
 // Limits are the launch's, written in the OCI config (memory with no swap,
 // pids, CPU quota). After start the mechanism finds the container's cgroup

@@ -21,6 +21,14 @@
 // form), so two accounts' names never meet on a provider and the reaper
 // recognises what the platform made.
 //
+// Ports: a sandbox of a provider that publishes ports on this host
+// (PortPublisher: provider/local, created with publish) is reached
+// through the API itself, /v1/sandboxes/{name}/ports/{port}/PATH, any
+// method, WebSockets included, with the account's key, which the
+// application never sees (proxy.go says how, and its bounds); its url is
+// that of its first port (PortURL). A provider's own URL (Sprites) is
+// kept as it is.
+//
 // Bad input: malformed JSON is 400 naming the field, an unknown or disabled
 // provider 400 naming it, a body over the limit 413, a wrong key 401, a key
 // over its rate 429 with Retry-After. No key appears in a log or an error.
