@@ -26,6 +26,12 @@ import (
 // refuses it on kernels that show net.core.rmem_default in every
 // namespace, "cannot run with network enabled in root network
 // namespace", and would take the namespace's interfaces for itself).
+// Tried by hand, that check is passed by running `runsc start` in a
+// mount namespace with a tmpfs over /proc/sys/net, and gVisor's stack
+// then reaches, over a veth, a namespace next to it where the proxy
+// could sit; what that way still needs is a resolver address outside
+// gVisor's own loopback in the container's resolv.conf (127.0.0.53 never
+// leaves gVisor), which the shared root's /etc does not give.
 // Inside, the workload cannot change that namespace: it has no
 // capabilities, and gVisor's host network has no netfilter netlink and
 // no raw sockets (TestRunscEgressCannotTouchItsNamespace; by hand, a
