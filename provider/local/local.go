@@ -112,10 +112,11 @@
 // non-empty list naming egress_allowlist, and a mechanism without any
 // egress control (trusted) answers ErrNotSupported. A sandbox made with
 // CreateOptions.Publish has its ports published on this machine's
-// loopback while it runs (the jail as root), and PublicURL is
-// http://127.0.0.1:PORT for the first, never an address another machine
-// can reach (public_url is advertised there; elsewhere PublicURL is
-// ErrUnsupported).
+// loopback while it runs (as root: the jail, runc, and runsc with an
+// egress network), and PublicURL is http://127.0.0.1:PORT for the first,
+// never an address another machine can reach (public_url is advertised
+// there; elsewhere PublicURL is ErrUnsupported). PublishedPorts and
+// PortAddress are what `managoat serve` proxies (platform/api).
 //
 // Where this differs from the original runner daemon's local sandboxes
 // (runner-protocol spec §2.6, §2.9): its journals lived in the daemon's
