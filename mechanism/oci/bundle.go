@@ -352,6 +352,7 @@ func writeBundle(dir, rootfs string, h hostLayout, sb *sandbox, rt runtimeInfo) 
 		ociMount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		ociMount{Destination: mechanism.Home, Type: "bind", Source: sb.HomeDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	)
+	mounts = append(mounts, hostMounts(sb.Spec, rt)...) // mounts.go
 	spec := ociSpec{
 		OCIVersion: "1.0.2",
 		Process: ociProcess{

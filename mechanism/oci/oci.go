@@ -127,7 +127,7 @@ func (m *Mechanism) RequiredCapabilities() []mechanism.Capability {
 
 // ConstructedCapabilities implements mechanism.CapabilityConstructor.
 func (m *Mechanism) ConstructedCapabilities() []mechanism.Capability {
-	c := append(slices.Clone(constructed), mechanism.TimeBudget)
+	c := append(slices.Clone(constructed), mechanism.TimeBudget, mechanism.HostMounts) // mounts.go
 	if m.egressOK() {
 		c = append(c, mechanism.EgressAllowlist) // network.go
 	}
@@ -138,7 +138,7 @@ func (m *Mechanism) ConstructedCapabilities() []mechanism.Capability {
 // budget; memory and pids caps on runc but not on gVisor (see the package
 // doc for why), so a Spec asking runsc for them is refused.
 func (m *Mechanism) GuaranteedCapabilities() []mechanism.Capability {
-	g := append(slices.Clone(constructed), mechanism.CPUCap, mechanism.TimeBudget)
+	g := append(slices.Clone(constructed), mechanism.CPUCap, mechanism.TimeBudget, mechanism.HostMounts)
 	if !m.rt.gvisor {
 		g = append(g, mechanism.ResourceLimits, mechanism.MemoryCap, mechanism.PidsCap)
 	}
@@ -249,6 +249,12 @@ func (m *Mechanism) Provision(ctx context.Context, id string, spec mechanism.Spe
 	if err := m.refusePublish(spec); err != nil {
 		return err
 	}
+	// Sources resolved once, here (mounts.go); spec.json keeps the result.
+	mounts, err := mechanism.ResolveMounts(spec.Mounts)
+	if err != nil {
+		return err
+	}
+	spec.Mounts = mounts
 	unlock := m.lock(id)
 	defer unlock()
 	if sb, err := m.load(id); err == nil {
@@ -281,7 +287,7 @@ func (m *Mechanism) Provision(ctx context.Context, id string, spec mechanism.Spe
 	if err := m.writeSandbox(sb); err != nil {
 		return err
 	}
-	err := m.create(ctx, sb)
+	err = m.create(ctx, sb)
 	if err != nil {
 		// A container of this id without a sandbox directory is what a
 		// destroy cut short leaves: remove it and try once more.
@@ -331,7 +337,7 @@ func (m *Mechanism) writeSandbox(sb *sandbox) (err error) {
 		err = prepareImage(tmp, sb.Spec.Image)
 	} else {
 		h = scanHost()
-		rootfs, err = m.rootfs(h)
+		rootfs, err = m.rootfsFor(h, sb.Spec) // mounts.go
 	}
 	if err != nil {
 		return err
@@ -366,6 +372,9 @@ func (m *Mechanism) create(ctx context.Context, sb *sandbox) error {
 		return err
 	}
 	if err := m.mountImage(sb); err != nil {
+		return err
+	}
+	if err := m.prepareMounts(sb); err != nil { // mounts.go
 		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
