@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
 	"github.com/managoat/managoat/mechanism/jail"
 )
 
@@ -39,6 +42,13 @@ func mountSources(t *testing.T, j *jail.Jail) (dir string) {
 	write("secret.txt", "HOST-SECRET\n")
 	if err := os.Chown(filepath.Join(dir, "rw"), uid, gid); err != nil {
 		t.Fatal(err)
+	}
+	// Everything read-only is writable by anyone on the host: a write
+	// refused is refused by the read-only mount, not by the file's mode.
+	for _, p := range []string{"ro", "ro/kept", "one.txt"} {
+		if err := os.Chmod(filepath.Join(dir, p), 0o777); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Links inside the source that point out of it, relative and absolute.
 	for name, target := range map[string]string{"up": "../secret.txt", "abs": filepath.Join(dir, "secret.txt"), "etc": "/etc"} {
@@ -222,5 +232,72 @@ func TestMountRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat("/usr/mgx-not-there"); err == nil {
 		t.Fatal("the host's /usr was written")
+	}
+}
+
+// TestRootlessMounts: a jail run by a user that is not root (its
+// sandboxes in user namespaces, run here as uid 65534) binds mounts too:
+// read-write ones writable (Landlock's rule from the pivoted root),
+// read-only ones EROFS, no remount from inside, and a link on a target's
+// path refuses the restart.
+func TestRootlessMounts(t *testing.T) {
+	if egresstest.Unprivileged(t, "") == nil {
+		return // the run as uid 65534 is done, and passed
+	}
+	j, err := jail.New(jail.Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := mountSources(t, j)
+	spec := mechanism.Spec{Network: mechanism.NetworkNone, Mounts: []mechanism.Mount{
+		{Source: filepath.Join(dir, "rw"), Target: "/data"},
+		{Source: filepath.Join(dir, "ro"), Target: mechanism.Home + "/sub/ro", ReadOnly: true},
+	}}
+	started(t, j, "rootless", spec)
+	c := run(t, j, "rootless", "cat /data/hello; echo w > /data/w; echo x > "+mechanism.Home+"/sub/ro/kept; mount -o remount,bind,rw "+mechanism.Home+"/sub/ro; echo y > "+mechanism.Home+"/sub/ro/kept")
+	if string(c.Stdout) != "hello from the host\n" || strings.Count(string(c.Stderr), "Read-only file system") != 2 {
+		t.Fatalf("rootless mounts: %q %q", c.Stdout, c.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "rw", "w")); err != nil || string(b) != "w\n" {
+		t.Fatalf("the write through the read-write mount: %q %v", b, err)
+	}
+	if c := run(t, j, "rootless", "cd "+mechanism.Home+" && mv sub old && ln -s / sub"); c.ExitStatus != 0 {
+		t.Fatalf("workload: %s", c.Stderr)
+	}
+	ctx := context.Background()
+	if err := j.Stop(ctx, "rootless"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, "rootless"); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("rootless start through a link: %v", err)
+	}
+}
+
+// A read-only mount is read-only all the way down: a file system mounted
+// inside the source on the host is read-only in the sandbox too.
+func TestMountReadOnlyRecursive(t *testing.T) {
+	j := newJail(t)
+	src := t.TempDir()
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(src, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "mode=1777,size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(sub, "f"), []byte("in the submount\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(sub, "f"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	started(t, j, "rro", mechanism.Spec{Mounts: []mechanism.Mount{{Source: src, Target: "/data", ReadOnly: true}}})
+	c := run(t, j, "rro", "cat /data/sub/f; echo x > /data/sub/f; touch /data/sub/new")
+	if string(c.Stdout) != "in the submount\n" || strings.Count(string(c.Stderr), "Read-only file system") != 2 {
+		t.Fatalf("a submount of a read-only mount: %q %q", c.Stdout, c.Stderr)
 	}
 }

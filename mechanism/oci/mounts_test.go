@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/oci"
 )
@@ -166,4 +168,47 @@ func TestMountRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want invalid", mt, err)
 		}
 	}
+}
+
+// A read-only mount is read-only all the way down: a file system mounted
+// inside the source on the host is read-only in the container too.
+func TestMountReadOnlyRecursive(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			requireRuntime(t, rt)
+			m := newMech(t, rt, t.TempDir())
+			src := submounted(t)
+			id := tid("rro")
+			started(t, m, id, mechanism.Spec{Mounts: []mechanism.Mount{{Source: src, Target: "/data", ReadOnly: true}}})
+			c := sh(t, m, id, "cat /data/sub/f; echo x > /data/sub/f; touch /data/sub/new")
+			if string(c.Stdout) != "in the submount\n" || strings.Count(string(c.Stderr), "Read-only file system") != 2 {
+				t.Fatalf("a submount of a read-only mount: %q %q", c.Stdout, c.Stderr)
+			}
+		})
+	}
+}
+
+// submounted is a source directory with a tmpfs mounted at sub/ (mode
+// 1777, a file in it open to all), unmounted at cleanup.
+func submounted(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(src, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "mode=1777,size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(sub, "f"), []byte("in the submount\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(sub, "f"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
