@@ -84,17 +84,19 @@ func parseN(fs *flag.FlagSet, args []string, n int) (pos, rest []string, err err
 const (
 	minMemory = 1 << 20
 	maxPids   = 1 << 22
+	minDisk   = 1 << 20 // the smallest home quota (mechanism/internal/diskquota)
 )
 
-// limitFlags collects --memory, --pids, --cpu and --timeout.
+// limitFlags collects --memory, --pids, --cpu, --disk and --timeout.
 type limitFlags struct {
-	memory, pids, cpu, timeout string
+	memory, pids, cpu, disk, timeout string
 }
 
 func (l *limitFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&l.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.StringVar(&l.pids, "pids", "", "maximum number of processes")
 	fs.StringVar(&l.cpu, "cpu", "", "CPU limit in cores, e.g. 0.5 or 500m")
+	fs.StringVar(&l.disk, "disk", "", "what the sandbox's home may hold, e.g. 1G (a disk quota; local provider as root)")
 	fs.StringVar(&l.timeout, "timeout", "", "wall-clock budget per command, e.g. 30s")
 }
 
@@ -119,6 +121,14 @@ func (l *limitFlags) limits() (sandbox.Limits, error) {
 	if l.cpu != "" {
 		if out.CPUMillis, err = parseCPU(l.cpu); err != nil {
 			return out, usageError{msg: "--cpu: " + err.Error()}
+		}
+	}
+	if l.disk != "" {
+		if out.DiskBytes, err = parseSize(l.disk); err != nil {
+			return out, usageError{msg: "--disk: " + err.Error()}
+		}
+		if out.DiskBytes < minDisk {
+			return out, usageError{msg: fmt.Sprintf("--disk: %s is less than 1M, too little for a file system", l.disk)}
 		}
 	}
 	if l.timeout != "" {

@@ -27,6 +27,9 @@ type lsRow struct {
 	// Limits are the sandbox's limits, when its provider says them.
 	Limits map[string]any    `json:"limits,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// DiskUsed is what the sandbox's home holds, when its provider says
+	// it cheaply (a home with a quota of its own file system).
+	DiskUsed *int64 `json:"disk_used_bytes,omitempty"`
 }
 
 // labelFlags collects --label k=v.
@@ -131,6 +134,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					Mechanism string            `json:"mechanism"`
 					CreatedAt time.Time         `json:"created_at"`
 					Labels    map[string]string `json:"labels"`
+					DiskUsed  *int64            `json:"disk_used_bytes"`
 				}
 				if where := platformProviderOf(p, info.Raw); where != "" {
 					row.Provider = where // through the platform: where it lives
@@ -139,7 +143,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					if raw.State != string(info.Status) {
 						row.State = raw.State
 					}
-					row.Limits, row.Mechanism, row.Labels = raw.Limits, raw.Mechanism, raw.Labels
+					row.Limits, row.Mechanism, row.Labels, row.DiskUsed = raw.Limits, raw.Mechanism, raw.Labels, raw.DiskUsed
 					if !raw.CreatedAt.IsZero() {
 						t := raw.CreatedAt.UTC()
 						row.CreatedAt = &t
@@ -177,7 +181,7 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	switch {
 	case wide:
-		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS")
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tDISK\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS")
 	case withProvider:
 		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tPROVIDER")
 	default:
@@ -205,7 +209,7 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 			}
 			if f, ok := v.(float64); ok {
 				switch k {
-				case "memory_bytes":
+				case "memory_bytes", "disk_bytes":
 					return fmt.Sprintf("%dM", int64(f)>>20)
 				case "cpu_millis":
 					return fmt.Sprintf("%dm", int64(f))
@@ -222,8 +226,14 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
 			labels = append(labels, k+"="+r.Labels[k])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State),
-			lim("memory_bytes"), lim("pids"), lim("cpu_millis"), lim("wall_clock"),
+		// DISK: the home's quota, with what it holds before it (USED/LIMIT)
+		// when the provider says it.
+		disk := lim("disk_bytes")
+		if r.DiskUsed != nil && disk != "-" {
+			disk = fmt.Sprintf("%dM/%s", (*r.DiskUsed+1<<20-1)>>20, disk)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State),
+			lim("memory_bytes"), lim("pids"), lim("cpu_millis"), disk, lim("wall_clock"),
 			r.Provider, dash(r.Mechanism), created, dash(strings.Join(labels, ",")))
 	}
 	return tw.Flush()

@@ -52,6 +52,8 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		}
 		d := local.DefaultLimits()
 		defaults := map[string]int64{"pids": int64(d.Pids), "memory_bytes": d.MemoryBytes}
+		diskDefault := defaultHomeQuota() // quota.go
+		defaults["disk_bytes"] = diskDefault.bytes
 		if of.json() {
 			return snakeJSON(os.Stdout, struct {
 				doctor.Report
@@ -75,6 +77,7 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		fmt.Printf("  jail init: %s\n", jail.InitDescription())
 		fmt.Printf("  jail sandboxes' users: %s\n", jail.UsernsDescription())
 		fmt.Printf("  default limits of a sandbox made without any (jail, runc): %d processes, %d MiB of memory\n", d.Pids, d.MemoryBytes>>20)
+		fmt.Printf("  default home quota of a sandbox made without one: %s\n", diskDefault)
 		if pinned.Dir != "" {
 			fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)
 		} else {

@@ -54,6 +54,16 @@ type Report struct {
 	// by configuration (hostfacts), each with what depends on it.
 	Facts      []hostfacts.Fact `json:"facts"`
 	Mechanisms []Verdict        `json:"mechanisms"`
+	// HomeQuota is how a sandbox's disk quota (Limits.DiskBytes) is
+	// enforced on its home here, tried once (Default fills it).
+	HomeQuota *HomeQuota `json:"homeQuota,omitempty"`
+}
+
+// HomeQuota is the jail's (and the OCI runtimes') home quota on this host:
+// "project" or "loop" with the evidence of a try, or "" and why none.
+type HomeQuota struct {
+	Method string `json:"method"`
+	Detail string `json:"detail"`
 }
 
 // limited is the Spec used to ask whether limits are enforceable.
@@ -121,7 +131,10 @@ func Default(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return Run(ctx, nil, j, tr), nil
+	r := Run(ctx, nil, j, tr)
+	method, detail := j.VerifyDiskQuota(ctx)
+	r.HomeQuota = &HomeQuota{Method: method, Detail: detail}
+	return r, nil
 }
 
 // Write runs Default and writes its text to w.
@@ -169,6 +182,13 @@ func (r Report) WriteText(w io.Writer) error {
 			}
 		}
 		fmt.Fprintf(b, "    guarantees: %s\n", join(m.Guaranteed))
+	}
+	if q := r.HomeQuota; q != nil {
+		how := q.Method
+		if how == "" {
+			how = "none, homes are unbounded"
+		}
+		fmt.Fprintf(b, "\nhome disk quota (jail, runc; --disk): %s: %s\n", how, q.Detail)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -253,9 +253,10 @@
 //
 // # Not constructed
 //
-// The jail refuses, naming the capability, a Spec with a disk quota
-// (disk_quota: no filesystem quotas are set); without root it refuses
-// published ports (network_restriction: publishing enters the sandbox's
+// Without root the jail refuses, naming the capability, a Spec with a
+// disk quota (disk_quota: as root the home is bounded by a project quota
+// or a loop-mounted ext4 image, quota.go; neither is open to an
+// unprivileged manager) and published ports (network_restriction: publishing enters the sandbox's
 // network namespace for each connection, which a rootless manager
 // cannot), and, where nsenter is missing, an egress network or allow
 // list (egress_allowlist). cgroup v2 limits are implemented but were exercised here only

@@ -198,7 +198,9 @@ type Config struct {
 }
 
 // DefaultLimits are the limits a sandbox gets for each cap its create left
-// at zero: 1024 processes, and half of this host's memory up to 8 GiB.
+// at zero: 1024 processes, half of this host's memory up to 8 GiB, and a
+// home of DefaultDiskBytes (10 GiB) where the mechanism bounds homes
+// cheaply (quota.go).
 // They are what a host survives, not what a workload needs: ask for less
 // with the create's limits.
 func DefaultLimits() sandbox.Limits {
@@ -209,7 +211,7 @@ func DefaultLimits() sandbox.Limits {
 			mem = half
 		}
 	}
-	return sandbox.Limits{Pids: 1024, MemoryBytes: mem}
+	return sandbox.Limits{Pids: 1024, MemoryBytes: mem, DiskBytes: DefaultDiskBytes()}
 }
 
 // DefaultStateDir is $MANAGOAT_HOME, else /var/lib/managoat for root, else
@@ -248,6 +250,7 @@ type Provider struct {
 	// defaults fill a create's zero limits (Config.DefaultLimits), only
 	// for the caps the mechanism guarantees.
 	defaults sandbox.Limits
+	diskWhy  string // how the default home quota is enforced, or why none (quota.go)
 }
 
 var (
@@ -320,6 +323,8 @@ func New(cfg Config) (*Provider, error) {
 	if slices.Contains(g, mechanism.MemoryCap) {
 		p.defaults.MemoryBytes = d.MemoryBytes
 	}
+	_, envDisk := os.LookupEnv(EnvDefaultDisk)
+	p.defaults.DiskBytes, p.diskWhy = defaultDisk(m, state, d.DiskBytes, cfg.DefaultLimits != nil || envDisk) // quota.go
 	_ = p.Sweep(context.Background())
 	p.caps = sandbox.NewCapabilities(sandbox.CapSuspend, sandbox.CapAttach, sandbox.CapTerminateSession,
 		sandbox.CapForceTerminateSession, sandbox.CapCreateNew, sandbox.CapDestroyOnce, sandbox.CapCheckpoint,
@@ -475,6 +480,9 @@ func limitsJSON(l sandbox.Limits) map[string]any {
 	if l.WallClock > 0 {
 		m["wall_clock"] = l.WallClock.String()
 	}
+	if l.DiskBytes > 0 {
+		m["disk_bytes"] = l.DiskBytes
+	}
 	return m
 }
 
@@ -483,7 +491,7 @@ func limitsSpec(l sandbox.Limits, home string) (mechanism.Spec, error) {
 		return mechanism.Spec{}, err
 	}
 	return mechanism.Spec{Limits: mechanism.Limits{MemoryBytes: l.MemoryBytes, Pids: int64(l.Pids),
-		CPUMillis: int64(l.CPUMillis), WallClock: l.WallClock}, HomeDir: home}, nil
+		CPUMillis: int64(l.CPUMillis), WallClock: l.WallClock, DiskBytes: l.DiskBytes}, HomeDir: home}, nil
 }
 
 func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateOptions, fresh bool) (*sandbox.Handle, error) {
@@ -493,6 +501,9 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 	}
 	if limits.MemoryBytes == 0 {
 		limits.MemoryBytes = p.defaults.MemoryBytes
+	}
+	if limits.DiskBytes == 0 {
+		limits.DiskBytes = p.defaults.DiskBytes
 	}
 	iid := newID()
 	home := p.homeDir(iid)
@@ -662,6 +673,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 		}
 	}
 	raw["mechanism_status"] = ms
+	diskUse(p.homeDir(r.InstanceID), raw) // quota.go
 	_, suspended := os.Stat(filepath.Join(dir, supervisor.SuspendedName))
 	switch {
 	case errors.Is(perr, supervisor.ErrNoSupervisor) && r.Lazy && ms == mechanism.StatusRunning:
