@@ -64,8 +64,28 @@ func startAgent(t *testing.T) *agent {
 }
 
 func (a *agent) dial(network, addr string) (net.Conn, error) {
+	f, err := a.ask(network + " " + addr)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileConn(f)
+}
+
+// listen listens on addr inside.
+func (a *agent) listen(addr string) (net.Listener, error) {
+	f, err := a.ask("listen tcp4 " + addr)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileListener(f)
+}
+
+func (a *agent) ask(req string) (*os.File, error) {
+	network, addr, _ := strings.Cut(req, " ")
 	fd := int(a.sock.Fd())
-	if _, err := unix.Write(fd, []byte(network+" "+addr)); err != nil {
+	if _, err := unix.Write(fd, []byte(req)); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, 512)
@@ -88,9 +108,7 @@ func (a *agent) dial(network, addr string) (net.Conn, error) {
 	if err != nil || len(fds) != 1 {
 		return nil, fmt.Errorf("agent: answer %q: %v", msg, err)
 	}
-	f := os.NewFile(uintptr(fds[0]), addr)
-	defer f.Close()
-	return net.FileConn(f)
+	return os.NewFile(uintptr(fds[0]), addr), nil
 }
 
 // agentMain serves dial requests on fd 3 until it reads EOF.
@@ -103,6 +121,24 @@ func agentMain() int {
 			return 0
 		}
 		network, addr, _ := strings.Cut(string(buf[:n]), " ")
+		if network == "listen" { // "listen tcp4 address": a listener's descriptor
+			network, addr, _ = strings.Cut(addr, " ")
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				if _, err := unix.Write(fd, []byte("ERR 0 listen")); err != nil {
+					return 1
+				}
+				continue
+			}
+			f, _ := ln.(*net.TCPListener).File()
+			serr := unix.Sendmsg(fd, []byte("OK"), unix.UnixRights(int(f.Fd())), nil, 0)
+			f.Close()
+			ln.Close()
+			if serr != nil {
+				return 1
+			}
+			continue
+		}
 		c, err := net.DialTimeout(network, addr, 3*time.Second)
 		if err != nil {
 			var errno syscall.Errno
@@ -174,6 +210,43 @@ func TestRootless(t *testing.T) {
 		targets = append(targets, "127.0.0.1:"+port, "169.254.169.254:80", "10.0.0.1:80", "192.168.1.1:80")
 		for _, a := range targets {
 			refusedAtConnect(t, b, a)
+		}
+	})
+	t.Run("AnotherSandbox", func(t *testing.T) {
+		other := rootlessBox(t, in, nil)
+		ln, err := other.agent.listen("0.0.0.0:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("hello from the other sandbox\n"))
+				c.Close()
+			}
+		}()
+		// The control: the other sandbox reaches its own listener.
+		if c, err := other.dial("127.0.0.1:8080"); err != nil {
+			t.Fatalf("the other sandbox's own listener: %v", err)
+		} else {
+			c.Close()
+		}
+		for _, addr := range []string{"127.0.0.1:8080", "10.0.2.15:8080"} {
+			c, err := b.dial(addr)
+			if err != nil {
+				t.Logf("%s: %v", addr, err)
+				continue
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			got, _ := io.ReadAll(c)
+			c.Close()
+			if strings.Contains(string(got), "other sandbox") {
+				t.Errorf("BREACHED: a sandbox reached another at %s", addr)
+			}
 		}
 	})
 	t.Run("Policy", func(t *testing.T) {
