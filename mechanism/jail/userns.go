@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -104,7 +105,12 @@ func (j *Jail) claimRange(ctx context.Context, owner string) (int, error) {
 	}
 	defer unlock()
 	taken := hostIDRanges()
-	for base := idRangeFirst; base+idRangeSize <= idRangeLimit; base += idRangeSize {
+	// The search starts at a place of the owner's (a hash of its path)
+	// and wraps around: with many sandboxes a claim does not read every
+	// claim before it.
+	n, start := idRangeCount, rangeStart(owner)
+	for i := range n {
+		base := idRangeFirst + (start+i)%n*idRangeSize
 		if overlaps(taken, base) {
 			continue
 		}
@@ -126,6 +132,16 @@ func (j *Jail) claimRange(ctx context.Context, owner string) (int, error) {
 	}
 	return 0, &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{Name: mechanism.PrivilegeSeparation,
 		Detail: fmt.Sprintf("no free uid range of %d ids left between %d and %d (%s)", idRangeSize, idRangeFirst, idRangeLimit, reg)}}}
+}
+
+// idRangeCount is how many ranges there are to give.
+const idRangeCount = (idRangeLimit - idRangeFirst) / idRangeSize
+
+// rangeStart is where claimRange's search for owner starts (an index).
+func rangeStart(owner string) int {
+	h := fnv.New32a()
+	h.Write([]byte(owner))
+	return int(h.Sum32() % idRangeCount)
 }
 
 // releaseRange drops owner's claim of the range at base.
@@ -159,6 +175,10 @@ func staleClaim(owner string, base int) bool {
 	return err == nil && st.IDBase != base
 }
 
+// idFiles are the host's id files hostIDRanges reads (a test points
+// them elsewhere).
+var idFiles = struct{ subuid, subgid, passwd, group string }{"/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"}
+
 // idSpan is a closed range of host ids.
 type idSpan struct{ lo, hi int }
 
@@ -176,7 +196,7 @@ func overlaps(taken []idSpan, base int) bool {
 // /etc/group.
 func hostIDRanges() []idSpan {
 	var out []idSpan
-	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+	for _, f := range []string{idFiles.subuid, idFiles.subgid} {
 		eachLine(f, func(fields []string) {
 			if len(fields) >= 3 {
 				lo, err1 := strconv.Atoi(fields[1])
@@ -187,7 +207,7 @@ func hostIDRanges() []idSpan {
 			}
 		})
 	}
-	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+	for _, f := range []string{idFiles.passwd, idFiles.group} {
 		eachLine(f, func(fields []string) {
 			if len(fields) >= 3 {
 				if id, err := strconv.Atoi(fields[2]); err == nil {
