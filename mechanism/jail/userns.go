@@ -82,11 +82,25 @@ func UsernsDescription() string {
 	if err := j.usernsSupport(); err != nil {
 		return "no uid range of their own: " + err.Error() + "; the workload runs as host uid 1000 (or the image's user)"
 	}
+	if err := registryUsable(DefaultIDMapDir); err != nil {
+		return "no uid range of their own: " + err.Error() + "; the workload runs as host uid 1000 (or the image's user)"
+	}
 	s := "a user namespace each, mapping 65536 uids and gids to a range of the host of its own (claimed in " + DefaultIDMapDir + ")"
 	if err := idmapKernel(); err != nil {
 		return s + "; an image's workload cannot be root of it: " + err.Error()
 	}
 	return s + "; an image's workload may be its root, on an idmapped image layer under its own overlay"
+}
+
+// registryUsable reports why the id range registry reg cannot be used.
+func registryUsable(reg string) error {
+	if err := os.MkdirAll(reg, 0o700); err != nil {
+		return fmt.Errorf("the uid range registry %s cannot be made: %v", reg, err)
+	}
+	if err := unix.Access(reg, unix.W_OK); err != nil {
+		return fmt.Errorf("the uid range registry %s is not writable: %v", reg, err)
+	}
+	return nil
 }
 
 // claimRange allocates a free id range for the sandbox whose state
@@ -285,6 +299,11 @@ func (j *Jail) provisionRange(ctx context.Context, dir string, st *state) error 
 	}
 	if img := st.Spec.Image; img != nil && (img.UID >= idRangeSize || img.GID >= idRangeSize) {
 		return mechanism.Invalid("Image.UID", fmt.Sprintf("the image's user %d:%d is past the %d ids a sandbox maps", img.UID, img.GID, idRangeSize))
+	}
+	if err := registryUsable(j.cfg.IDMapDir); err != nil {
+		// Unmapped, as before ranges existed (doctor says why): a
+		// read-only /var/lib must not stop every sandbox.
+		return nil
 	}
 	base, err := j.claimRange(ctx, dir)
 	if err != nil {

@@ -453,3 +453,20 @@ true`, sentinel.Process.Pid)
 		t.Errorf("the root-only file's owner changed: %d, %v", rst.Uid, err)
 	}
 }
+
+// A registry that cannot be made (here under a file) leaves sandboxes
+// unmapped, running as before, rather than refused.
+func TestUsernsRegistryUnusable(t *testing.T) {
+	testenv.RequireRoot(t)
+	j, err := jail.New(jail.Config{StateDir: t.TempDir(), IDMapDir: "/dev/null/idmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started(t, j, "noreg", mechanism.Spec{})
+	if b, _, _ := j.IDRange("noreg"); b != 0 {
+		t.Fatalf("a range %d without a registry", b)
+	}
+	if c := run(t, j, "noreg", "id -u; cat /proc/self/uid_map"); !strings.HasPrefix(string(c.Stdout), "1000\n         0          0 4294967295") {
+		t.Fatalf("%q %q", c.Stdout, c.Stderr)
+	}
+}
