@@ -142,3 +142,33 @@ func TestDiskQuotaRefusedBelowMinimum(t *testing.T) {
 	}
 	_ = j.Destroy(context.Background(), "qs")
 }
+
+// The workload tries to get out of its quota: take the mount off its
+// home (refused: no CAP_SYS_ADMIN, and the directory under it is root's),
+// reserve past it with fallocate, write past it into a sparse file, and
+// fill by many small files; each stops at the quota, which is still in
+// force after.
+func TestDiskQuotaEscapes(t *testing.T) {
+	j, _ := quotaJail(t)
+	const limit = 16 << 20
+	home := filepath.Join(t.TempDir(), "h")
+	started(t, j, "qe", mechanism.Spec{Limits: mechanism.Limits{DiskBytes: limit}, HomeDir: home})
+	for _, try := range []struct{ name, script, want string }{
+		{"umount", "umount $HOME 2>/dev/null || umount -l $HOME 2>/dev/null || echo refused", "refused"},
+		{"fallocate", "fallocate -l 64M $HOME/f 2>&1; echo rc=$?; rm -f $HOME/f", "No space left"},
+		{"sparse", "truncate -s 1G $HOME/s && dd if=/dev/zero of=$HOME/s bs=1M count=64 conv=notrunc 2>&1; rm -f $HOME/s", "No space left"},
+		{"small files", "mkdir $HOME/d; i=0; while [ $i -lt 1000 ]; do head -c 65536 /dev/zero > $HOME/d/$i 2>/dev/null || { echo stopped; break; }; i=$((i+1)); done; rm -rf $HOME/d", "stopped"},
+	} {
+		c := run(t, j, "qe", try.script)
+		if !strings.Contains(string(c.Stdout), try.want) {
+			t.Errorf("%s: want %q in %q %q", try.name, try.want, c.Stdout, c.Stderr)
+		}
+	}
+	c := run(t, j, "qe", "df -B1 --output=size $HOME | tail -1")
+	if n := strings.TrimSpace(string(c.Stdout)); n == "" || len(n) > 8 {
+		t.Fatalf("the home's size after the attempts: %q", c.Stdout)
+	}
+	if m := mountsBelow(t, filepath.Dir(home)); len(m) != 1 || m[0] != home {
+		t.Fatalf("host mounts after the attempts: %v", m)
+	}
+}

@@ -371,6 +371,15 @@ func makeImage(ctx context.Context, path string, size int64, uid, gid int) error
 // attachAndMount attaches image to a free loop device (autoclear) and
 // mounts it nosuid,nodev on home. The device is released with its mount.
 func attachAndMount(image, home string) error {
+	// The directory under the mount point is root's, 0755: a workload
+	// that had the mount taken off its home could not write there, on
+	// the host's disk, out of the limit.
+	if err := os.Chown(home, 0, 0); err != nil {
+		return err
+	}
+	if err := os.Chmod(home, 0o755); err != nil {
+		return err
+	}
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err

@@ -142,7 +142,7 @@ func TestLoopEnsureAfterUnmount(t *testing.T) {
 	needLoop(t)
 	dir := t.TempDir()
 	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
-	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image})
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image, UID: 1000, GID: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +158,12 @@ func TestLoopEnsureAfterUnmount(t *testing.T) {
 	}
 	if ok, _ := Mounted(home, image); ok {
 		t.Fatal("mounted after unmount")
+	}
+	// Uncovered, the directory under the mount point is root's: the
+	// sandbox's user cannot write there, on the host's disk.
+	var st unix.Stat_t
+	if err := unix.Stat(home, &st); err != nil || st.Uid != 0 || st.Mode&0o777 != 0o755 {
+		t.Fatalf("under the mount point: uid %d mode %o (%v), want root's 0755", st.Uid, st.Mode&0o777, err)
 	}
 	if err := q.Ensure(home); err != nil {
 		t.Fatal(err)
