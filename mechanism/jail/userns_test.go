@@ -144,6 +144,16 @@ func background(t *testing.T, j *jail.Jail, id string) (tag string, pid int) {
 // ranges existed) shows what the mapping prevents: there uid 1000 of the
 // host can signal the workload.
 func TestUsernsHostUID(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, mode := range jail.InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv(jail.InitEnv, mode)
+			usernsHostUID(t)
+		})
+	}
+}
+
+func usernsHostUID(t *testing.T) {
 	j := newJail(t)
 	started(t, j, "mapped", mechanism.Spec{})
 	base, size, err := j.IDRange("mapped")
@@ -422,6 +432,7 @@ func TestImageRootInUserns(t *testing.T) {
 	defer func() { sentinel.Process.Kill(); sentinel.Wait() }()
 	os.WriteFile(filepath.Join(home, "bad.ko"), []byte("not a module"), 0o644)
 	script := fmt.Sprintf(`cat $HOME/rootonly $HOME/../hostsecret /home/hostsecret 2>&1; echo
+for l in $(grep -o 'lowerdir=[^,]*' /proc/self/mountinfo | cut -d= -f2) %s; do echo evil > $l/etc/evil 2>&1 && echo WROTE-LOWER:$l; done
 chown 0:0 $HOME/rootonly 2>&1 && echo CHOWNED
 find / -xdev -name hostsecret 2>/dev/null
 mount -t tmpfs none /mnt 2>&1 && echo MOUNTED
@@ -430,11 +441,11 @@ umount /proc 2>&1 && echo UNMOUNTED
 insmod $HOME/bad.ko 2>&1; echo insmod:$?
 echo evil > /proc/sys/kernel/hostname 2>&1 || echo NOHOSTNAME
 kill -9 %d 2>&1; echo kill:$?
-true`, sentinel.Process.Pid)
+true`, img.Root, sentinel.Process.Pid)
 	c = run(t, j, "root-a", script)
 	out := string(c.Stdout)
 	t.Logf("root's attempts:\n%s", out)
-	for _, bad := range []string{secret, "CHOWNED", "MOUNTED", "UNMOUNTED", "Invalid module format", "insmod:0", "kill:0"} {
+	for _, bad := range []string{secret, "CHOWNED", "MOUNTED", "UNMOUNTED", "Invalid module format", "insmod:0", "kill:0", "WROTE-LOWER"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("BREACHED: %q in %q", bad, out)
 		}
@@ -444,6 +455,9 @@ true`, sentinel.Process.Pid)
 	}
 	if err := sentinel.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("BREACHED: the host sentinel died: %v", err)
+	}
+	if after := treeSum(t, img.Root); after != before {
+		t.Error("BREACHED: the image's directory changed")
 	}
 	if b, _ := os.ReadFile(filepath.Join(home, "rootonly")); string(b) != secret {
 		t.Errorf("the root-only file changed: %q", b)
@@ -467,6 +481,25 @@ func TestUsernsRegistryUnusable(t *testing.T) {
 		t.Fatalf("a range %d without a registry", b)
 	}
 	if c := run(t, j, "noreg", "id -u; cat /proc/self/uid_map"); !strings.HasPrefix(string(c.Stdout), "1000\n         0          0 4294967295") {
+		t.Fatalf("%q %q", c.Stdout, c.Stderr)
+	}
+}
+
+// Where an overlay cannot take an idmapped image layer (simulated: the
+// probe's answer for the image's file system is a failure), an image
+// whose user is root runs as before: as uid 1000 of the sandbox, which
+// writes only its home and /tmp.
+func TestImageRootWithoutIdmappedLayers(t *testing.T) {
+	j := newJail(t)
+	dir := t.TempDir()
+	img := pullTestImage(t, dir, v1.Config{})
+	jail.SimulateNoIdmap(t, img.Root)
+	started(t, j, "noidmap", imageSpec(t, img))
+	if b, _, _ := j.IDRange("noidmap"); b == 0 {
+		t.Fatal("no range")
+	}
+	c := run(t, j, "noidmap", "id -u; for d in / /etc /usr/bin; do (echo x > $d/probe) 2>/dev/null && echo WROTE:$d; done; echo a > $HOME/f && echo HOME-OK")
+	if string(c.Stdout) != "1000\nHOME-OK\n" {
 		t.Fatalf("%q %q", c.Stdout, c.Stderr)
 	}
 }
