@@ -30,7 +30,7 @@ func ExampleNew() {
 	srv, _ := api.New(api.Config{Store: st, Policy: pol, Providers: map[string]sandbox.Provider{"fake": f}})
 	defer srv.Close()
 	acct, _ := st.CreateAccount(ctx, "alice")
-	if _, _, err := srv.Create(ctx, acct.ID, "box", "", sandbox.Limits{}, false, 0); err != nil {
+	if _, _, err := srv.Create(ctx, acct.ID, "box", "", sandbox.Limits{}, nil, false, 0); err != nil {
 		panic(err)
 	}
 
