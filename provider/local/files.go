@@ -89,6 +89,9 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 	if rel == "." {
 		return sandbox.Invalid("path", "the home directory itself is not a file")
 	}
+	if err := r.refuseMounted(rel); err != nil { // mounts.go
+		return err
+	}
 	m, err := p.mechFor(r)
 	if err != nil {
 		return mechErr("write_file", err)
@@ -164,6 +167,9 @@ func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, name string)
 	if err != nil {
 		return nil, err
 	}
+	if err := r.refuseMounted(rel); err != nil { // mounts.go
+		return nil, err
+	}
 	root, err := os.OpenRoot(p.homeDir(r.InstanceID))
 	if err != nil {
 		return nil, fileErr(err)
@@ -209,6 +215,9 @@ func (p *Provider) HostPath(h *sandbox.Handle, name string) string {
 	rel, err := homeRel(name)
 	if err != nil {
 		return name
+	}
+	if m, below, ok := r.mountAt(rel); ok { // mounts.go
+		return filepath.Join(m.Source, filepath.FromSlash(below))
 	}
 	return filepath.Join(p.homeDir(r.InstanceID), filepath.FromSlash(rel))
 }

@@ -2,6 +2,9 @@ package local
 
 import (
 	"errors"
+	"fmt"
+	"path"
+	"strings"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/sandbox"
@@ -43,4 +46,30 @@ func mountsJSON(ms []sandbox.Mount) []map[string]any {
 		out[i] = map[string]any{"source": m.Source, "target": m.Target, "read_only": m.ReadOnly}
 	}
 	return out
+}
+
+// mountAt returns the mount of r whose target is the home-relative path
+// rel or one of its ancestors, and the path below the target.
+func (r *record) mountAt(rel string) (sandbox.Mount, string, bool) {
+	p := path.Join(mechanism.Home, rel)
+	for _, m := range r.Mounts {
+		if p == m.Target {
+			return m, ".", true
+		}
+		if below, ok := strings.CutPrefix(p, m.Target+"/"); ok {
+			return m, below, true
+		}
+	}
+	return sandbox.Mount{}, "", false
+}
+
+// refuseMounted refuses a WriteFile or ReadFile of a path at or beneath
+// a host mount in the home: the provider reaches the home through the
+// host's directory, under which the mount's target is an empty mount
+// point, so the file would be another than the sandbox sees.
+func (r *record) refuseMounted(rel string) error {
+	if m, _, ok := r.mountAt(rel); ok {
+		return sandbox.Invalid("path", fmt.Sprintf("%s is in the host mount %s: use the host's file, or a command in the sandbox", path.Join(mechanism.Home, rel), m))
+	}
+	return nil
 }

@@ -50,6 +50,19 @@ func TestMountsKeptAcrossRestart(t *testing.T) {
 		}
 	}
 	check("first")
+	// WriteFile and ReadFile reach the home through the host's directory,
+	// where a mount's target is an empty mount point: refused, by name.
+	// HostPath maps into the mount's source.
+	var iv *sandbox.InvalidError
+	if err := p.WriteFile(ctx, h, "/home/sprite/ro/x", []byte("x"), sandbox.WriteFileOptions{}); !errors.As(err, &iv) || !strings.Contains(err.Error(), "host mount "+src+":/home/sprite/ro:ro") {
+		t.Errorf("WriteFile into a mount: %v", err)
+	}
+	if _, err := p.ReadFile(ctx, h, "ro/hello"); !errors.As(err, &iv) || !strings.Contains(err.Error(), "host mount") {
+		t.Errorf("ReadFile in a mount: %v", err)
+	}
+	if got := p.HostPath(h, "/home/sprite/ro/hello"); got != filepath.Join(src, "hello") {
+		t.Errorf("HostPath in a mount = %s", got)
+	}
 	r, _, _ := p.load(h.Name)
 	if err := p.mech.Stop(ctx, r.InstanceID); err != nil {
 		t.Fatal(err)
