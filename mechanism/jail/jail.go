@@ -373,6 +373,11 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := j.applyQuota(ctx, dir, st, uid, gid); err != nil { // quota.go
 		return err
 	}
+	if st.IDBase != 0 && !st.OwnHome {
+		if err := shiftHome(ctx, st.HomeDir, st.IDBase); err != nil { // userns.go
+			return err
+		}
+	}
 	if err := os.Chown(st.HomeDir, uid, gid); err != nil {
 		return err
 	}

@@ -428,3 +428,52 @@ func lowerCaps(cfg launchConfig) error {
 	runtime.KeepAlive(data)
 	return nil
 }
+
+// shiftID is the host id that id of a home seeded before Provision
+// becomes in a sandbox whose range starts at base: an id a sandbox would
+// use inside (0..65535: a home copied from an image) is put in the range,
+// and so is one of another sandbox's range (a home committed from a
+// mapped sandbox), at the same place; any other is left alone.
+func shiftID(id, base int) int {
+	switch {
+	case id < idRangeSize:
+		return base + id
+	case id >= idRangeFirst && id < idRangeLimit:
+		return base + (id-idRangeFirst)%idRangeSize
+	}
+	return id
+}
+
+// shiftHome gives the entries of home (a Spec.HomeDir seeded before
+// Provision: provider/local copies an image's /home/sprite there) the
+// sandbox's ids, so its workload owns what it owned where they came
+// from. Links are not followed; nothing runs in the sandbox yet.
+func shiftHome(ctx context.Context, home string, base int) error {
+	return filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == home {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		uid, gid := shiftID(int(st.Uid), base), shiftID(int(st.Gid), base)
+		if uid == int(st.Uid) && gid == int(st.Gid) {
+			return nil
+		}
+		if err := unix.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			// chown cleared them; a setuid bit stays cleared (nosuid
+			// home), a setgid directory keeps its inheritance.
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				return unix.Chmod(p, st.Mode&0o7777&^unix.S_ISUID)
+			}
+		}
+		return nil
+	})
+}

@@ -503,3 +503,46 @@ func TestImageRootWithoutIdmappedLayers(t *testing.T) {
 		t.Fatalf("%q %q", c.Stdout, c.Stderr)
 	}
 }
+
+// A home seeded before Provision (provider/local copies an image's
+// /home/sprite there, which Commit may have saved from a mapped sandbox)
+// is given the sandbox's ids: an inside id (1000) and another range's
+// 1000 both become base+1000, root's 0 base+0; a link is changed, not
+// followed.
+func TestSeededHomeTakesTheRange(t *testing.T) {
+	j := newJail(t)
+	home := t.TempDir()
+	os.Chmod(home, 0o755)
+	write := func(p string, uid int) {
+		if err := os.WriteFile(filepath.Join(home, p), []byte("seeded\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Lchown(filepath.Join(home, p), uid, uid)
+	}
+	os.Mkdir(filepath.Join(home, "d"), 0o755)
+	write("a", 1000)
+	write("d/b", 0x70000000+1000)
+	os.Chown(filepath.Join(home, "d"), 1000, 1000)
+	write("rootfile", 0)
+	os.Symlink("/etc/hostname", filepath.Join(home, "l"))
+	os.Lchown(filepath.Join(home, "l"), 1000, 1000)
+	var host unix.Stat_t
+	unix.Stat("/etc/hostname", &host)
+	started(t, j, "seeded", mechanism.Spec{HomeDir: home})
+	base, _, _ := j.IDRange("seeded")
+	for p, want := range map[string]int{"a": base + 1000, "d": base + 1000, "d/b": base + 1000, "rootfile": base, "l": base + 1000} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(home, p), &st); err != nil || int(st.Uid) != want || int(st.Gid) != want {
+			t.Errorf("%s: %d:%d (%v), want %d", p, st.Uid, st.Gid, err, want)
+		}
+	}
+	var after unix.Stat_t
+	unix.Stat("/etc/hostname", &after)
+	if after.Uid != host.Uid || after.Gid != host.Gid {
+		t.Fatalf("the link's target changed owner: %d:%d", after.Uid, after.Gid)
+	}
+	c := run(t, j, "seeded", "echo more >> $HOME/a && echo more >> $HOME/d/b && touch $HOME/d/c && cat $HOME/a")
+	if string(c.Stdout) != "seeded\nmore\n" {
+		t.Fatalf("%q %q", c.Stdout, c.Stderr)
+	}
+}
