@@ -264,6 +264,11 @@ func (c *Client) create(ctx context.Context, name string, req api.CreateRequest)
 // are proxied by the platform (PublicURL is its URL of the first), on a
 // provider that publishes (local); any other refuses them.
 func (c *Client) Create(ctx context.Context, name string, opts sandbox.CreateOptions) (*sandbox.Handle, error) {
+	// A host path of this machine means nothing where the platform runs
+	// the sandbox.
+	if err := sandbox.CheckNoMounts(Name, opts); err != nil {
+		return nil, err
+	}
 	if err := opts.Limits.Validate(); err != nil {
 		return nil, err
 	}
