@@ -38,11 +38,11 @@ func (j *Jail) diskSupport() diskquota.Support {
 	return s
 }
 
-// quotaUserNS says whether the workload runs in a user namespace of its
-// own, where it cannot move its files out of a project quota. Not yet:
-// the workload is uid 1000 of the host's user namespace, so a project
-// quota would not bind it and the loop device serves.
-func (j *Jail) quotaUserNS() bool { return false }
+// quotaUserNS says whether this jail's sandboxes run in a user namespace
+// of their own (userns.go), where the workload cannot move its files out
+// of a project quota; a sandbox that has none (no uid range: IDBase 0)
+// gets a loop device all the same (applyQuota).
+func (j *Jail) quotaUserNS() bool { return j.usernsSupport() == nil }
 
 // quotaCaps is disk_quota when this host can enforce it, else nothing.
 func (j *Jail) quotaCaps() []mechanism.Capability {
@@ -83,7 +83,7 @@ func (j *Jail) applyQuota(ctx context.Context, dir string, st *state, uid, gid i
 			return err
 		}
 	}
-	q, err := diskquota.Apply(ctx, st.HomeDir, st.Spec.DiskBytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: j.quotaUserNS()})
+	q, err := diskquota.Apply(ctx, st.HomeDir, st.Spec.DiskBytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: st.IDBase != 0})
 	if err != nil {
 		var u *mechanism.UnavailableError
 		if errors.As(err, &u) {
