@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -524,4 +525,29 @@ func TestConnectionRate(t *testing.T) {
 		t.Errorf("%d of 200 connections relayed in %v, want between 1 and %d", relayed, time.Since(began), max)
 	}
 	echo(t, other, addr).Close()
+}
+
+// TestMainThreadKeepsItsNamespace: entering sandboxes' namespaces on
+// locked threads (Attach, the stand-in internet) never leaves the
+// process's main thread in one: Go cannot end that thread, so a
+// goroutine that exited locked to it would wedge it there, and
+// /proc/PID/ns/net (the main thread's) would name a sandbox's namespace
+// for good (seen: TestPublishPorts, which publishes into this process's
+// own namespace, echoed nothing).
+func TestMainThreadKeepsItsNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	before, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := egresstest.New(t)
+	for range 20 {
+		newBox(t, in, nil)
+		for range 10 {
+			_ = egresstest.In(in.NS, func() error { return nil })
+		}
+	}
+	if after, _ := os.Readlink("/proc/self/ns/net"); after != before {
+		t.Errorf("the main thread's network namespace is %s, was %s", after, before)
+	}
 }

@@ -63,19 +63,52 @@ func isNilCloser(c interface{ Close() error }) bool {
 }
 
 // onThreadIn runs f on a locked OS thread that has joined the network
-// namespace nsfd; the thread is discarded afterwards.
+// namespace nsfd; the thread is discarded afterwards. Go cannot end the
+// process's main thread: a goroutine that exits locked to it wedges it,
+// in whatever namespace it was left, and /proc/PID/ns/net (which is the
+// main thread's) would name the sandbox's from then on. So on the main
+// thread the namespace is entered with a way back, and left before the
+// goroutine ends.
 func onThreadIn(nsfd int, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Never unlocked: the thread ends with the goroutine, namespace and all.
-		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+		// Never unlocked (but on the main thread, once back): the thread
+		// ends with the goroutine, namespace and all.
+		leave, err := enterNetns(nsfd)
+		if err != nil {
 			errc <- fmt.Errorf("enter the sandbox's network namespace: %w", err)
 			return
 		}
-		errc <- f()
+		err = f()
+		leave()
+		errc <- err
 	}()
 	return <-errc
+}
+
+// enterNetns moves the calling locked thread into the network namespace
+// nsfd. leave puts the main thread back where it was and unlocks it
+// (another thread is left as is, to end with its goroutine).
+func enterNetns(nsfd int) (leave func(), err error) {
+	if unix.Gettid() != unix.Getpid() {
+		return func() {}, unix.Setns(nsfd, unix.CLONE_NEWNET)
+	}
+	back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+		unix.Close(back)
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() {
+		if unix.Setns(back, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else it stays locked: wedged, but nothing else runs there
+		unix.Close(back)
+	}, nil
 }
 
 // openNamespace sets up the network namespace nsfd (a fresh one, lo

@@ -252,8 +252,9 @@ func NewNetns() (int, error) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.LockOSThread() // never unlocked but on the main thread: the thread ends with this goroutine
+		leave, err := enter(func() error { return unix.Unshare(unix.CLONE_NEWNET) })
+		if err != nil {
 			ch <- res{-1, err}
 			return
 		}
@@ -264,6 +265,7 @@ func NewNetns() (int, error) {
 			h.Close()
 		}
 		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		leave()
 		ch <- res{fd, err}
 	}()
 	r := <-ch
@@ -275,14 +277,44 @@ func NewNetns() (int, error) {
 func In(fd int, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		runtime.LockOSThread() // never unlocked but on the main thread: the thread ends with this goroutine
+		leave, err := enter(func() error { return unix.Setns(fd, unix.CLONE_NEWNET) })
+		if err != nil {
 			errc <- err
 			return
 		}
-		errc <- f()
+		err = f()
+		leave()
+		errc <- err
 	}()
 	return <-errc
+}
+
+// enter runs move (which changes the locked calling thread's network
+// namespace). Go cannot end the process's main thread (a goroutine that
+// exits locked to it wedges it where it is, and /proc/PID/ns/net, the
+// main thread's, would name the namespace for good), so there leave puts
+// it back and unlocks it; elsewhere leave does nothing and the thread
+// ends with its goroutine.
+func enter(move func() error) (leave func(), err error) {
+	if unix.Gettid() != unix.Getpid() {
+		return func() {}, move()
+	}
+	back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := move(); err != nil {
+		unix.Close(back)
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() {
+		if unix.Setns(back, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		unix.Close(back)
+	}, nil
 }
 
 // certs makes a CA and a certificate for every name of Hosts.
