@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,12 @@ import (
 	"testing"
 
 	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/provider/daytona"
+	"github.com/managoat/managoat/provider/e2b"
+	"github.com/managoat/managoat/provider/fake"
+	"github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/sprites"
+	"github.com/managoat/managoat/sandbox"
 )
 
 // managoatIn runs the binary in dir (a relative -v HOST is read from it).
@@ -133,5 +141,32 @@ func TestCreateVolume(t *testing.T) {
 	_, e, code := managoatIn(t, parent, env, "create", "-v", "src:/other", "vol")
 	if code != 125 || !strings.Contains(e, "already_exists") || !strings.Contains(e, "mounts ["+src+":/other] asked, the existing one has ["+src+":/data:ro]") {
 		t.Fatalf("create with other mounts: exit %d %q", code, e)
+	}
+}
+
+// TestEveryOtherProviderRefusesMounts: every provider but local refuses a
+// Create with mounts, not_supported and by name, before any request (the
+// URLs here answer nothing; a provider that went on would fail otherwise).
+func TestEveryOtherProviderRefusesMounts(t *testing.T) {
+	e, err := e2b.New(e2b.Config{APIKey: "k", APIURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daytona.New(daytona.Config{APIKey: "k", APIURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sprites.New(sprites.Config{Token: "k", BaseURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fake.New()
+	defer f.Close()
+	opts := sandbox.CreateOptions{Mounts: []sandbox.Mount{{Source: "/srv", Target: "/data", ReadOnly: true}}}
+	for _, p := range []sandbox.Provider{e, d, s, runner.NewProvider(nil, runner.ProviderOptions{}), f} {
+		_, err := p.Create(context.Background(), "box", opts)
+		if !errors.Is(err, sandbox.ErrNotSupported) || !strings.Contains(err.Error(), "provider "+p.Name()+" cannot bind host paths") {
+			t.Errorf("%s: Create with mounts = %v", p.Name(), err)
+		}
 	}
 }
