@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,8 @@ import (
 // counts until it closes) per sandbox at once, more are 429
 // rate_limited{proxy_connections}; a connection to the application idle
 // for Config.ProxyIdle (no byte either way, headers awaited included) is
-// closed (504 when no answer had begun); a request body is limited to
+// closed (504 when no answer had begun), and so is the caller's when it
+// takes nothing of an answer (or of an upgraded connection) for as long; a request body is limited to
 // Config.ProxyMaxBody (413; a response body is not limited: it streams
 // under the idle bound). A sandbox that is not running, or suspended, is
 // 503 unavailable{not_running} at once; a port it does not publish is
@@ -136,6 +138,34 @@ func (c *idleConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// idleWriter bounds the proxy's writes to its caller: a caller that
+// reads nothing for idle fails the write (and ends the proxied request)
+// instead of holding it, and a connection the application upgraded gets
+// the idle bound of idleConn.
+type idleWriter struct {
+	http.ResponseWriter
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (w *idleWriter) Write(b []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *idleWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := w.rc.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	ic := &idleConn{Conn: c, idle: w.idle}
+	ic.touch()
+	return ic, brw, nil
+}
+
 // newProxyTransport dials applications on this host's loopback, never
 // through an environment's proxy, with the idle bound on every connection.
 func newProxyTransport(idle time.Duration) *http.Transport {
@@ -197,21 +227,71 @@ func (s *Server) ProxyConns(accountID, name string) int {
 }
 
 // limitedBody ends a request body past its limit and remembers it did.
+// The transport reads it in a goroutine of its own, which may outlive the
+// handler: stop makes every later read fail and waits for one in flight,
+// so that the server never reads the connection under it.
 type limitedBody struct {
 	io.ReadCloser
 	left int64
 	over atomic.Bool
+	eof  atomic.Bool // the caller's body was read to its end
+
+	mu      sync.Mutex // held by a read of ReadCloser
+	stopped bool
 }
 
+var errProxyDone = errors.New("the proxied request ended")
+
+// Close does not close the caller's body: the server does once the
+// handler returns (a close of it here, from the transport's goroutine,
+// would read the rest of it under the server's next read).
+func (b *limitedBody) Close() error { return nil }
+
 func (b *limitedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return 0, errProxyDone
+	}
+	if b.over.Load() {
+		return 0, errors.New("request body over the proxy's limit")
+	}
+	n, err := b.read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// stop ends the body's use by the transport. A body not read to its end
+// is cut: cut (a read deadline in the past on the caller's connection)
+// ends a read in flight, and the server reads no more of the connection,
+// which it closes after the answer (ModifyResponse or the ErrorHandler
+// said Connection: close). Left to the server, the rest of a body of a
+// full-duplex request is read after the handler returns, and its end
+// starts the server's background read unawaited: "invalid concurrent
+// Body.Read call" at the connection's next request (Go 1.26); or, cut
+// without Connection: close, the rest is read as the next request.
+// After stop, no read of the body touches the connection.
+func (b *limitedBody) stop(cut func()) {
+	if !b.eof.Load() {
+		cut()
+	}
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+}
+
+func (b *limitedBody) read(p []byte) (int, error) {
 	if b.left <= 0 {
 		// One byte more tells a body at the limit from one past it.
 		var one [1]byte
-		if n, _ := b.ReadCloser.Read(one[:]); n > 0 {
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
 			b.over.Store(true)
 			return 0, errors.New("request body over the proxy's limit")
 		}
-		return b.ReadCloser.Read(p)
+		return 0, err // io.EOF at the end; (0, nil) is a read that may be retried
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -260,14 +340,24 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	var body *limitedBody
+	rc := http.NewResponseController(w)
+	defer func() {
+		cancel()
+		if body != nil {
+			body.stop(func() { _ = rc.SetReadDeadline(time.Now()) })
+		}
+	}()
 	stop := context.AfterFunc(s.closed, cancel) // Close ends upgraded connections too
 	defer stop()
 	r = r.WithContext(ctx)
 	// The application may answer while the request body still comes
 	// (an echo, a stream both ways).
-	_ = http.NewResponseController(w).EnableFullDuplex()
-	var body *limitedBody
+	_ = rc.EnableFullDuplex()
+	// The connection may serve other calls after this one: no deadline of
+	// the proxy's stays on it (an error once it was hijacked: it is ours).
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	w = &idleWriter{ResponseWriter: w, rc: rc, idle: s.cfg.ProxyIdle}
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &limitedBody{ReadCloser: r.Body, left: s.cfg.ProxyMaxBody}
 		r.Body = body
@@ -288,7 +378,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 		},
 		Transport:  s.transport,
 		BufferPool: proxyBuffers,
+		// A body not read to its end when the answer begins is cut when
+		// the handler returns (limitedBody.stop): the connection is not
+		// reused, it holds the rest.
+		ModifyResponse: func(res *http.Response) error {
+			if body != nil && !body.eof.Load() {
+				res.Header.Set("Connection", "close")
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if body != nil && !body.eof.Load() {
+				w.Header().Set("Connection", "close")
+			}
 			switch {
 			case body != nil && body.over.Load():
 				writeErr(w, tooLarge(fmt.Errorf("the proxy takes at most %d bytes", s.cfg.ProxyMaxBody)))

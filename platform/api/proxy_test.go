@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,27 @@ func (p *publisher) PortAddress(_ context.Context, h *sandbox.Handle, port int) 
 	}
 	return p.addr, nil
 }
+
+// noServerPanics fails t when an HTTP server of the test (the platform's
+// or the application's, which log through the standard logger) recovered
+// a panic of a handler or of its connection.
+func noServerPanics(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	t.Cleanup(func() { // after the servers' cleanups (registered later, run first)
+		log.SetOutput(os.Stderr)
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(buf.String(), "panic") {
+			t.Errorf("an HTTP server panicked:\n%s", buf.String())
+		}
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // seen is what the application saw of the last request.
 type seen struct {
@@ -216,6 +239,7 @@ func TestProxyAuthorizedAsTheAPI(t *testing.T) {
 // a request body streams to the application while its answer streams
 // back (an echo, line by line).
 func TestProxyStreams(t *testing.T) {
+	noServerPanics(t)
 	release := make(chan struct{})
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
@@ -334,10 +358,13 @@ func TestProxyWebSocket(t *testing.T) {
 
 // TestProxyBounds: the per-sandbox cap on proxied connections holds (the
 // next is 429 until one ends, and another sandbox is not affected); a
-// body over the limit is 413 (declared, or streamed); an application
-// silent for the idle bound is 504; a stopped sandbox is 503
+// body over the limit is 413 (declared, or streamed), and the client's
+// next request (on the connection it reuses) is answered; an application
+// silent for the idle bound is 504; a caller that reads nothing of an
+// answer, or of an upgraded connection, frees its slot after that bound; a stopped sandbox is 503
 // unavailable{not_running} at once.
 func TestProxyBounds(t *testing.T) {
+	noServerPanics(t)
 	hold := make(chan struct{})
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -347,6 +374,21 @@ func TestProxyBounds(t *testing.T) {
 			<-hold
 		case "/silent":
 			time.Sleep(2 * time.Second)
+		case "/endless":
+			chunk := make([]byte, 64<<10)
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		case "/ws":
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			_, _, _ = c.Read(context.Background()) // says nothing; ends when the proxy closes
+
 		case "/read":
 			n, _ := io.Copy(io.Discard, r.Body)
 			fmt.Fprint(w, n)
@@ -410,6 +452,31 @@ func TestProxyBounds(t *testing.T) {
 		t.Errorf("a silent application = %d %s, want 504 proxy_idle_timeout", a.status, a.body)
 	}
 
+	// A caller that takes nothing of an answer frees its slot after the
+	// idle bound, and so does an upgraded connection where nothing moves.
+	acct, err := pl.Store.AccountByName(t.Context(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := get("/endless") // its body is never read
+	defer stuck.Body.Close()
+	ws, _, err := websocket.Dial(t.Context(), strings.Replace(base, "http", "ws", 1)+"/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + alice}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	rctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, _, err := ws.Read(rctx); err == nil || rctx.Err() != nil {
+		t.Errorf("an idle upgraded connection = %v (context %v), want closed by the proxy", err, rctx.Err())
+	}
+	for deadline := time.Now().Add(10 * time.Second); pl.API.ProxyConns(acct.ID, "web") > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proxied connections still held by callers that take nothing", pl.API.ProxyConns(acct.ID, "web"))
+		}
+	}
+
 	pub.mu.Lock()
 	pub.stopped = true
 	pub.mu.Unlock()
@@ -420,6 +487,7 @@ func TestProxyBounds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a stopped sandbox: %v", err)
 	}
+	_ = resp
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 503 || !strings.Contains(string(b), "not_running") {
