@@ -131,6 +131,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"network_deny_all", checkNetwork},
 		{"egress", checkEgress},
 		{"filesystem", checkFilesystem},
+		{"host_mounts", checkHostMounts}, // mounts.go
 		{"processes", checkProcesses},
 		{"privileges", checkPrivileges},
 		{"user_namespace", checkUserns}, // userns.go
