@@ -219,6 +219,13 @@ func TestProxyAuthorizedAsTheAPI(t *testing.T) {
 	if a := call(t, "GET", pl.URL+"/v1/sandboxes/web/ports/9000/", alice, nil); a.status != 502 || a.err.Reason != "port_unreachable" {
 		t.Errorf("a port nothing listens on = %d %s, want 502 port_unreachable", a.status, a.body)
 	}
+	// A sandbox that publishes nothing has no url, and says why.
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "bare"}`)); a.status != 201 || strings.Contains(string(a.body), `"url"`) {
+		t.Errorf("a sandbox publishing nothing = %d %s, want no url", a.status, a.body)
+	}
+	if a := call(t, "GET", pl.URL+"/v1/sandboxes/bare/url", alice, nil); a.status != 400 || a.err.Reason != "no_published_port" {
+		t.Errorf("GET url of a sandbox publishing nothing = %d %s", a.status, a.body)
+	}
 	if a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "w2", "publish": [0]}`)); a.status != 400 {
 		t.Errorf("publish 0 = %d %s", a.status, a.body)
 	}
