@@ -21,6 +21,13 @@
 // reports in a state this package does not know, or a runtime that cannot
 // answer, is StatusUnknown, never absent.
 //
+// Spec.Mounts are bind mounts of the bundle (mounts.go): nosuid, nodev,
+// recursive, read-only for :ro (on runc every submount too, "rro"),
+// sources resolved once at Provision; before each create the mechanism
+// walks every target itself with no symbolic link followed, so a link the
+// workload left in its home refuses the start rather than moving the
+// mount (the runtime would resolve it inside the container's root).
+//
 // The root is built like the jail's, with no image: a skeleton directory
 // shared by every sandbox of the mechanism (built once per host layout, so
 // Provision writes only a config.json), read-only binds of the
