@@ -45,7 +45,7 @@ func mountSources(t *testing.T, j *jail.Jail) (dir string) {
 	}
 	// Everything read-only is writable by anyone on the host: a write
 	// refused is refused by the read-only mount, not by the file's mode.
-	for _, p := range []string{"ro", "ro/kept", "one.txt"} {
+	for _, p := range []string{"ro", "ro/kept", "one.txt", "rw"} { // rw too: whatever uid the workload is mapped to
 		if err := os.Chmod(filepath.Join(dir, p), 0o777); err != nil {
 			t.Fatal(err)
 		}
