@@ -22,10 +22,11 @@ import (
 // A sandbox made without one gets DefaultDiskBytes (10 GiB, at most a
 // quarter of the state's file system) where that is cheap: with project
 // quotas (two system calls). A loop-mounted home costs a cold start
-// (create, exec true, destroy) about 4.7 times the time without one on this
-// project's test VM (226 ms against 48 ms, medians, with
-// `go test -run XXX -bench ColdStartDiskQuota ./provider/local/`): mkfs,
-// mount, unmount and the image's removal are tens of milliseconds each.
+// (create, exec true, destroy) 3 to 5 times the time without one on this
+// project's test VM (medians of 93 ms against 30 ms, 3.1x; 226 ms against
+// 48 ms, 4.7x, with the machine busy; `go test -run XXX -bench
+// ColdStartDiskQuota ./provider/local/`): mkfs, mount, unmount and the
+// image's removal are tens of milliseconds each.
 // So on a host without project quotas homes are unbounded by default
 // unless the operator asks for the default with $MANAGOAT_DEFAULT_DISK
 // (or Config.DefaultLimits), which then applies with a loop device too;
@@ -99,7 +100,7 @@ func defaultDisk(m mechanism.Mechanism, state string, want int64, explicit bool)
 	case method == "":
 		return 0, why
 	case method != "project" && !explicit:
-		return 0, "not by default with a " + method + " device: it costs a sandbox's cold start about 4.7 times (BenchmarkColdStartDiskQuota); " + EnvDefaultDisk + "=SIZE asks for it, --disk sets one"
+		return 0, "not by default with a " + method + " device: it costs a sandbox's cold start 3 to 5 times (BenchmarkColdStartDiskQuota); " + EnvDefaultDisk + "=SIZE asks for it, --disk sets one"
 	}
 	var fs unix.Statfs_t
 	if unix.Statfs(state, &fs) == nil {
