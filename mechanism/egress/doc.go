@@ -7,6 +7,13 @@
 //	pol, err := egress.ParsePolicy([]string{"github.com", "*.pypi.org", "203.0.113.0/24:443"})
 //	p.SetPolicy(pol) // in force for new connections now; open ones it denies are cut
 //
+// The jail uses it as root and without root (see Rootless below), and
+// mechanism/oci for runc and for gVisor's runsc, whose sandbox then runs
+// with gVisor's host network in the container's own namespace, so that
+// the sentry's sockets are the kernel's there and meet the same packet
+// filter (gVisor's own stack keeps its packets to itself; see
+// mechanism/oci's network.go for what that costs).
+//
 // # How
 //
 // The sandbox's namespace keeps lo as its only interface, gets a default
