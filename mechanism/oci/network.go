@@ -42,10 +42,11 @@ import (
 // network: a blocking read(2) or write(2) on a TCP socket that would
 // block returns EAGAIN instead of waiting (its Read and Write pass the
 // host descriptor's, which is non-blocking, through; seen with cat and
-// dd on bash's /dev/tcp). recv/send and I/O that polls first work: curl
-// and Python's socket and ssl were tried (the breach conformance and
-// BenchmarkEgressThroughput use them); non-blocking sockets driven by
-// epoll, as Go's and Node's runtimes use, should too (not tried). A container whose
+// dd on bash's /dev/tcp). recv/send and I/O that polls first work:
+// curl, Python's socket and ssl, and a Go program (its runtime's
+// non-blocking sockets and epoll) writing 64 MiB and reading the answer
+// were tried (the breach conformance and BenchmarkEgressThroughput use
+// the first two). A container whose
 // network is none keeps --network=none (gVisor's loopback only).
 
 // nets are the proxies this process serves, by sandbox id.
