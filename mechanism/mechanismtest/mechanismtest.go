@@ -42,6 +42,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -108,8 +109,11 @@ func (k *kit) notApplicable(t *testing.T, format string, args ...any) {
 	t.Skip("NOT APPLICABLE: " + fmt.Sprintf(format, args...))
 }
 
-// Run runs every check against mechanisms made by factory.
-func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...Option) {
+// Run runs every check against mechanisms made by factory, and returns
+// each check's outcome by its name ("memory", "user_namespace", ...), so
+// a caller can tell a check that does not apply (NotApplicable) from one
+// its mechanism could not demonstrate.
+func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...Option) map[string]Outcome {
 	k := &kit{factory: factory, results: map[string]Outcome{}}
 	for _, o := range opts {
 		o(&k.cfg)
@@ -165,6 +169,11 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 	slices.Sort(lines)
 	t.Logf("mechanismtest summary: passed=%d failed=%d not_demonstrated=%d not_applicable=%d\n%s",
 		count[Pass], count[Fail], count[NotDemonstrated], count[NotApplicable], strings.Join(lines, "\n"))
+	out := make(map[string]Outcome, len(k.results))
+	for name, o := range k.results {
+		out[path.Base(name)] = o
+	}
+	return out
 }
 
 func (k *kit) id(prefix string) string {
