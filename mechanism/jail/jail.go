@@ -1071,5 +1071,10 @@ func (j *Jail) HostPath(id, sandboxPath string) (string, error) {
 		}
 		return "", err
 	}
+	// A file written before the first Start after a reboot goes into the
+	// home's quota, not under its mount point (quota.go).
+	if err := j.ensureQuota(st); err != nil {
+		return "", err
+	}
 	return mechanism.ResolveHome(st.HomeDir, sandboxPath)
 }

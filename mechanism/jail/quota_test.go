@@ -174,3 +174,37 @@ func TestDiskQuotaEscapes(t *testing.T) {
 		t.Fatalf("host mounts after the attempts: %v", m)
 	}
 }
+
+// After a reboot (the home unmounted), a file written through HostPath
+// before any Start lands in the quota's file system, not under it.
+func TestDiskQuotaHostPathAfterReboot(t *testing.T) {
+	j, method := quotaJail(t)
+	if method != "loop" {
+		t.Skip("a project quota has nothing to mount again")
+	}
+	ctx := context.Background()
+	home := filepath.Join(t.TempDir(), "h")
+	started(t, j, "qp", mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 8 << 20}, HomeDir: home})
+	if err := j.Stop(ctx, "qp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(home, 0); err != nil {
+		t.Fatal(err)
+	}
+	p, err := j.HostPath("qp", "/home/sprite/from-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := mountsBelow(t, filepath.Dir(home)); len(m) != 1 || m[0] != home {
+		t.Fatalf("HostPath did not mount the home again: %v", m)
+	}
+	if err := os.WriteFile(p, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, "qp"); err != nil {
+		t.Fatal(err)
+	}
+	if c := run(t, j, "qp", "cat $HOME/from-host"); string(c.Stdout) != "kept" {
+		t.Fatalf("inside: %q %q", c.Stdout, c.Stderr)
+	}
+}

@@ -250,6 +250,19 @@ func (q *Quota) Ensure(home string) error {
 	if err != nil || ok {
 		return err
 	}
+	// One mount of the image at a time, whoever asks (two loop devices
+	// on one image would corrupt it): the image's lock, then look again.
+	f, err := os.Open(q.Image)
+	if err != nil {
+		return unavailable(fmt.Sprintf("the home's image: %v", err))
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	if ok, err := Mounted(home, q.Image); err != nil || ok {
+		return err
+	}
 	if err := attachAndMount(q.Image, home); err != nil {
 		return unavailable(err.Error())
 	}

@@ -492,3 +492,36 @@ func TestLoopThroughSymlink(t *testing.T) {
 		t.Fatal("left mounted")
 	}
 }
+
+// Ensures racing after a reboot mount the image once.
+func TestLoopEnsureOnce(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	if err := unix.Unmount(home, 0); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- q.Ensure(home) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := loopsOf(t, image); len(l) != 1 {
+		t.Fatalf("loop devices on the image: %v, want one", l)
+	}
+	if err := q.Release(home); err != nil {
+		t.Fatal(err)
+	}
+	if mountedAt(t, home) || len(loopsOf(t, image)) > 0 {
+		t.Fatal("left mounted")
+	}
+}
