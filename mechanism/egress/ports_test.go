@@ -3,7 +3,7 @@ package egress_test
 import (
 	"io"
 	"net"
-	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -32,12 +32,21 @@ func TestPublishPorts(t *testing.T) {
 		}
 	}()
 	port := app.Addr().(*net.TCPAddr).Port
+	// The namespace is a child's, not this process's: /proc/<our pid>/ns
+	// is the main thread's, which a test's goroutine may have taken into
+	// another namespace for a moment (egress's own onThreadIn does).
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	pid := child.Process.Pid
 	file := filepath.Join(t.TempDir(), "published.json")
-	ps, err := egress.PublishPorts(os.Getpid(), []int{port}, file)
+	ps, err := egress.PublishPorts(pid, []int{port}, file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := egress.PublishedAddr(file, os.Getpid(), port)
+	addr := egress.PublishedAddr(file, pid, port)
 	if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" || addr == app.Addr().String() {
 		t.Fatalf("PublishedAddr = %q", addr)
 	}
@@ -53,13 +62,13 @@ func TestPublishPorts(t *testing.T) {
 		t.Fatalf("echo through the published port = %q, %v", b, err)
 	}
 	c.Close()
-	if a := egress.PublishedAddr(file, os.Getpid()+1, port); a != "" {
+	if a := egress.PublishedAddr(file, pid+1, port); a != "" {
 		t.Errorf("another init's record gave %q", a)
 	}
-	if a := egress.PublishedAddr(file, os.Getpid(), port+1); a != "" {
+	if a := egress.PublishedAddr(file, pid, port+1); a != "" {
 		t.Errorf("a port not published gave %q", a)
 	}
-	if a := egress.PublishedAddr(filepath.Join(t.TempDir(), "none"), os.Getpid(), port); a != "" {
+	if a := egress.PublishedAddr(filepath.Join(t.TempDir(), "none"), pid, port); a != "" {
 		t.Errorf("no record gave %q", a)
 	}
 	if !egress.Listening(addr) {
@@ -69,7 +78,7 @@ func TestPublishPorts(t *testing.T) {
 	if egress.Listening(addr) {
 		t.Errorf("the published port still answers after Close")
 	}
-	if _, err := egress.PublishPorts(os.Getpid(), []int{port, 70000}, file); err == nil {
+	if _, err := egress.PublishPorts(pid, []int{port, 70000}, file); err == nil {
 		t.Errorf("port 70000 published")
 	}
 }
