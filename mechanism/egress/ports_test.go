@@ -12,8 +12,8 @@ import (
 )
 
 // TestPublishPorts: PublishPorts relays a loopback address of the host to
-// the port in the namespace of the pid it is given (here this process's
-// own), records where; PublishedAddr finds it for that pid only, and a
+// the port in the namespace of the pid it is given (here a child's, in
+// the host's namespace), records where; PublishedAddr finds it for that pid only, and a
 // closed Ports no longer answers.
 func TestPublishPorts(t *testing.T) {
 	testenv.RequireRoot(t)
