@@ -751,6 +751,9 @@ func (m *Mechanism) HostPath(id, sandboxPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := m.ensureHome(id); err != nil { // a home a reboot unmounted (quota.go)
+		return "", err
+	}
 	return mechanism.ResolveHome(sb.HomeDir, sandboxPath)
 }
 

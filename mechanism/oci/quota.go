@@ -105,6 +105,19 @@ func (m *Mechanism) mountHome(ctx context.Context, sb *sandbox) error {
 	return nil
 }
 
+// ensureHome mounts sandbox id's home again where a reboot unmounted it
+// (nothing without a quota).
+func (m *Mechanism) ensureHome(id string) error {
+	q, err := m.loadQuota(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return named(m, q.Quota.Ensure(q.Home))
+}
+
 // releaseHome ends the quota of sandbox id, whose container is gone,
 // before its directory is removed.
 func (m *Mechanism) releaseHome(id string) error {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
 )
@@ -46,6 +48,28 @@ func TestDiskQuota(t *testing.T) {
 			c, err = m.Execute(ctx, id, []string{"/bin/sh", "-c", "rm $HOME/fill && echo ok > $HOME/x && cat $HOME/x"}, mechanism.ExecOptions{})
 			if err != nil || string(c.Stdout) != "ok\n" {
 				t.Fatalf("after filling: %+v %v", c, err)
+			}
+			// A reboot unmounts the home: a file written through HostPath
+			// before the next start lands in the quota's file system.
+			if err := m.Stop(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Unmount(home, 0); err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.HostPath(id, "/home/sprite/from-host")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("kept"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Start(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			c, err = m.Execute(ctx, id, []string{"/bin/sh", "-c", "cat $HOME/from-host; df -B1M --output=size $HOME | tail -1"}, mechanism.ExecOptions{})
+			if err != nil || !strings.HasPrefix(string(c.Stdout), "kept") {
+				t.Fatalf("after a remount: %+v %v", c, err)
 			}
 			if err := m.Destroy(ctx, id); err != nil {
 				t.Fatal(err)
