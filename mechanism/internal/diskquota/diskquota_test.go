@@ -217,9 +217,11 @@ func TestApplyRefuses(t *testing.T) {
 	}
 }
 
+// TestProbeRootless: without root nothing can be enforced, and both Probe
+// and Apply say so. As root, TestProbeUnprivileged runs it as uid 65534.
 func TestProbeRootless(t *testing.T) {
 	if privileged() {
-		t.Skip("as root: TestProbe*Verify cover it")
+		t.Skip("as root: TestProbeUnprivileged runs this as uid 65534")
 	}
 	s := Probe(t.TempDir(), false)
 	if s.Available() || !strings.Contains(s.Detail, "root") {
@@ -523,5 +525,40 @@ func TestLoopEnsureOnce(t *testing.T) {
 	}
 	if mountedAt(t, home) || len(loopsOf(t, image)) > 0 {
 		t.Fatal("left mounted")
+	}
+}
+
+// TestProbeUnprivileged runs TestProbeRootless as uid 65534: this test
+// binary copied where that user can run it.
+func TestProbeUnprivileged(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			_ = os.Chmod(d, st.Mode().Perm()|0o011)
+		}
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "diskquota.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(dir, "u")
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(own, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestProbeRootless$", "-test.v")
+	cmd.Dir = own
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + own, "TMPDIR=" + own}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestProbeRootless") {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
 	}
 }
