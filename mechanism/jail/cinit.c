@@ -69,6 +69,9 @@
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
+#ifndef CLONE_NEWUSER
+#define CLONE_NEWUSER 0x10000000
+#endif
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -76,6 +79,7 @@
 #define CI_FD_LISTENER 3
 #define CI_FD_CONFIG 4
 #define CI_FD_READY 5
+#define CI_FD_USERNS 6 /* with flag 4: the user namespace to join */
 
 #define CI_MAX_PACKET (1 << 20)
 #define CI_MAX_STRINGS (1 << 16)
@@ -168,6 +172,25 @@ static void check_restricted(void) {
 	}
 	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
 		ci_fail("init born without no_new_privs");
+}
+
+/* With flag 4 the manager made the sandbox's user namespace (mapping its
+ * range, owned by the host's root, whose child it is) and passed it at
+ * CI_FD_USERNS: the init, still the host's root, joins it (as the owner's
+ * euid it holds every capability there) and becomes its root (host id
+ * base), instead of being cloned into a new one, which the manager could
+ * not do with vfork (userns_prep.go). */
+static void join_userns(void) {
+	if (!(cfg.flags & 4)) {
+		close(CI_FD_USERNS); /* nothing, or the memory file executed */
+		return;
+	}
+	if (syscall(SYS_setns, CI_FD_USERNS, CLONE_NEWUSER) != 0)
+		ci_fail("join the sandbox's user namespace: %s", strerror(errno));
+	close(CI_FD_USERNS);
+	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
+	    syscall(SYS_setresuid, 0, 0, 0) != 0)
+		ci_fail("become root of the sandbox's user namespace: %s", strerror(errno));
 }
 
 /* A mapped sandbox's init (flag 2) is born root of a user namespace of
@@ -625,11 +648,12 @@ static void ci_main(void) {
 	/* Whatever else the manager's process held without close-on-exec (a
 	 * descriptor its own parent left it, say) is not the sandbox's: a
 	 * directory descriptor would let a workload read the host. */
-	if (syscall(SYS_close_range, CI_FD_READY + 1, ~0U, 0) != 0)
-		for (int fd = CI_FD_READY + 1; fd < 65536; fd++)
+	if (syscall(SYS_close_range, CI_FD_USERNS + 1, ~0U, 0) != 0)
+		for (int fd = CI_FD_USERNS + 1; fd < 65536; fd++)
 			close(fd);
 
 	read_config();
+	join_userns(); /* closes CI_FD_USERNS in any case */
 	if (chdir("/") != 0)
 		ci_fail("chdir /: %s", strerror(errno));
 	lower_caps();

@@ -134,7 +134,10 @@ func cInitConfig(lc launchConfig, prog seccompProgram) []byte {
 		flags |= 1
 	}
 	if lc.IDBase != 0 {
-		flags |= 2 // born root of its own user namespace: lower_caps
+		flags |= 2 // root of its own user namespace: lower_caps
+	}
+	if lc.joinUserns {
+		flags |= 4 // join it at descriptor 6 first: join_userns
 	}
 	b := make([]byte, 0, 32+8*len(prog))
 	for _, v := range []uint32{cInitMagic, cInitVersion, uint32(lc.UID), uint32(lc.GID), flags,

@@ -53,6 +53,9 @@ type launchConfig struct {
 	// IDBase: the init was born root of a user namespace mapping
 	// 0..65535 to host ids IDBase.. (userns.go); 0 for none.
 	IDBase int `json:",omitempty"`
+	// joinUserns: a C init joins the user namespace at its descriptor
+	// 6 first thing (userns_prep.go) instead of being born in one.
+	joinUserns bool
 	// Mounts: host paths bound into the tree (mounts.go).
 	Mounts []mechanism.Mount `json:",omitempty"`
 }

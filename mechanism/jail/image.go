@@ -109,20 +109,33 @@ func provisionImage(dir string, img *mechanism.ImageRoot, base int, mapped bool)
 }
 
 // buildImageBeside is buildBeside for an image sandbox: no template (the
-// root is the sandbox's own overlay). A mapped one's tree is built once
-// its init, and with it its user namespace, exists (buildMappedImage).
-func buildImageBeside(mnt, uts int, lc launchConfig) error {
+// root is the sandbox's own overlay). A mapped one's image layer is
+// idmapped with the user namespace made for its init (up), or, for the
+// Go init, born in one of its own, once the init exists
+// (buildMappedImage).
+func buildImageBeside(mnt, uts int, lc launchConfig, up *usernsPrep) error {
 	for _, fd := range []int{mnt, uts} {
 		if err := unix.Setns(fd, 0); err != nil {
 			return fmt.Errorf("join the sandbox's namespaces: %w", err)
 		}
 	}
-	if lc.Image.Mapped {
+	switch {
+	case lc.Image.Mapped && up != nil:
+		ns, err := up.wait()
+		if err != nil {
+			return fmt.Errorf("the sandbox's user namespace: %w", err)
+		}
+		if err := buildImageTree(lc, ns); err != nil {
+			return err
+		}
+	case lc.Image.Mapped:
 		if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return err
 		}
-	} else if err := buildImageTree(lc, -1); err != nil {
-		return err
+	default:
+		if err := buildImageTree(lc, -1); err != nil {
+			return err
+		}
 	}
 	if err := unix.Sethostname([]byte(lc.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)

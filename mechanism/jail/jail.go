@@ -669,6 +669,10 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
 	cmd.ExtraFiles = []*os.File{lf, cfgR, readyW}
+	joinUserns, err := userNSFile(cmd, rs, cInit) // userns_prep.go
+	if err != nil {
+		return err
+	}
 	if mode == initStandalone {
 		// Executed as the child's descriptor (standaloneInit), which
 		// the init closes first thing like any other past its three.
@@ -704,7 +708,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
 		lc.TreeBuilt = true
 		tree = &lc
-		mapRange(sys, st.IDBase) // userns.go
+		if !joinUserns {
+			mapRange(sys, st.IDBase) // userns.go
+		}
 	}
 	cmd.SysProcAttr = sys
 	var cConfig []byte
@@ -713,6 +719,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		if err != nil {
 			return err
 		}
+		lc.joinUserns = joinUserns
 		cConfig = cInitConfig(lc, prog)
 	}
 	// Place the init in its v1 cgroups before it does anything: every

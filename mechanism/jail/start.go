@@ -74,6 +74,8 @@ type restrictedStart struct {
 	cmdCh  chan *cloneRequest // to T: the init to clone, nil to abort
 	result chan error         // from T: the clone's result
 	built  chan error         // from the tree's thread
+	userns *usernsPrep        // a mapped sandbox's, for a C init to join (userns_prep.go)
+	files  []*os.File         // handed to the init, closed with the start
 }
 
 // nsFDs are the sandbox's mount and uts namespaces, for the tree's thread.
@@ -93,6 +95,10 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 		hooks initHooks
 	}
 	r := &restrictedStart{cmdCh: make(chan *cloneRequest, 1), result: make(chan error, 1), built: make(chan error, 1)}
+	if lc.IDBase != 0 && initMode() != initGo {
+		r.userns = newUsernsPrep(lc.IDBase)
+		lc.joinUserns = true // T writes no uid_map (rulesetFor)
+	}
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
 	go onDiscardedThread(func() {
@@ -102,7 +108,7 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			r.built <- errors.New("no namespaces")
 			return
 		}
-		err := buildBeside(ns.mnt, ns.uts, lc, tmpl)
+		err := buildBeside(ns.mnt, ns.uts, lc, tmpl, r.userns)
 		for _, fd := range []int{ns.mnt, ns.uts} {
 			unix.Close(fd)
 		}
@@ -112,7 +118,7 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			return
 		}
 		defer st.det.close()
-		if err == nil && lc.Image != nil && lc.Image.Mapped {
+		if err == nil && lc.Image != nil && lc.Image.Mapped && r.userns == nil {
 			err = buildMappedImage(lc, st.pid) // needs the init's user namespace (image.go)
 		}
 		if err == nil && st.hooks.place != nil {
@@ -246,6 +252,12 @@ func (r *restrictedStart) start(cmd *exec.Cmd, hooks initHooks) (<-chan error, e
 // abortUnused ends a begun start that was not used, and waits for its
 // threads.
 func (r *restrictedStart) abortUnused() {
+	defer func() {
+		for _, f := range r.files {
+			f.Close()
+		}
+		r.userns.release()
+	}()
 	if r.used {
 		return
 	}
@@ -329,13 +341,13 @@ type initHooks struct {
 // process, which is wholly the sandbox's, sets it at its start.
 func treeUmask() { unix.Umask(0o022) }
 
-func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate) error {
+func buildBeside(mnt, uts int, lc launchConfig, tmpl *treeTemplate, up *usernsPrep) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare fs: %w", err)
 	}
 	treeUmask()
 	if lc.Image != nil {
-		return buildImageBeside(mnt, uts, lc)
+		return buildImageBeside(mnt, uts, lc, up)
 	}
 	cloned := false
 	if len(lc.Mounts) > 0 {

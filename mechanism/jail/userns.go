@@ -358,17 +358,18 @@ func keepFor(lc launchConfig) []int {
 // at all (-1) on an older ABI. The mapping keeps the host's files out of
 // its reach: they are not owned by any id of its namespace.
 //
-// The thread that clones a mapped sandbox's init writes the init's
-// uid_map, setgroups and gid_map in the host's /proc after the clone,
-// under the ruleset it has restricted itself with: for a mapped sandbox
-// the ruleset lets it write files under the host's /proc, which no
-// process of the sandbox can reach (its /proc is another instance, of its
-// own pid namespace, and the host's is gone with the old root at the
-// pivot).
+// The thread that clones a mapped sandbox's Go init (born in a new user
+// namespace: mapRange) writes the init's uid_map, setgroups and gid_map
+// in the host's /proc after the clone, under the ruleset it has
+// restricted itself with: there the ruleset lets it write files under
+// the host's /proc, which no process of the sandbox can reach (its /proc
+// is another instance, of its own pid namespace, and the host's is gone
+// with the old root at the pivot). A C init joins a namespace made
+// beforehand (joinUserns): no such rule.
 func rulesetFor(lc launchConfig, open func(sandboxPath string) (int, error)) (int, error) {
 	if lc.Image == nil || !lc.Image.Mapped {
 		rfd, err := newRuleset(open)
-		if err != nil || lc.IDBase == 0 {
+		if err != nil || lc.IDBase == 0 || lc.joinUserns {
 			return rfd, err
 		}
 		pfd, err := unix.Open("/proc", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)

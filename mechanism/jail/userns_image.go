@@ -148,11 +148,13 @@ func idmapMount(src string, usernsFD int, dst string) error {
 }
 
 // holdUserns returns a descriptor of a new user namespace mapping
-// 0..idRangeSize-1 to base.. (uids and gids). No process runs in it: it
-// is made by a child that stops at its exec (traced) and is killed
-// there, never running a single instruction of the program; the
-// descriptor keeps the namespace. Used where a mapping is needed before
-// (or without) a sandbox's init: the idmapped-layer probe.
+// 0..idRangeSize-1 to base.. (uids and gids), owned by this process's
+// euid (the host's root). No process runs in it: it is made by a child
+// that stops at its exec (traced) and is killed there, never running a
+// single instruction of the program; the descriptor keeps the namespace.
+// Used where a mapping is needed before (or without) a sandbox's init:
+// the sandbox's own namespace, for its C init to join (userns_prep.go),
+// and the idmapped-layer probe.
 func holdUserns(base int) (int, error) {
 	fd, err := -1, error(nil)
 	onDiscardedThread(func() {
@@ -162,7 +164,11 @@ func holdUserns(base int) (int, error) {
 			Env: []string{},
 			Sys: &syscall.SysProcAttr{
 				Cloneflags: unix.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
-				Ptrace: true, Pdeathsig: syscall.SIGKILL,
+				// setgroups stays allowed: a C init joining the namespace
+				// drops its groups (cinit.c join_userns), and so does it
+				// for each workload.
+				GidMappingsEnableSetgroups: true,
+				Ptrace:                     true, Pdeathsig: syscall.SIGKILL,
 			},
 		})
 		if err != nil {
