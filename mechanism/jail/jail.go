@@ -350,13 +350,18 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := j.provisionRange(ctx, dir, st); err != nil { // userns.go
 		return err
 	}
+	provisioned := false
+	defer func() {
+		if !provisioned {
+			j.releaseRange(context.WithoutCancel(ctx), dir, st.IDBase) // userns.go
+		}
+	}()
 	uid, gid := j.Owner()
 	if !j.rootless {
 		uid, gid = j.imageUser(spec, st.ImageRoot)
 		uid, gid = st.IDBase+uid, st.IDBase+gid
 	}
 	if err := provisionImage(dir, spec.Image, st.IDBase, st.ImageRoot); err != nil {
-		j.releaseRange(ctx, dir, st.IDBase)
 		return err
 	}
 	if spec.HomeDir != "" {
@@ -381,7 +386,11 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	if err := os.Chown(st.HomeDir, uid, gid); err != nil {
 		return err
 	}
-	return writeState(dir, st)
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	provisioned = true
+	return nil
 }
 
 func normSpec(s mechanism.Spec) mechanism.Spec {

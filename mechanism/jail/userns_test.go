@@ -546,3 +546,26 @@ func TestSeededHomeTakesTheRange(t *testing.T) {
 		t.Fatalf("%q %q", c.Stdout, c.Stderr)
 	}
 }
+
+// A Provision that fails after claiming a range (here its home cannot be
+// made) leaves no claim behind.
+func TestFailedProvisionReleasesItsRange(t *testing.T) {
+	testenv.RequireRoot(t)
+	reg := t.TempDir()
+	j, err := jail.New(jail.Config{StateDir: t.TempDir(), IDMapDir: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Provision(context.Background(), "nohome", mechanism.Spec{HomeDir: "/dev/null/home"}); err == nil {
+		t.Fatal("provisioned with a home under /dev/null")
+	}
+	ents, _ := os.ReadDir(reg)
+	for _, e := range ents {
+		b, _ := os.ReadFile(filepath.Join(reg, e.Name()))
+		t.Errorf("claim %s left by a failed Provision: %q", e.Name(), b)
+	}
+	started(t, j, "ok", mechanism.Spec{})
+	if ents, _ := os.ReadDir(reg); len(ents) != 1 {
+		t.Fatalf("registry after one Provision: %v", ents)
+	}
+}
