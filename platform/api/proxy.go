@@ -47,6 +47,14 @@ import (
 // 503 unavailable{not_running} at once; a port it does not publish is
 // 400 invalid{port}; a published port nothing answers on is 502
 // unavailable{port_unreachable}.
+//
+// Every sandbox is served under the platform's own origin (the path
+// form works behind one host name): the API's credential is never
+// ambient (a Bearer header, no cookie), so a page of one application
+// cannot call the API, or another sandbox, with it; cookies an
+// application sets are its own business (scope them with
+// X-Forwarded-Prefix). Each proxied request counts against the key's
+// rate, as every /v1 call.
 
 // PortPublisher is implemented by a provider whose sandboxes publish
 // ports on this host's loopback only (provider/local): the platform then
