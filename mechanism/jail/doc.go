@@ -203,6 +203,19 @@
 // a sandbox provisioned before ranges existed (its state has none).
 // UsernsDescription (managoat doctor) says which applies.
 //
+// # Host mounts
+//
+// Spec.Mounts bind host files and directories into the tree (mounts.go):
+// the source, resolved once at Provision, is opened with no symbolic link
+// followed, cloned (open_tree), made nosuid and nodev and, for :ro,
+// read-only on every submount too (mount_setattr), and attached on the
+// target, which is walked from the tree's root one component at a time,
+// never through a symbolic link (a link the workload left in its home
+// refuses the start), and made where missing; the read-only flag is read
+// back before the workload starts. Landlock allows writes beneath a
+// read-write mount. A sandbox with mounts builds its own tree rather than
+// cloning the shared template. The same holds rootless.
+//
 // # On an image
 //
 // A Spec with Image (an image unpacked by package image) runs the sandbox
