@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/doctor"
 	"github.com/managoat/managoat/mechanism/jail"
 	"github.com/managoat/managoat/mechanism/oci"
@@ -50,7 +52,20 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		if pinned.Dir != "" {
 			pinned.Pinned = jail.PinnedTemplates(pinned.Dir)
 		}
+		// The defaults this host gives (provider/local sets a cap's default
+		// only where the host has the cap: not memory and pids for a user
+		// without delegated cgroups).
 		d := local.DefaultLimits()
+		var lacking []string
+		for _, c := range []struct {
+			cap  mechanism.Capability
+			zero func()
+		}{{mechanism.PidsCap, func() { d.Pids = 0 }}, {mechanism.MemoryCap, func() { d.MemoryBytes = 0 }}} {
+			if r := mechanism.HostProber().Probe(ctx, c.cap); !r.Available {
+				c.zero()
+				lacking = append(lacking, string(c.cap)+": "+r.Detail)
+			}
+		}
 		defaults := map[string]int64{"pids": int64(d.Pids), "memory_bytes": d.MemoryBytes}
 		diskDefault := defaultHomeQuota() // quota.go
 		defaults["disk_bytes"] = diskDefault.bytes
@@ -76,7 +91,20 @@ func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 		}
 		fmt.Printf("  jail init: %s\n", jail.InitDescription())
 		fmt.Printf("  jail sandboxes' users: %s\n", jail.UsernsDescription())
-		fmt.Printf("  default limits of a sandbox made without any (jail, runc): %d processes, %d MiB of memory\n", d.Pids, d.MemoryBytes>>20)
+		limits := []string{}
+		if d.Pids > 0 {
+			limits = append(limits, fmt.Sprintf("%d processes", d.Pids))
+		}
+		if d.MemoryBytes > 0 {
+			limits = append(limits, fmt.Sprintf("%d MiB of memory", d.MemoryBytes>>20))
+		}
+		if len(limits) == 0 {
+			limits = append(limits, "none")
+		}
+		fmt.Printf("  default limits of a sandbox made without any (jail, runc): %s\n", strings.Join(limits, ", "))
+		for _, l := range lacking {
+			fmt.Printf("    no default for %s\n", l)
+		}
 		fmt.Printf("  default home quota of a sandbox made without one: %s\n", diskDefault)
 		if pinned.Dir != "" {
 			fmt.Printf("  jail tree templates pinned in %s: %d\n", pinned.Dir, pinned.Pinned)

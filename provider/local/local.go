@@ -178,8 +178,10 @@ type Config struct {
 	// mechanism's own status while no supervisor runs.
 	LazySupervisor bool
 	// DefaultLimits fill the limits a create leaves at zero, for each cap
-	// the mechanism guarantees (the jail's memory and pids caps, runc's;
-	// trusted and runsc guarantee none, so nothing is filled there): a
+	// the mechanism guarantees and this host has (the jail's memory and
+	// pids caps, runc's; trusted and runsc guarantee none, and a rootless
+	// jail on a host without delegated cgroups cannot have them, so
+	// nothing is filled there): a
 	// sandbox made without limits still cannot fork-bomb or exhaust the
 	// host. nil means DefaultLimits(); a pointer to a zero Limits turns
 	// the defaults off.
@@ -316,11 +318,19 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.DefaultLimits != nil {
 		d = *cfg.DefaultLimits
 	}
+	// A default is set only where the cap is the mechanism's and this host
+	// has it (a rootless jail guarantees both caps, but a host without
+	// delegated cgroups cannot give them to an unprivileged user: its
+	// sandboxes then get no default there, instead of every create
+	// failing on a limit nobody asked for).
 	g := mechanism.Guaranteed(m)
-	if slices.Contains(g, mechanism.PidsCap) {
+	has := func(c mechanism.Capability) bool {
+		return slices.Contains(g, c) && mechanism.HostProber().Probe(context.Background(), c).Available
+	}
+	if d.Pids > 0 && has(mechanism.PidsCap) {
 		p.defaults.Pids = d.Pids
 	}
-	if slices.Contains(g, mechanism.MemoryCap) {
+	if d.MemoryBytes > 0 && has(mechanism.MemoryCap) {
 		p.defaults.MemoryBytes = d.MemoryBytes
 	}
 	_, envDisk := os.LookupEnv(EnvDefaultDisk)
