@@ -56,9 +56,17 @@ func TestForgottenHooks(t *testing.T) {
 			if n := strings.Count(string(b), "\n"); n != c.starts {
 				t.Errorf("main ran %d times, want %d", n, c.starts)
 			}
-			// Nothing that names the state directory runs on.
-			if out, err := exec.Command("pgrep", "-f", state).Output(); err == nil {
-				t.Errorf("processes left: %s", out)
+			// Nothing that names the state directory runs on (a supervisor
+			// may take a moment to see its sandbox gone and exit; polled).
+			for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				out, err := exec.Command("pgrep", "-a", "-f", state).Output()
+				if err != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("processes left: %s", out)
+					break
+				}
 			}
 			names, _ := os.ReadDir(filepath.Join(state, "instances"))
 			if len(names) != 0 {
