@@ -465,7 +465,7 @@ func TestLargeExecOverWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := rp.Exec(ctx, h, sandbox.Cmd{Name: "head", Args: []string{"-c", "70000000", "/dev/zero"}}, sandbox.ExecOptions{Timeout: time.Minute})
+	res, err := rp.Exec(ctx, h, sandbox.Cmd{Name: "head", Args: []string{"-c", "70000000", "/dev/zero"}}, sandbox.ExecOptions{Timeout: 5 * time.Minute}) // a loaded machine under -race takes a while
 	if err != nil {
 		t.Fatalf("a 70 MB exec: %v", err)
 	}

@@ -596,7 +596,12 @@ func TestHugeFrameClosesSocket(t *testing.T) {
 	p := pl.srv.Provider()
 	_, h := rawName(t, id)
 	errc := make(chan error, 1)
-	go func() { _, err := p.Get(context.Background(), h); errc <- err }()
+	// A deadline far past the provider's default: a 64 MiB frame takes a
+	// while on a loaded machine under the race detector, and the call must
+	// end by the socket's close, not by its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	go func() { _, err := p.Get(ctx, h); errc <- err }()
 	r := rd.next()
 	big := make([]byte, wire.ReadLimit+1)
 	copy(big, sprintf(`{"id":%d,"ok":true,"result":{"pad":"`, r.ID))
