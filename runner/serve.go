@@ -313,7 +313,7 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		var opts sandbox.CreateOptions
 		if l := req.Limits; l != nil {
 			opts.Limits = sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis,
-				WallClock: time.Duration(l.WallClockMS) * time.Millisecond}
+				WallClock: time.Duration(l.WallClockMS) * time.Millisecond, DiskBytes: l.DiskBytes}
 			if err := opts.Limits.Validate(); err != nil {
 				return nil, err
 			}

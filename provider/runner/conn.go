@@ -240,6 +240,8 @@ func (c *Conn) accepts(req *wire.Request) error {
 	}
 	need := ""
 	switch {
+	case req.Limits != nil && req.Limits.DiskBytes > 0:
+		need = wire.CapDiskLimit
 	case req.Limits != nil:
 		need = wire.CapLimits
 	case req.Allow != nil:

@@ -426,6 +426,16 @@ func TestLimitsOverWire(t *testing.T) {
 	if _, err := rp.Create(ctx, name(), sandbox.CreateOptions{Limits: sandbox.Limits{Pids: -1}}); err == nil {
 		t.Fatal("a negative limit was accepted")
 	}
+	// A disk limit travels too (disk_bytes, to a daemon that reports
+	// create_disk_limit) and bounds the home.
+	d, err := rp.Create(ctx, name(), sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 16 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = rp.Exec(ctx, d, sandbox.Cmd{Name: "sh", Args: []string{"-c", `dd if=/dev/zero of="$HOME/f" bs=1M count=32 2>&1; echo rc=$?`}}, sandbox.ExecOptions{Timeout: time.Minute})
+	if err != nil || !strings.Contains(string(res.Output), "No space left") || strings.Contains(string(res.Output), "rc=0") {
+		t.Fatalf("32 MiB into a 16 MiB home over the wire: %q %v", res.Output, err)
+	}
 }
 
 func TestLimitsRefusedByARunnerWithoutThem(t *testing.T) {
@@ -547,6 +557,7 @@ func TestExtensionsCheckedOnTheCarryingConnection(t *testing.T) {
 	allow := []string{}
 	for _, req := range []*wire.Request{
 		{Op: wire.OpCreate, Name: namer(id)(), Limits: &wire.Limits{Pids: 8}},
+		{Op: wire.OpCreate, Name: namer(id)(), Limits: &wire.Limits{DiskBytes: 1 << 30}},
 		{Op: wire.OpNetworkPolicy, Name: namer(id)(), Allow: &allow},
 		{Op: wire.OpTerminateSession, Name: namer(id)(), SessionID: "s1", Force: true},
 	} {

@@ -179,7 +179,10 @@ func (p *Provider) Create(ctx context.Context, name string, opts sandbox.CreateO
 		if !r.HasCap(wire.CapLimits) {
 			return nil, fmt.Errorf("runner %s (%s) does not take resource limits (no %s): %w", r.Name, r.ID, wire.CapLimits, sandbox.ErrNotSupported)
 		}
-		req.Limits = &wire.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: l.WallClock.Milliseconds()}
+		if l.DiskBytes > 0 && !r.HasCap(wire.CapDiskLimit) {
+			return nil, fmt.Errorf("runner %s (%s) does not take a disk limit (no %s): %w", r.Name, r.ID, wire.CapDiskLimit, sandbox.ErrNotSupported)
+		}
+		req.Limits = &wire.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: l.WallClock.Milliseconds(), DiskBytes: l.DiskBytes}
 		if l.WallClock > 0 && req.Limits.WallClockMS == 0 {
 			req.Limits.WallClockMS = 1
 		}

@@ -191,12 +191,18 @@ type Request struct {
 // it: they would be accepted and dropped.
 const CapLimits = "create_limits"
 
+// CapDiskLimit is the capability a daemon reports when it also applies
+// the limits field's disk_bytes (a later field than the others: a daemon
+// with create_limits alone would drop it).
+const CapDiskLimit = "create_disk_limit"
+
 // Limits are a create's resource limits (sandbox.Limits); zero is unset.
 type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	Pids        int   `json:"pids,omitempty"`
 	CPUMillis   int   `json:"cpu_millis,omitempty"`
 	WallClockMS int64 `json:"wall_clock_ms,omitempty"`
+	DiskBytes   int64 `json:"disk_bytes,omitempty"` // to a daemon with CapDiskLimit
 }
 
 // Encode is the request's JSON text.
