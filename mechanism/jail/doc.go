@@ -182,7 +182,8 @@
 // joins it first thing (setns, as the host's root that owns it) and
 // becomes its root (host uid base), so the init is still cloned with
 // vfork; the Go init, whose runtime is threaded and cannot join one, is
-// born in a new one instead. Either lowers the full set of capabilities
+// born in a new one instead, as a C init is where the namespace could not
+// be made ahead (a host refusing ptrace's TRACEME, say). Either lowers the full set of capabilities
 // a user namespace gives its root to the ones it keeps (SETUID, SETGID,
 // KILL) before anything else. The mount, network, uts and ipc
 // namespaces it lives in are made by the manager and stay the host's
@@ -236,9 +237,9 @@
 // user namespace, with CHOWN, DAC_OVERRIDE, FOWNER and FSETID besides the
 // init's three, all acting only on files whose ids the namespace maps
 // (the sandbox's own). It may write its whole root (dpkg -i, pip install
-// into its own layer; Landlock, with nothing left to hold on paths, only
-// scopes abstract unix sockets there), while the image's directory stays
-// unchanged and shared. Elsewhere (no range, no idmapped layers) the
+// into its own layer: the ruleset allows writes beneath the sandbox's
+// root, built before the init for that, and still nowhere else), while
+// the image's directory stays unchanged and shared. Elsewhere (no range, no idmapped layers) the
 // workload runs as the image's user unless that is root (then as
 // Config.UID) and writes, as on the host's root, only its home and /tmp.
 // See image.go and userns_image.go; the breach conformance runs on an

@@ -1,11 +1,11 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -110,9 +110,8 @@ func provisionImage(dir string, img *mechanism.ImageRoot, base int, mapped bool)
 
 // buildImageBeside is buildBeside for an image sandbox: no template (the
 // root is the sandbox's own overlay). A mapped one's image layer is
-// idmapped with the user namespace made for its init (up), or, for the
-// Go init, born in one of its own, once the init exists
-// (buildMappedImage).
+// idmapped with the user namespace made for it beforehand (up; a C init
+// joins that one, the Go init is born in one with the same mapping).
 func buildImageBeside(mnt, uts int, lc launchConfig, up *usernsPrep) error {
 	for _, fd := range []int{mnt, uts} {
 		if err := unix.Setns(fd, 0); err != nil {
@@ -129,9 +128,7 @@ func buildImageBeside(mnt, uts int, lc launchConfig, up *usernsPrep) error {
 			return err
 		}
 	case lc.Image.Mapped:
-		if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return err
-		}
+		return errors.New("internal: no user namespace for a mapped image's layer")
 	default:
 		if err := buildImageTree(lc, -1); err != nil {
 			return err
@@ -141,18 +138,6 @@ func buildImageBeside(mnt, uts int, lc launchConfig, up *usernsPrep) error {
 		return fmt.Errorf("sethostname: %w", err)
 	}
 	return nil
-}
-
-// buildMappedImage builds a mapped image sandbox's tree, in the calling
-// thread's (the sandbox's) mount namespace, once its init pid exists: the
-// image layer idmapped with the init's user namespace.
-func buildMappedImage(lc launchConfig, pid int) error {
-	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("the init's user namespace: %w", err)
-	}
-	defer unix.Close(ns)
-	return buildImageTree(lc, ns)
 }
 
 // buildImageTree is buildTreeBase for an image sandbox: the overlay (or

@@ -76,6 +76,9 @@ type restrictedStart struct {
 	built  chan error         // from the tree's thread
 	userns *usernsPrep        // a mapped sandbox's, for a C init to join (userns_prep.go)
 	files  []*os.File         // handed to the init, closed with the start
+	// rootReady is closed once the tree's thread has built a mapped
+	// image sandbox's tree (its root is then there for T's ruleset).
+	rootReady chan struct{}
 }
 
 // nsFDs are the sandbox's mount and uts namespaces, for the tree's thread.
@@ -95,20 +98,33 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 		hooks initHooks
 	}
 	r := &restrictedStart{cmdCh: make(chan *cloneRequest, 1), result: make(chan error, 1), built: make(chan error, 1)}
-	if lc.IDBase != 0 && initMode() != initGo {
+	// A mapped sandbox's user namespace is made beforehand for a C init
+	// to join, and for an image's idmapped layer (the Go init is born in
+	// one of its own with the same mapping; the layer's idmap is the same
+	// with either).
+	mappedImage := lc.Image != nil && lc.Image.Mapped
+	if lc.IDBase != 0 && (initMode() != initGo || mappedImage) {
 		r.userns = newUsernsPrep(lc.IDBase)
-		lc.joinUserns = true // T writes no uid_map (rulesetFor)
+		if mappedImage {
+			r.rootReady = make(chan struct{})
+		}
 	}
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
 	go onDiscardedThread(func() {
 		ns := <-nsCh
 		if ns == nil {
+			if r.rootReady != nil {
+				close(r.rootReady)
+			}
 			<-startedCh
 			r.built <- errors.New("no namespaces")
 			return
 		}
 		err := buildBeside(ns.mnt, ns.uts, lc, tmpl, r.userns)
+		if r.rootReady != nil {
+			close(r.rootReady) // T's ruleset holds on the root now built
+		}
 		for _, fd := range []int{ns.mnt, ns.uts} {
 			unix.Close(fd)
 		}
@@ -118,9 +134,6 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			return
 		}
 		defer st.det.close()
-		if err == nil && lc.Image != nil && lc.Image.Mapped && r.userns == nil {
-			err = buildMappedImage(lc, st.pid) // needs the init's user namespace (image.go)
-		}
 		if err == nil && st.hooks.place != nil {
 			err = st.hooks.place(st.pid) // before the pivot: host paths
 		}
@@ -208,7 +221,13 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 		return err
 	}
 	*det = d
-	rfd, err := rulesetFor(lc, func(p string) (int, error) { // userns.go
+	// A C init joins the namespace made for it, where it could be made
+	// (userNSFile decides alike): T then writes no uid_map (rulesetFor).
+	if r.userns != nil && initMode() != initGo {
+		_, uerr := r.userns.wait()
+		lc.joinUserns = uerr == nil
+	}
+	rfd, err := rulesetFor(lc, r.rootReady, func(p string) (int, error) { // userns.go
 		switch p {
 		case mechanism.Home:
 			return unix.Open(lc.HomeDir, unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -224,13 +243,7 @@ func (r *restrictedStart) prepare(lc launchConfig, ns *nsFDs, sendNS func(), det
 	if err != nil {
 		return err
 	}
-	if rfd < 0 { // nothing for Landlock to hold (userns.go)
-		return restrictThread(keepFor(lc), rfd)
-	}
 	defer unix.Close(rfd)
-	if lc.Image != nil && lc.Image.Mapped { // writes unconfined by paths (userns.go)
-		return restrictThread(keepFor(lc), rfd)
-	}
 	if err = addMountRules(rfd, lc.Mounts, openSource); err != nil { // mounts.go
 		return err
 	}
@@ -435,9 +448,6 @@ func restrictThread(keep []int, rfd int) error {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	if rfd < 0 {
-		return nil
 	}
 	if err := landlockRestrictSelf(rfd); err != nil {
 		return fmt.Errorf("landlock restrict: %w", err)

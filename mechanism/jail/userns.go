@@ -351,12 +351,14 @@ func keepFor(lc launchConfig) []int {
 	return keepCaps
 }
 
-// rulesetFor is the Landlock ruleset of lc's init (newRuleset's), but for
+// rulesetFor is the Landlock ruleset of lc's init: newRuleset's, and for
 // a mapped image sandbox, whose workload may write its whole root (the
-// overlay's upper layer takes it): there Landlock has no path to hold
-// back, and only scopes abstract unix sockets (ABI 6), or is not applied
-// at all (-1) on an older ABI. The mapping keeps the host's files out of
-// its reach: they are not owned by any id of its namespace.
+// overlay's upper layer takes it), every write beneath that root too (the
+// overlay, at lc.Root in the calling thread's mount namespace once the
+// tree's thread has built it: rootReady), and nothing outside it, a host
+// file reopened through a descriptor the workload was given included.
+// The mapping keeps the host's files out of its reach besides: they are
+// not owned by any id of its namespace.
 //
 // The thread that clones a mapped sandbox's Go init (born in a new user
 // namespace: mapRange) writes the init's uid_map, setgroups and gid_map
@@ -366,33 +368,36 @@ func keepFor(lc launchConfig) []int {
 // is another instance, of its own pid namespace, and the host's is gone
 // with the old root at the pivot). A C init joins a namespace made
 // beforehand (joinUserns): no such rule.
-func rulesetFor(lc launchConfig, open func(sandboxPath string) (int, error)) (int, error) {
-	if lc.Image == nil || !lc.Image.Mapped {
-		rfd, err := newRuleset(open)
-		if err != nil || lc.IDBase == 0 || lc.joinUserns {
-			return rfd, err
-		}
-		pfd, err := unix.Open("/proc", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
-		if err == nil {
-			err = ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: ll.AccessFSWriteFile, ParentFd: pfd}, 0)
-			unix.Close(pfd)
-		}
+func rulesetFor(lc launchConfig, rootReady <-chan struct{}, open func(sandboxPath string) (int, error)) (int, error) {
+	mappedImage := lc.Image != nil && lc.Image.Mapped
+	if mappedImage && rootReady == nil {
+		return -1, errors.New("internal: a mapped image sandbox's tree is not built before its init")
+	}
+	rfd, err := newRuleset(open)
+	if err != nil {
+		return -1, err
+	}
+	add := func(path string, access uint64) error {
+		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
 		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+		return ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: access, ParentFd: pfd}, 0)
+	}
+	if mappedImage {
+		<-rootReady
+		abi, _ := ll.LandlockGetABIVersion()
+		if err := add(lc.Root, mechanism.LandlockWriteAccess(abi)); err != nil {
+			unix.Close(rfd)
+			return -1, fmt.Errorf("landlock rule for the sandbox's root: %w", err)
+		}
+	}
+	if lc.IDBase != 0 && !lc.joinUserns {
+		if err := add("/proc", ll.AccessFSWriteFile); err != nil {
 			unix.Close(rfd)
 			return -1, fmt.Errorf("landlock rule for the host's /proc: %w", err)
 		}
-		return rfd, nil
-	}
-	abi, err := ll.LandlockGetABIVersion()
-	if err != nil {
-		return -1, fmt.Errorf("landlock: %w", err)
-	}
-	if abi < 6 {
-		return -1, nil
-	}
-	rfd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{Scoped: ll.ScopeAbstractUnixSocket}, 0)
-	if err != nil {
-		return -1, fmt.Errorf("landlock ruleset: %w", err)
 	}
 	return rfd, nil
 }

@@ -24,3 +24,11 @@ func SimulateNoIdmap(t *testing.T, dir string) {
 		}
 	})
 }
+
+// SimulateNoHolder makes every user namespace made ahead of an init fail
+// until t ends (as where ptrace is refused).
+func SimulateNoHolder(t *testing.T) {
+	old := makeUserns
+	makeUserns = func(int) (int, error) { return -1, errors.New("simulated: no holder") }
+	t.Cleanup(func() { makeUserns = old })
+}

@@ -569,3 +569,50 @@ func TestFailedProvisionReleasesItsRange(t *testing.T) {
 		t.Fatalf("registry after one Provision: %v", ents)
 	}
 }
+
+// Root of an image sandbox writes its whole root, and nothing beyond it:
+// a host file the workload is given as stdin, writable by anyone, cannot
+// be reopened for writing through /proc/self/fd (Landlock holds on every
+// path outside the sandbox's root), though it can be read.
+func TestImageRootWritesNothingBeyondItsRoot(t *testing.T) {
+	j := newJail(t)
+	img := pullTestImage(t, t.TempDir(), v1.Config{})
+	started(t, j, "beyond", imageSpec(t, img))
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host content\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(host, 0o666)
+	os.Chmod(filepath.Dir(host), 0o755)
+	f, err := os.Open(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := j.Execute(context.Background(), "beyond", []string{"/bin/sh", "-c",
+		"id -u; echo x > /usr/bin/inside && echo WROTE-ROOT; cat /proc/self/fd/0; (echo evil > /proc/self/fd/0) 2>&1 && echo WROTE-HOST"}, mechanism.ExecOptions{Stdin: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(c.Stdout)
+	if !strings.HasPrefix(out, "0\nWROTE-ROOT\nhost content\n") || strings.Contains(out, "WROTE-HOST") {
+		t.Fatalf("%q %q", out, c.Stderr)
+	}
+	if b, _ := os.ReadFile(host); string(b) != "host content\n" {
+		t.Fatalf("BREACHED: the host file reads %q", b)
+	}
+	t.Logf("%s", out)
+}
+
+// Where the namespace cannot be made ahead of the init (simulated), a C
+// init is born in one instead, mapped the same.
+func TestUsernsWithoutAHolder(t *testing.T) {
+	j := newJail(t)
+	jail.SimulateNoHolder(t)
+	started(t, j, "noholder", mechanism.Spec{})
+	base, _, _ := j.IDRange("noholder")
+	c := run(t, j, "noholder", "id -u; cat /proc/self/uid_map; grep CapEff /proc/self/status")
+	if want := fmt.Sprintf("1000\n%10d %10d %10d\nCapEff:\t0000000000000000\n", 0, base, 65536); string(c.Stdout) != want {
+		t.Fatalf("%q %q, want %q", c.Stdout, c.Stderr, want)
+	}
+}
