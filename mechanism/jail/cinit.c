@@ -150,6 +150,8 @@ static void read_config(void) {
 		ci_fail("launch config: %u seccomp instructions", cfg.nfilter);
 	if (read_full(CI_FD_CONFIG, filter, cfg.nfilter * sizeof filter[0]) < 0)
 		ci_fail("read seccomp program: short");
+	if (cfg.flags & 8)
+		return; /* the pipe stays open for the maps' word: unshare_userns */
 	char extra;
 	if (read(CI_FD_CONFIG, &extra, 1) != 0)
 		ci_fail("launch config: trailing bytes");
@@ -188,6 +190,30 @@ static void join_userns(void) {
 	if (syscall(SYS_setns, CI_FD_USERNS, CLONE_NEWUSER) != 0)
 		ci_fail("join the sandbox's user namespace: %s", strerror(errno));
 	close(CI_FD_USERNS);
+	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
+	    syscall(SYS_setresuid, 0, 0, 0) != 0)
+		ci_fail("become root of the sandbox's user namespace: %s", strerror(errno));
+}
+
+/* With flag 8 (a sandbox on the host's root) the init makes the sandbox's
+ * user namespace itself (no capability needed: it is single-threaded and
+ * its root is its mount namespace's), says "userns" on the ready pipe and
+ * waits on the config pipe for the manager, root of the host, to write
+ * its uid_map and gid_map ('m', then the pipe's end), then becomes its
+ * root (host id base). No process is made for it (userns_prep.go). */
+static void unshare_userns(void) {
+	if (!(cfg.flags & 8))
+		return;
+	if (syscall(SYS_unshare, CLONE_NEWUSER) != 0)
+		ci_fail("make the sandbox's user namespace: %s", strerror(errno));
+	if (write(CI_FD_READY, "userns\n", 7) != 7)
+		_exit(1);
+	char go = 0, extra;
+	if (read_full(CI_FD_CONFIG, &go, 1) < 0 || go != 'm')
+		ci_fail("the manager did not map the user namespace");
+	if (read(CI_FD_CONFIG, &extra, 1) != 0)
+		ci_fail("launch config: trailing bytes");
+	close(CI_FD_CONFIG);
 	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
 	    syscall(SYS_setresuid, 0, 0, 0) != 0)
 		ci_fail("become root of the sandbox's user namespace: %s", strerror(errno));
@@ -654,6 +680,7 @@ static void ci_main(void) {
 
 	read_config();
 	join_userns(); /* closes CI_FD_USERNS in any case */
+	unshare_userns();
 	if (chdir("/") != 0)
 		ci_fail("chdir /: %s", strerror(errno));
 	lower_caps();

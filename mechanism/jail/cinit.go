@@ -139,6 +139,9 @@ func cInitConfig(lc launchConfig, prog seccompProgram) []byte {
 	if lc.joinUserns {
 		flags |= 4 // join it at descriptor 6 first: join_userns
 	}
+	if lc.unshareUserns {
+		flags |= 8 // make it, wait for the maps: unshare_userns
+	}
 	b := make([]byte, 0, 32+8*len(prog))
 	for _, v := range []uint32{cInitMagic, cInitVersion, uint32(lc.UID), uint32(lc.GID), flags,
 		want[0].Permitted, want[1].Permitted, uint32(len(prog))} {

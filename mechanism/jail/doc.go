@@ -176,16 +176,19 @@
 // its home; OwnerOf and IDRange say which. The guarantee: no host user,
 // and no process of another sandbox, has the workload's uid, so none can
 // signal or ptrace it, and the workload's ids own no host file but the
-// sandbox's own (its home, an image's upper layer). The namespace is
-// made while the start goes on, by a child of the manager that stops
-// traced at its exec and is killed there (it runs nothing); a C init
-// joins it first thing (setns, as the host's root that owns it) and
-// becomes its root (host uid base), so the init is still cloned with
-// vfork; the Go init, whose runtime is threaded and cannot join one, is
-// born in a new one instead, as a C init is where the namespace could not
-// be made ahead (a host refusing ptrace's TRACEME, say). Either lowers the full set of capabilities
-// a user namespace gives its root to the ones it keeps (SETUID, SETGID,
-// KILL) before anything else. The mount, network, uts and ipc
+// sandbox's own (its home, an image's upper layer). A C init makes the
+// namespace itself first thing (unshare, single-threaded, after the
+// pivot), the manager writes its maps, and the init becomes its root
+// (host uid base): its clone keeps vfork and no process is made for the
+// namespace. On an image the namespace is needed before the init, for
+// the idmapped layer: it is made while the start goes on by a child of
+// the manager that stops traced at its exec and is killed there (it runs
+// nothing), and a C init joins it (setns, as the host's root that owns
+// it). The Go init, whose runtime is threaded and can neither make nor
+// join one, is born in a new one (its clone then cannot use vfork).
+// Every init lowers the full set of capabilities a user namespace gives
+// its root to the ones it keeps (SETUID, SETGID, KILL) before anything
+// else. The mount, network, uts and ipc
 // namespaces it lives in are made by the manager and stay the host's
 // (the pid and cgroup ones too, but for the Go init, whose clone makes
 // them in its new user namespace), so root of the sandbox holds no
@@ -193,8 +196,8 @@
 // the hostname, whatever seccomp allows (and an image's root workload
 // never holds SYS_ADMIN or NET_ADMIN anyway). Host files appear inside as
 // owned by nobody (65534): their ids are not mapped. A range costs a
-// cold start about 1.1-1.2x on this loaded test VM
-// (BenchmarkColdStartMapped, against an unmapped start in the same run).
+// cold start 1.07-1.15x here (BenchmarkColdStartMapped, against an
+// unmapped start in the same run).
 // Not mapped, and running as before (Config.UID on the host): without
 // root (the workload is the caller), on a kernel without the procfs pidns
 // option (the older start path builds the tree in the init, which a

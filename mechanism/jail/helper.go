@@ -56,6 +56,9 @@ type launchConfig struct {
 	// joinUserns: a C init joins the user namespace at its descriptor
 	// 6 first thing (userns_prep.go) instead of being born in one.
 	joinUserns bool
+	// unshareUserns: a C init makes its user namespace itself and waits
+	// for the manager to map it (userns_prep.go, mapUnshared).
+	unshareUserns bool
 	// Mounts: host paths bound into the tree (mounts.go).
 	Mounts []mechanism.Mount `json:",omitempty"`
 }

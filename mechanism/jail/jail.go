@@ -717,7 +717,8 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		sys.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP
 		lc.TreeBuilt = true
 		tree = &lc
-		if !joinUserns {
+		lc.unshareUserns = st.IDBase != 0 && cInit && !joinUserns && rs != nil && rs.userns == nil
+		if !joinUserns && !lc.unshareUserns {
 			mapRange(sys, st.IDBase) // userns.go
 		}
 	}
@@ -753,7 +754,9 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		} else {
 			err = json.NewEncoder(cfgW).Encode(lc)
 		}
-		if cerr := cfgW.Close(); err == nil {
+		if lc.unshareUserns {
+			// Kept open: the init waits on it for its maps (userns_prep.go).
+		} else if cerr := cfgW.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
@@ -813,7 +816,11 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	}
 	line := make(chan string, 1)
 	go func() {
-		s, _ := bufio.NewReader(readyR).ReadString('\n')
+		br := bufio.NewReader(readyR)
+		s, _ := br.ReadString('\n')
+		if lc.unshareUserns && strings.TrimSpace(s) == "userns" {
+			s = mapUnshared(pid, st.IDBase, cfgW, br) // userns_prep.go
+		}
 		line <- strings.TrimSpace(s)
 	}()
 	var msg string

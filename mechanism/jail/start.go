@@ -103,12 +103,13 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 	// one of its own with the same mapping; the layer's idmap is the same
 	// with either).
 	mappedImage := lc.Image != nil && lc.Image.Mapped
-	if lc.IDBase != 0 && (initMode() != initGo || mappedImage) {
+	if lc.IDBase != 0 && mappedImage {
 		r.userns = newUsernsPrep(lc.IDBase)
-		if mappedImage {
-			r.rootReady = make(chan struct{})
-		}
+		r.rootReady = make(chan struct{})
 	}
+	// A C init of a mapped sandbox on the host's root makes its namespace
+	// itself (launch decides alike): T writes no uid_map (rulesetFor).
+	lc.unshareUserns = lc.IDBase != 0 && !mappedImage && initMode() != initGo
 	nsCh := make(chan *nsFDs, 1)
 	startedCh := make(chan *started, 1)
 	go onDiscardedThread(func() {

@@ -366,8 +366,9 @@ func keepFor(lc launchConfig) []int {
 // restricted itself with: there the ruleset lets it write files under
 // the host's /proc, which no process of the sandbox can reach (its /proc
 // is another instance, of its own pid namespace, and the host's is gone
-// with the old root at the pivot). A C init joins a namespace made
-// beforehand (joinUserns): no such rule.
+// with the old root at the pivot). A C init makes its own (its maps
+// written by the manager's thread, not T) or joins one made beforehand:
+// no such rule.
 func rulesetFor(lc launchConfig, rootReady <-chan struct{}, open func(sandboxPath string) (int, error)) (int, error) {
 	mappedImage := lc.Image != nil && lc.Image.Mapped
 	if mappedImage && rootReady == nil {
@@ -393,7 +394,7 @@ func rulesetFor(lc launchConfig, rootReady <-chan struct{}, open func(sandboxPat
 			return -1, fmt.Errorf("landlock rule for the sandbox's root: %w", err)
 		}
 	}
-	if lc.IDBase != 0 && !lc.joinUserns {
+	if lc.IDBase != 0 && !lc.joinUserns && !lc.unshareUserns {
 		if err := add("/proc", ll.AccessFSWriteFile); err != nil {
 			unix.Close(rfd)
 			return -1, fmt.Errorf("landlock rule for the host's /proc: %w", err)

@@ -1,22 +1,28 @@
 package jail
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
 
-// usernsPrep is a mapped sandbox's user namespace, made on its own
-// thread while Start goes on (holdUserns), for a C init to join
-// (setns) first thing: the init's clone then needs no new user
-// namespace, which os/exec cannot make with vfork (the child must wait
-// for its maps, and under load for the scheduler: ~3 ms a start here), and
-// an image's idmapped layer can be mounted before the init exists (the
-// tree is built while the init starts, as for any sandbox). The Go init,
-// whose runtime is threaded and cannot join one, is born in a new one
+// A mapped sandbox's init is not cloned into a new user namespace where
+// that can be helped: os/exec cannot make one with vfork (the child must
+// wait for its maps: a full fork, and a hand-over to the scheduler, ~1 ms
+// a start here, several under load). A C init on the host's root makes it
+// itself (unshare) and the manager maps it (mapUnshared). On an image the
+// namespace must exist before the init, for the idmapped layer the tree
+// is built on: usernsPrep makes it on its own thread while Start goes on
+// (holdUserns), and a C init joins it (setns). The Go init, whose runtime
+// is threaded and can neither make nor join one, is born in a new one
 // (mapRange).
+
+// usernsPrep is a mapped image sandbox's user namespace, made while Start
+// goes on.
 type usernsPrep struct {
 	done chan struct{}
 	fd   int
@@ -85,4 +91,29 @@ func userNSFile(cmd *exec.Cmd, rs *restrictedStart, cInit bool) (bool, error) {
 	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	rs.files = append(rs.files, f) // closed with the start (abortUnused)
 	return true, nil
+}
+
+// mapUnshared answers a C init that made its user namespace itself
+// (flag 8, cinit.c unshare_userns) and said so on the ready pipe: it maps
+// 0..65535 to base.. (uids and gids; setgroups stays allowed, a new
+// namespace's default) in /proc/<pid>, tells the init ('m' on the config
+// pipe, then its end) and returns the init's next line ("ready", or its
+// error); an "error: ..." of its own when the maps could not be written.
+func mapUnshared(pid, base int, cfgW *os.File, br *bufio.Reader) string {
+	m := fmt.Sprintf("0 %d %d\n", base, idRangeSize)
+	var err error
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/"+f, []byte(m), 0); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		_, err = cfgW.Write([]byte{'m'})
+	}
+	cfgW.Close()
+	if err != nil {
+		return "error: map the sandbox's user namespace: " + err.Error()
+	}
+	s, _ := br.ReadString('\n')
+	return s
 }

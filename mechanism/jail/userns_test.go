@@ -604,8 +604,9 @@ func TestImageRootWritesNothingBeyondItsRoot(t *testing.T) {
 	t.Logf("%s", out)
 }
 
-// Where the namespace cannot be made ahead of the init (simulated), a C
-// init is born in one instead, mapped the same.
+// The namespace made ahead of an init is an image's only: with that
+// failing (simulated), a sandbox on the host's root is mapped all the
+// same (its C init makes its own; the Go init is born in one).
 func TestUsernsWithoutAHolder(t *testing.T) {
 	j := newJail(t)
 	jail.SimulateNoHolder(t)
