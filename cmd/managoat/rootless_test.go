@@ -36,10 +36,8 @@ func TestRunAsAnUnprivilegedUser(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	// The user must reach it (the enclosure's temporary directory is
 	// root's only).
-	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
-		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-			_ = os.Chmod(d, st.Mode().Perm()|0o011)
-		}
+	if err := testenv.Traversable(dir); err != nil {
+		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "managoat")
 	if err := copyFile(binary, bin, 0o755); err != nil {

@@ -96,7 +96,9 @@ func Start(tb testing.TB) *Server {
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if cred != nil {
-		if err := traversable(dir); err != nil {
+		// The directories above the cluster (not the cluster's own, which
+		// Postgres wants 0700) are traversable for the postgres user.
+		if err := testenv.Traversable(filepath.Dir(dir)); err != nil {
 			tb.Fatal(err)
 		}
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
@@ -181,21 +183,4 @@ func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.stop(syscall.SIGINT)
 	s.start(tb)
-}
-
-// traversable lets every user traverse (not list) each directory above
-// dir, so an unprivileged server can reach its cluster.
-func traversable(dir string) error {
-	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return err
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
-				return fmt.Errorf("pgtest: make %s traversable for the postgres user: %w", d, err)
-			}
-		}
-	}
-	return nil
 }

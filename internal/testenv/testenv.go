@@ -14,7 +14,9 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,4 +43,23 @@ func Require(t testing.TB, ok bool, reason string) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "needs root (euid 0)")
+}
+
+// Traversable lets every user traverse (not list) dir and each directory
+// above it, so a test's unprivileged process can reach what it is given
+// below dir (a test's and the enclosure's temporary directories are
+// root's only).
+func Traversable(dir string) error {
+	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("make %s traversable: %w", d, err)
+			}
+		}
+	}
+	return nil
 }

@@ -2,9 +2,6 @@ package oci
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -111,13 +108,7 @@ func (m *Mechanism) stopPublish(id string) {
 // It reads files only (no runtime call): the container runs when the
 // init of published.json is alive and in the container's cgroup.
 func (m *Mechanism) Address(ctx context.Context, id string, port int) (string, error) {
-	if err := mechanism.ValidateID(id); err != nil {
-		return "", err
-	}
-	sb, err := m.load(id)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-	}
+	sb, err := m.open(id)
 	if err != nil {
 		return "", err
 	}

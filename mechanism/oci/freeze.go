@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/managoat/managoat/mechanism"
 )
@@ -27,10 +26,7 @@ func (m *Mechanism) pause(ctx context.Context, id string, on bool) error {
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	if _, err := m.load(id); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-		}
+	if _, err := m.open(id); err != nil {
 		return err
 	}
 	if m.rt.path() == "" {

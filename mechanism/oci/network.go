@@ -166,9 +166,9 @@ func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string)
 	if _, err := egress.ParsePolicy(allow); err != nil {
 		return err
 	}
-	sb, err := m.load(id)
+	sb, err := m.open(id) // a spec it cannot read is that error, not "not found"
 	if err != nil {
-		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+		return err
 	}
 	if m.networkOf(sb.Spec) != mechanism.NetworkEgress {
 		if len(allow) == 0 {

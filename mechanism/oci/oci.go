@@ -168,6 +168,19 @@ func (m *Mechanism) bundle(id string) string { return filepath.Join(m.dir(id), "
 // runtime process (so under the managing process's own cgroup).
 func (m *Mechanism) cgroupName(id string) string { return "managoat-oci-" + m.rt.name + "-" + id }
 
+// open is the sandbox id after checking the id: ErrNotFound when it has no
+// state here.
+func (m *Mechanism) open(id string) (*sandbox, error) {
+	if err := mechanism.ValidateID(id); err != nil {
+		return nil, err
+	}
+	sb, err := m.load(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
+	}
+	return sb, err
+}
+
 func (m *Mechanism) load(id string) (*sandbox, error) {
 	b, err := os.ReadFile(filepath.Join(m.dir(id), "spec.json"))
 	if err != nil {
@@ -443,10 +456,7 @@ func (m *Mechanism) Start(ctx context.Context, id string) error {
 	}
 	unlock := m.lock(id)
 	defer unlock()
-	sb, err := m.load(id)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-	}
+	sb, err := m.open(id)
 	if err != nil {
 		return err
 	}
@@ -700,13 +710,7 @@ func (m *Mechanism) ListRunning(ctx context.Context) ([]string, error) {
 // Usage implements mechanism.Mechanism from the container's cgroup and
 // the home directory's allocated blocks.
 func (m *Mechanism) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
-	if err := mechanism.ValidateID(id); err != nil {
-		return mechanism.Usage{}, err
-	}
-	sb, err := m.load(id)
-	if errors.Is(err, fs.ErrNotExist) {
-		return mechanism.Usage{}, fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-	}
+	sb, err := m.open(id)
 	if err != nil {
 		return mechanism.Usage{}, err
 	}
@@ -741,13 +745,7 @@ func diskUsage(dir string) int64 {
 
 // HostPath implements mechanism.Mechanism.
 func (m *Mechanism) HostPath(id, sandboxPath string) (string, error) {
-	if err := mechanism.ValidateID(id); err != nil {
-		return "", err
-	}
-	sb, err := m.load(id)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%w: %s", mechanism.ErrNotFound, id)
-	}
+	sb, err := m.open(id)
 	if err != nil {
 		return "", err
 	}

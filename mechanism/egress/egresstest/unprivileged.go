@@ -74,10 +74,8 @@ func Unprivileged(t *testing.T, sub string) *Internet {
 	dir := t.TempDir()
 	// The unprivileged run must reach its directory (the test's and the
 	// enclosure's temporary directories are root's only).
-	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
-		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-			_ = os.Chmod(d, st.Mode().Perm()|0o011)
-		}
+	if err := testenv.Traversable(dir); err != nil {
+		t.Fatal(err)
 	}
 	// Short: Unix sockets the run binds below it must fit in 108 bytes.
 	home, err := os.MkdirTemp("", "u")

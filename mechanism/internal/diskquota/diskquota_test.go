@@ -533,10 +533,8 @@ func TestLoopEnsureOnce(t *testing.T) {
 func TestProbeUnprivileged(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
-	for d := dir; d != "/" && d != "."; d = filepath.Dir(d) {
-		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
-			_ = os.Chmod(d, st.Mode().Perm()|0o011)
-		}
+	if err := testenv.Traversable(dir); err != nil {
+		t.Fatal(err)
 	}
 	self, err := os.ReadFile("/proc/self/exe")
 	if err != nil {
