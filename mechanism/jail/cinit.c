@@ -150,8 +150,8 @@ static void read_config(void) {
 		ci_fail("launch config: %u seccomp instructions", cfg.nfilter);
 	if (read_full(CI_FD_CONFIG, filter, cfg.nfilter * sizeof filter[0]) < 0)
 		ci_fail("read seccomp program: short");
-	if (cfg.flags & 8)
-		return; /* the pipe stays open for the maps' word: unshare_userns */
+	if (cfg.flags & (8 | 16))
+		return; /* the pipe stays open: unshare_userns, hold_userns */
 	char extra;
 	if (read(CI_FD_CONFIG, &extra, 1) != 0)
 		ci_fail("launch config: trailing bytes");
@@ -193,6 +193,25 @@ static void join_userns(void) {
 	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
 	    syscall(SYS_setresuid, 0, 0, 0) != 0)
 		ci_fail("become root of the sandbox's user namespace: %s", strerror(errno));
+}
+
+/* Flag 16: not an init. The manager wants a user namespace made ahead of a
+ * sandbox's init (an image's idmapped layer is mounted with it): this
+ * process makes one, says so, and exits at the end of the config pipe,
+ * which the manager closes once it has mapped the namespace and holds it
+ * (or by dying). It runs nothing else, and is started with vfork, unlike
+ * a child cloned into a new user namespace (userns_image.go, holdUserns). */
+static void hold_userns(void) {
+	if (syscall(SYS_unshare, CLONE_NEWUSER) != 0)
+		ci_fail("make a user namespace: %s", strerror(errno));
+	if (write(CI_FD_READY, "userns\n", 7) != 7)
+		_exit(1);
+	for (;;) {
+		char c;
+		ssize_t r = read(CI_FD_CONFIG, &c, 1);
+		if (r == 0 || (r < 0 && errno != EINTR))
+			_exit(0);
+	}
 }
 
 /* With flag 8 (a sandbox on the host's root) the init makes the sandbox's
@@ -679,6 +698,8 @@ static void ci_main(void) {
 			close(fd);
 
 	read_config();
+	if (cfg.flags & 16)
+		hold_userns(); /* never returns */
 	join_userns(); /* closes CI_FD_USERNS in any case */
 	unshare_userns();
 	if (chdir("/") != 0)

@@ -181,10 +181,10 @@
 // pivot), the manager writes its maps, and the init becomes its root
 // (host uid base): its clone keeps vfork and no process is made for the
 // namespace. On an image the namespace is needed before the init, for
-// the idmapped layer: it is made while the start goes on by a child of
-// the manager that stops traced at its exec and is killed there (it runs
-// nothing), and a C init joins it (setns, as the host's root that owns
-// it). The Go init, whose runtime is threaded and can neither make nor
+// the idmapped layer: it is made while the start goes on by the C init's
+// program in a mode of its own (started with vfork, it unshares, the
+// manager maps and holds the namespace, and it exits), and a C init
+// joins it (setns, as the host's root that owns it). The Go init, whose runtime is threaded and can neither make nor
 // join one, is born in a new one (its clone then cannot use vfork).
 // Every init lowers the full set of capabilities a user namespace gives
 // its root to the ones it keeps (SETUID, SETGID, KILL) before anything

@@ -1,11 +1,14 @@
 package jail
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -149,13 +152,93 @@ func idmapMount(src string, usernsFD int, dst string) error {
 
 // holdUserns returns a descriptor of a new user namespace mapping
 // 0..idRangeSize-1 to base.. (uids and gids), owned by this process's
-// euid (the host's root). No process runs in it: it is made by a child
-// that stops at its exec (traced) and is killed there, never running a
-// single instruction of the program; the descriptor keeps the namespace.
-// Used where a mapping is needed before (or without) a sandbox's init:
-// the sandbox's own namespace, for its C init to join (userns_prep.go),
-// and the idmapped-layer probe.
+// euid (the host's root). Where there is a C init, it is made by that
+// program in a mode of its own (cinit.c hold_userns: unshare, say so,
+// wait to be killed), started with vfork: a child cloned into a new user
+// namespace is a full fork of this process, whose cost grows with its
+// memory (8-12 ms for a test process holding an image's layers). The
+// manager maps it, opens it and kills the process. Without a C init,
+// holdUsernsTraced.
 func holdUserns(base int) (int, error) {
+	mode := initMode()
+	if mode == initGo {
+		return holdUsernsTraced(base)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return -1, err
+	}
+	defer devnull.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer readyR.Close()
+	defer readyW.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"managoat-userns"}
+	cmd.Env = []string{helperEnv + "=cinit"}
+	cmd.ExtraFiles = []*os.File{devnull, cfgR, readyW}
+	if mode == initStandalone {
+		f, _ := standaloneInit()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		cmd.Path = "/proc/self/fd/" + strconv.Itoa(2+len(cmd.ExtraFiles))
+		cmd.Env = []string{}
+	}
+	// No Pdeathsig: it is the forking thread's death, and the runtime may
+	// later lock that thread and discard it (onDiscardedThread). The
+	// process ends at the end of the config pipe: when this function
+	// closes it, or when this process dies.
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("make a user namespace: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	cfgR.Close()
+	readyW.Close()
+	// cinit.c's struct ci_config, flag 16, and a one-instruction filter
+	// it never loads.
+	b := make([]byte, 0, 40)
+	for _, v := range []uint32{cInitMagic, cInitVersion, 0, 0, 16, 0, 0, 1} {
+		b = ne.AppendUint32(b, v)
+	}
+	b = ne.AppendUint16(b, unix.BPF_RET|unix.BPF_K)
+	b = append(b, 0, 0)
+	b = ne.AppendUint32(b, unix.SECCOMP_RET_ALLOW)
+	if _, err := cfgW.Write(b); err != nil {
+		return -1, fmt.Errorf("make a user namespace: %w", err)
+	}
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	if line != "userns\n" {
+		return -1, fmt.Errorf("make a user namespace: %s", strings.TrimSpace(line))
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	m := fmt.Sprintf("0 %d %d\n", base, idRangeSize)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile("/proc/"+pid+"/"+f, []byte(m), 0); err != nil {
+			return -1, fmt.Errorf("map a user namespace: %w", err)
+		}
+	}
+	fd, err := unix.Open("/proc/"+pid+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("hold a user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// holdUsernsTraced is holdUserns without a C init (the Go one only). No
+// process runs in the namespace: it is made by a child cloned into it,
+// which stops at its exec (traced) and is killed there, never running a
+// single instruction of the program; the descriptor keeps the namespace.
+func holdUsernsTraced(base int) (int, error) {
 	fd, err := -1, error(nil)
 	onDiscardedThread(func() {
 		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRangeSize}}

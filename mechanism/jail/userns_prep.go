@@ -16,8 +16,8 @@ import (
 // a start here, several under load). A C init on the host's root makes it
 // itself (unshare) and the manager maps it (mapUnshared). On an image the
 // namespace must exist before the init, for the idmapped layer the tree
-// is built on: usernsPrep makes it on its own thread while Start goes on
-// (holdUserns), and a C init joins it (setns). The Go init, whose runtime
+// is built on: usernsPrep makes it while Start goes on (holdUserns: the
+// C init's program in its hold mode), and a C init joins it (setns). The Go init, whose runtime
 // is threaded and can neither make nor join one, is born in a new one
 // (mapRange).
 
