@@ -169,7 +169,9 @@
 // meets a range of /etc/subuid or /etc/subgid or an id of /etc/passwd or
 // /etc/group. The range is claimed in Config.IDMapDir (host-wide,
 // /var/lib/managoat/idmap by default: one file per range naming the
-// sandbox, taken under a lock, taken over when its sandbox is gone),
+// sandbox, taken under a lock, taken over when its sandbox is gone, and
+// swept every ten minutes of a process's claims of sandboxes gone without
+// a Destroy),
 // recorded in the sandbox's state (a restart or a new manager adopting
 // it keeps it) and released by Destroy. The workload's uid inside is what
 // it was (1000, or an image's user) and base+uid on the host, which owns
@@ -196,7 +198,7 @@
 // the hostname, whatever seccomp allows (and an image's root workload
 // never holds SYS_ADMIN or NET_ADMIN anyway). Host files appear inside as
 // owned by nobody (65534): their ids are not mapped. A range costs a
-// cold start 1.07-1.15x here (BenchmarkColdStartMapped, against an
+// cold start 1.03-1.15x here (BenchmarkColdStartMapped, against an
 // unmapped start in the same run).
 // Not mapped, and running as before (Config.UID on the host): without
 // root (the workload is the caller), on a kernel without the procfs pidns

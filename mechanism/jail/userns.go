@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -118,6 +119,7 @@ func (j *Jail) claimRange(ctx context.Context, owner string) (int, error) {
 		return 0, err
 	}
 	defer unlock()
+	sweepRanges(reg)
 	taken := hostIDRanges()
 	// The search starts at a place of the owner's (a hash of its path)
 	// and wraps around: with many sandboxes a claim does not read every
@@ -156,6 +158,35 @@ func rangeStart(owner string) int {
 	h := fnv.New32a()
 	h.Write([]byte(owner))
 	return int(h.Sum32() % idRangeCount)
+}
+
+// lastRangeSweep is when this process last swept the registry (unix
+// seconds).
+var lastRangeSweep atomic.Int64
+
+// sweepRanges removes, at most every ten minutes per process, the claims
+// of sandboxes that are gone without a Destroy (their state directory
+// removed: a test's temporary directory, a process killed half-way), so
+// the registry holds the live ones. The caller holds its lock.
+func sweepRanges(reg string) {
+	now := time.Now().Unix()
+	if last := lastRangeSweep.Load(); now-last < 600 || !lastRangeSweep.CompareAndSwap(last, now) {
+		return
+	}
+	ents, err := os.ReadDir(reg)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		base, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(reg, e.Name())
+		if b, err := os.ReadFile(p); err == nil && staleClaim(string(b), base) {
+			os.Remove(p)
+		}
+	}
 }
 
 // releaseRange drops owner's claim of the range at base.

@@ -78,3 +78,25 @@ func TestClaimRangeAvoidsTheHostsIDs(t *testing.T) {
 		t.Fatalf("released claim: %v", err)
 	}
 }
+
+// The registry sweep removes the claims of sandboxes that are gone and
+// keeps the others.
+func TestSweepRangesRemovesGoneClaims(t *testing.T) {
+	reg := t.TempDir()
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live")
+	os.Mkdir(live, 0o700)
+	if err := writeState(live, &state{Mechanism: "jail", ID: "live", IDBase: idRangeFirst}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(reg, strconv.Itoa(idRangeFirst)), []byte(live), 0o600)
+	os.WriteFile(filepath.Join(reg, strconv.Itoa(idRangeFirst+idRangeSize)), []byte(filepath.Join(dir, "gone")), 0o600)
+	lastRangeSweep.Store(0)
+	sweepRanges(reg)
+	if _, err := os.Stat(filepath.Join(reg, strconv.Itoa(idRangeFirst))); err != nil {
+		t.Errorf("the live claim: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(reg, strconv.Itoa(idRangeFirst+idRangeSize))); !os.IsNotExist(err) {
+		t.Errorf("the gone sandbox's claim: %v", err)
+	}
+}
