@@ -617,3 +617,51 @@ func TestUsernsWithoutAHolder(t *testing.T) {
 		t.Fatalf("%q %q, want %q", c.Stdout, c.Stderr, want)
 	}
 }
+
+// Provisions racing in two Jails (two state directories, one registry)
+// never get one range twice.
+func TestUsernsRangesUnderConcurrentProvisions(t *testing.T) {
+	testenv.RequireRoot(t)
+	var js []*jail.Jail
+	for range 2 {
+		j, err := jail.New(jail.Config{StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, j)
+	}
+	ctx := context.Background()
+	const n = 8
+	errs := make(chan error, 2*n)
+	for k, j := range js {
+		for i := range n {
+			go func() {
+				id := fmt.Sprintf("c%d-%d", k, i)
+				err := j.Provision(ctx, id, mechanism.Spec{})
+				if err == nil {
+					t.Cleanup(func() { j.Destroy(context.Background(), id) })
+				}
+				errs <- err
+			}()
+		}
+	}
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[int]string{}
+	for k, j := range js {
+		for i := range n {
+			id := fmt.Sprintf("c%d-%d", k, i)
+			b, _, err := j.IDRange(id)
+			if err != nil || b == 0 {
+				t.Fatalf("%s: range %d, %v", id, b, err)
+			}
+			if other, dup := seen[b]; dup {
+				t.Fatalf("%s and %s share the range at %d", id, other, b)
+			}
+			seen[b] = id
+		}
+	}
+}
