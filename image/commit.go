@@ -28,6 +28,28 @@ import (
 type CommitDir struct {
 	Src  string
 	Path string
+	// IDBase and IDSize are the host ids [IDBase, IDBase+IDSize) of a
+	// sandbox whose user namespace maps its ids 0 to IDSize-1 there (the
+	// jail's range of its own): their files are written with the ids the
+	// sandbox saw (the host id minus IDBase), and a file of any other
+	// host id as nobody (65534), which it saw too. IDSize 0: ids as they
+	// are on the host.
+	IDBase, IDSize int
+}
+
+// nobody is the id a user namespace shows for an id it does not map.
+const nobody = 65534
+
+// sandboxID is host id id as the sandbox of d saw it.
+func (d CommitDir) sandboxID(id int) int {
+	switch {
+	case d.IDSize == 0:
+		return id
+	case id >= d.IDBase && id < d.IDBase+d.IDSize:
+		return id - d.IDBase
+	default:
+		return nobody
+	}
 }
 
 // Commit saves a new image in the store, named ref: base's layers plus one
@@ -197,6 +219,7 @@ func writeLayer(ctx context.Context, path string, dirs []CommitDir) (digest, dif
 				h.Name += "/"
 			}
 			h.Uname, h.Gname, h.Format = "", "", tar.FormatPAX
+			h.Uid, h.Gid = d.sandboxID(h.Uid), d.sandboxID(h.Gid)
 			if err := tw.WriteHeader(h); err != nil {
 				return err
 			}

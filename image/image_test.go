@@ -18,6 +18,7 @@ import (
 
 	"github.com/managoat/managoat/image"
 	"github.com/managoat/managoat/image/imagetest"
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -503,6 +504,47 @@ func TestPruneDuringPull(t *testing.T) {
 	for _, l := range img.Layers {
 		if _, err := os.Stat(filepath.Join(s.Dir(), "blobs", "sha256", strings.TrimPrefix(l, "sha256:"))); err != nil {
 			t.Errorf("layer %s of the pulled image: %v", l, err)
+		}
+	}
+}
+
+// A commit of a sandbox mapped to a range of host ids of its own writes
+// the ids it saw: base+1000 as 1000, and a host id outside its range as
+// nobody (65534), so the image carries no host's range.
+func TestCommitWritesTheSandboxsIDs(t *testing.T) {
+	testenv.RequireRoot(t)
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "ids:v1", v1.Config{}, base)
+	s, opts := newStore(t)
+	b, err := s.Pull(context.Background(), ref, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idBase = 0x70010000
+	home := t.TempDir()
+	mine, hosts := filepath.Join(home, "mine"), filepath.Join(home, "hosts")
+	for _, f := range []string{mine, hosts} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Lchown(mine, idBase+1000, idBase+1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(hosts, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Commit(context.Background(), b, []image.CommitDir{{Src: home, Path: "/home/sprite", IDBase: idBase, IDSize: 65536}}, "local/ids:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"mine": 1000, "hosts": 65534} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(img.Root, "home/sprite", name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != want || st.Gid != want {
+			t.Errorf("%s in the committed image: %d:%d, want %d:%d", name, st.Uid, st.Gid, want, want)
 		}
 	}
 }

@@ -101,7 +101,22 @@ func (p *Provider) Commit(ctx context.Context, h *sandbox.Handle, ref string) (*
 	if err != nil {
 		return nil, sandbox.Invalid("commit", fmt.Sprintf("sandbox %q runs on no image (create it with an image to commit it)", h.Name))
 	}
-	return s.Commit(ctx, base, []image.CommitDir{{Src: p.homeDir(r.InstanceID), Path: mechanism.Home}}, ref)
+	dir := image.CommitDir{Src: p.homeDir(r.InstanceID), Path: mechanism.Home}
+	if m, err := p.mechFor(r); err == nil {
+		if ranged, ok := m.(idRanger); ok {
+			// The layer holds the ids the sandbox saw, not its range's.
+			if dir.IDBase, dir.IDSize, err = ranged.IDRange(r.InstanceID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s.Commit(ctx, base, []image.CommitDir{dir}, ref)
+}
+
+// idRanger is a mechanism whose sandboxes may have a range of host ids of
+// their own (the jail's user namespaces): base 0 when this one has none.
+type idRanger interface {
+	IDRange(id string) (base, size int, err error)
 }
 
 // releaseImage undoes withImage's use mark of sandbox iid.

@@ -4,15 +4,18 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/managoat/managoat/image/imagetest"
+	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -99,6 +102,16 @@ func TestCommitStartsTheNextSandbox(t *testing.T) {
 	}
 	if img.Ref != "index.docker.io/local/prepared:v1" || len(img.Layers) != len(imagetest.Conformance(t))+1 {
 		t.Fatalf("committed %+v", img)
+	}
+	// The image holds the ids the sandbox saw, not the host range the
+	// jail mapped it to.
+	saw, err := p.Exec(ctx, h, sandbox.Cmd{Name: "stat", Args: []string{"-c", "%u", mechanism.Home + "/.local/bin/tool"}}, sandbox.ExecOptions{})
+	if err != nil || saw.ExitCode != 0 {
+		t.Fatalf("stat in the sandbox: %v %q", err, saw.Output)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(img.Root, "home/sprite/.local/bin/tool"), &st); err != nil || fmt.Sprint(st.Uid) != strings.TrimSpace(string(saw.Output)) {
+		t.Fatalf("the committed tool: uid %d, %v; the sandbox saw %q", st.Uid, err, saw.Output)
 	}
 	h2, err := p.Create(ctx, "next", sandbox.CreateOptions{Image: "local/prepared:v1"})
 	if err != nil {
