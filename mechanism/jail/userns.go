@@ -80,6 +80,9 @@ var usernsKernel = sync.OnceValue(func() error {
 // process are mapped, and what they lack and why; for managoat doctor.
 func UsernsDescription() string {
 	j := &Jail{rootless: os.Geteuid() != 0, cfg: Config{IDMapDir: DefaultIDMapDir}}
+	if j.rootless {
+		return fmt.Sprintf("no uid range of their own (the manager is not root): the workload is root of a user namespace that maps only the caller's uid %d, so it is that uid on the host", os.Geteuid())
+	}
 	if err := j.usernsSupport(); err != nil {
 		return "no uid range of their own: " + err.Error() + "; the workload runs as host uid 1000 (or the image's user)"
 	}
