@@ -455,7 +455,7 @@ func probeQuota(dir string) (string, error) {
 			return fmt.Sprintf("%s (%s on %s) is mounted with %s", dir, fstype, best, o), nil
 		}
 	}
-	return "", fmt.Errorf("%s is on %s (%s) mounted without quotas, so no per-sandbox disk cap can be set", dir, best, fstype)
+	return "", fmt.Errorf("%s is on %s (%s) mounted without quotas, so the host sets no per-sandbox disk cap (a mechanism may still construct one, as the jail and runc do with a loop-mounted home as root)", dir, best, fstype)
 }
 
 var (
