@@ -247,6 +247,12 @@
 // the image's directory stays unchanged and shared. Elsewhere (no range, no idmapped layers) the
 // workload runs as the image's user unless that is root (then as
 // Config.UID) and writes, as on the host's root, only its home and /tmp.
+// A Spec.DiskBytes bounds the upper layer as it bounds the home, by the
+// same means (a project quota or a loop-mounted ext4 image, layer.img)
+// and the same size: a sandbox on an image writes at most twice
+// DiskBytes to the host's disk, its home and its layer (quota.go). Only a
+// sandbox provisioned before layers were bounded, or on a copy of its
+// image (no overlayfs), has an unbounded layer.
 // See image.go and userns_image.go; the breach conformance runs on an
 // image root too (TestConformanceOnImage, as the image's user "app"),
 // and TestImageRootInUserns tries root's escapes.

@@ -20,7 +20,10 @@ import (
 // directory, shared read-only by every sandbox on it, under an upper
 // layer of the sandbox's own (upper/ and work/ in its state directory),
 // so whatever the sandbox writes outside its home stays its own and the
-// image is stored once however many sandboxes use it. Where the kernel
+// image is stored once however many sandboxes use it. With
+// Spec.DiskBytes the layer is bounded like the home, by the same means
+// and the same size (quota.go): upper/ and work/ are then in layer/, a
+// file system of its own. Where the kernel
 // has no overlayfs, Provision copies the image into the sandbox's
 // directory instead (cp -a --reflink=auto: reflinks where the file
 // system has them) and that copy is bound as the root.
@@ -58,12 +61,17 @@ var overlayOnce = sync.OnceValue(func() bool {
 })
 
 // imageDirs returns the launch directories of an image sandbox whose
-// state is in dir.
-func imageDirs(dir string, img *mechanism.ImageRoot) *imageLaunch {
+// state is in dir; with layered (a bounded layer, quota.go) its upper
+// and work directories are in layerDir(dir), one file system.
+func imageDirs(dir string, img *mechanism.ImageRoot, layered bool) *imageLaunch {
 	if img == nil {
 		return nil
 	}
-	il := &imageLaunch{Lower: img.Dir, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), LowerMount: filepath.Join(dir, "lower")}
+	rw := dir
+	if layered {
+		rw = layerDir(dir)
+	}
+	il := &imageLaunch{Lower: img.Dir, Upper: filepath.Join(rw, "upper"), Work: filepath.Join(rw, "work"), LowerMount: filepath.Join(dir, "lower")}
 	if !overlayOnce() {
 		il.Copy = filepath.Join(dir, "rootfs")
 	}
@@ -71,11 +79,12 @@ func imageDirs(dir string, img *mechanism.ImageRoot) *imageLaunch {
 }
 
 // provisionImage makes an image sandbox's writable layer (or its copy of
-// the image); with mapped, the upper layer's root is owned by the
-// sandbox's root (host id base), and the idmapped layer's mount point is
-// made.
-func provisionImage(dir string, img *mechanism.ImageRoot, base int, mapped bool) error {
-	il := imageDirs(dir, img)
+// the image), in its bounded file system with layered (mounted on
+// layerDir(dir) before); with mapped, the upper layer's root is owned by
+// the sandbox's root (host id base), and the idmapped layer's mount
+// point is made.
+func provisionImage(dir string, img *mechanism.ImageRoot, base int, mapped, layered bool) error {
+	il := imageDirs(dir, img, layered)
 	if il == nil {
 		return nil
 	}

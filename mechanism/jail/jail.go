@@ -208,6 +208,10 @@ type state struct {
 	Frozen    bool             `json:"frozen,omitempty"` // by Freeze, until Thaw or the init's end
 	Note      string           `json:"note,omitempty"`
 	Quota     *homeQuota       `json:"quota,omitempty"` // Spec.DiskBytes in force (quota.go)
+	// Layer: Spec.DiskBytes in force on an image sandbox's writable
+	// layer, whose upper/ and work/ are then in layer/ (quota.go). A
+	// sandbox provisioned before layers were bounded has none.
+	Layer *homeQuota `json:"layer,omitempty"`
 	// IDBase is the first host id of the sandbox's uid/gid range (its
 	// user namespace maps 0..65535 there; userns.go), 0 for none: a
 	// sandbox provisioned without one runs as before.
@@ -353,6 +357,7 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	provisioned := false
 	defer func() {
 		if !provisioned {
+			j.abandonLayer(dir, st)                                    // quota.go
 			j.releaseRange(context.WithoutCancel(ctx), dir, st.IDBase) // userns.go
 		}
 	}()
@@ -361,7 +366,10 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 		uid, gid = j.imageUser(spec, st.ImageRoot)
 		uid, gid = st.IDBase+uid, st.IDBase+gid
 	}
-	if err := provisionImage(dir, spec.Image, st.IDBase, st.ImageRoot); err != nil {
+	if err := j.applyLayerQuota(ctx, dir, st); err != nil { // quota.go
+		return err
+	}
+	if err := provisionImage(dir, spec.Image, st.IDBase, st.ImageRoot, st.Layer != nil); err != nil {
 		return err
 	}
 	if spec.HomeDir != "" {
@@ -564,7 +572,7 @@ func (j *Jail) launchConfig(st *state) launchConfig {
 	lc := launchConfig{
 		Root: j.rootMount(), HomeDir: st.HomeDir, Hostname: hostname(st.ID),
 		Rootless: j.rootless, UID: j.cfg.UID, GID: j.cfg.GID, Pids: st.Spec.Pids,
-		Image: imageDirs(j.dir(st.ID), st.Spec.Image), Mounts: st.Spec.Mounts,
+		Image: imageDirs(j.dir(st.ID), st.Spec.Image, st.Layer != nil), Mounts: st.Spec.Mounts,
 	}
 	if st.Spec.Image != nil {
 		lc.UID, lc.GID = j.imageUser(st.Spec, st.ImageRoot)

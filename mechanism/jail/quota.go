@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -11,7 +12,8 @@ import (
 	"github.com/managoat/managoat/mechanism/internal/diskquota"
 )
 
-// A sandbox's Spec.DiskBytes bounds its home (mechanism/internal/diskquota):
+// A sandbox's Spec.DiskBytes bounds its home (mechanism/internal/diskquota),
+// and an image sandbox's writable layer alike (below):
 // a project quota where the state's file system enforces them and the
 // workload is in a user namespace, else, as root, a loop-mounted ext4 image
 // of the limit's size in the sandbox's directory, mounted on the home at
@@ -68,46 +70,94 @@ func (j *Jail) VerifyDiskQuota(ctx context.Context) (method, detail string) {
 }
 
 // applyQuota puts st.Spec.DiskBytes in force on st.HomeDir, an empty
-// directory, and records it in st. A home left mounted by a Provision cut
-// short (no state written) is released first.
+// directory, and records it in st.
 func (j *Jail) applyQuota(ctx context.Context, dir string, st *state, uid, gid int) error {
 	if st.Spec.DiskBytes <= 0 {
 		return nil
 	}
-	image := filepath.Join(dir, quotaImage)
-	if ok, err := diskquota.Mounted(st.HomeDir, image); err != nil {
-		return err
-	} else if ok {
-		stale := &diskquota.Quota{Method: diskquota.Loop, Image: image}
-		if err := stale.Release(st.HomeDir); err != nil {
-			return err
-		}
-	}
-	q, err := diskquota.Apply(ctx, st.HomeDir, st.Spec.DiskBytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: st.IDBase != 0})
+	q, err := j.bound(ctx, st.HomeDir, filepath.Join(dir, quotaImage), st.Spec.DiskBytes, uid, gid, st.IDBase != 0)
 	if err != nil {
-		var u *mechanism.UnavailableError
-		if errors.As(err, &u) {
-			u.Mechanism = j.Name()
-		}
 		return err
 	}
 	st.Quota = q
 	return nil
 }
 
-// ensureQuota mounts st's home again where a reboot unmounted it.
-func (j *Jail) ensureQuota(st *state) error {
-	if err := st.Quota.Ensure(st.HomeDir); err != nil {
-		var u *mechanism.UnavailableError
-		if errors.As(err, &u) {
-			u.Mechanism = j.Name()
-		}
+// An image sandbox's writable layer (image.go) takes every write of its
+// workload outside its home and /tmp, its whole root for a mapped one
+// (userns_image.go). With Spec.DiskBytes it is bounded too, by the same
+// means and the same size as the home: layer/ in the sandbox's directory
+// holds upper/ and work/ (overlayfs wants both on one file system), and
+// is made, mounted again and released with the home. A sandbox's writes
+// on the host are then at most twice Spec.DiskBytes: its home and its
+// layer. A sandbox provisioned before this (a state without Layer) keeps
+// its unbounded upper/ beside its home; one on a copy of its image (no
+// overlayfs) is not bounded outside its home.
+
+// layerImage is the layer's loop image in a sandbox's directory.
+const layerImage = "layer.img"
+
+// layerDir is the directory of a bounded layer's upper/ and work/.
+func layerDir(dir string) string { return filepath.Join(dir, "layer") }
+
+// applyLayerQuota bounds the writable layer of st, an image sandbox with
+// Spec.DiskBytes on an overlay, and records it in st; its file system's
+// root is the host's root's (provisionImage makes upper/ and work/ in it).
+func (j *Jail) applyLayerQuota(ctx context.Context, dir string, st *state) error {
+	if st.Spec.DiskBytes <= 0 || st.Spec.Image == nil || imageDirs(dir, st.Spec.Image, false).Copy != "" {
+		return nil
+	}
+	layer := layerDir(dir)
+	if err := os.Mkdir(layer, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
+	q, err := j.bound(ctx, layer, filepath.Join(dir, layerImage), st.Spec.DiskBytes, 0, 0, st.IDBase != 0)
+	if err != nil {
+		return err
+	}
+	st.Layer = q
 	return nil
 }
 
-// releaseQuota ends the quota of sandbox id, stopped, before its
+// bound applies a quota of bytes on path, an empty directory, with its
+// loop image (if one) at image and its root owned by uid:gid. A quota
+// left in force there by a Provision cut short (no state written) is
+// released first.
+func (j *Jail) bound(ctx context.Context, path, image string, bytes int64, uid, gid int, userns bool) (*diskquota.Quota, error) {
+	if ok, err := diskquota.Mounted(path, image); err != nil {
+		return nil, err
+	} else if ok {
+		stale := &diskquota.Quota{Method: diskquota.Loop, Image: image}
+		if err := stale.Release(path); err != nil {
+			return nil, err
+		}
+	}
+	q, err := diskquota.Apply(ctx, path, bytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: userns})
+	if err != nil {
+		return nil, j.named(err)
+	}
+	return q, nil
+}
+
+// named gives an UnavailableError of diskquota the jail's name.
+func (j *Jail) named(err error) error {
+	var u *mechanism.UnavailableError
+	if errors.As(err, &u) {
+		u.Mechanism = j.Name()
+	}
+	return err
+}
+
+// ensureQuota mounts st's home, and its layer, again where a reboot
+// unmounted them.
+func (j *Jail) ensureQuota(st *state) error {
+	if err := st.Quota.Ensure(st.HomeDir); err != nil {
+		return j.named(err)
+	}
+	return j.named(st.Layer.Ensure(layerDir(j.dir(st.ID))))
+}
+
+// releaseQuota ends the quotas of sandbox id, stopped, before its
 // directory is removed: no mount, loop device or image is left.
 func (j *Jail) releaseQuota(id string) error {
 	st, err := readState(j.dir(id))
@@ -117,7 +167,18 @@ func (j *Jail) releaseQuota(id string) error {
 	if err != nil {
 		return err
 	}
-	return st.Quota.Release(st.HomeDir)
+	if err := st.Quota.Release(st.HomeDir); err != nil {
+		return err
+	}
+	return st.Layer.Release(layerDir(j.dir(id)))
+}
+
+// abandonLayer releases the layer's quota a Provision that fails put in
+// force in dir, its state not written, so that nothing of it is left
+// mounted (the layer holds nothing yet). The home's is left: a home
+// given in Spec.HomeDir has its files moved into its quota's file system.
+func (j *Jail) abandonLayer(dir string, st *state) {
+	_ = st.Layer.Release(layerDir(dir))
 }
 
 // homeQuota is the quota a sandbox's state records.
