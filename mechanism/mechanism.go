@@ -42,7 +42,7 @@ type Limits struct {
 	MemoryBytes int64         // memory cap (memory_cap)
 	Pids        int64         // maximum number of tasks, including the sandbox's own init (pids_cap)
 	CPUMillis   int64         // CPU quota in millicores, 1000 = one core (cpu_cap)
-	DiskBytes   int64         // disk quota of the home directory (disk_quota)
+	DiskBytes   int64         // disk quota of the home directory, and of an image sandbox's writable layer where the mechanism says so (disk_quota)
 	WallClock   time.Duration // budget of each Execute (time_budget)
 }
 

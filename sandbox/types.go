@@ -255,7 +255,9 @@ type Limits struct {
 	WallClock   time.Duration // budget for each command
 	// DiskBytes bounds what the sandbox's home may hold (a disk quota),
 	// where the provider can enforce one (provider/local as root);
-	// every other provider refuses it.
+	// every other provider refuses it. A local sandbox on an image has
+	// its writable root layer bounded too, by the same size: it writes
+	// at most twice DiskBytes to the host's disk.
 	DiskBytes int64
 }
 
