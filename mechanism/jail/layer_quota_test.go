@@ -2,6 +2,7 @@ package jail_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -207,4 +208,85 @@ func TestLayerQuotaFailedProvisionLeavesNothing(t *testing.T) {
 		t.Errorf("images left: %v", img)
 	}
 	_ = j.Destroy(context.Background(), "lqbad")
+}
+
+// A sandbox provisioned before layers were bounded (its state has no
+// layer: here a new one's made so, with upper/ and work/ beside its home
+// as Provision made them then) keeps its upper/ where it is, and its
+// home's quota.
+func TestLayerQuotaOldStateKeepsUpper(t *testing.T) {
+	j, method := quotaJail(t)
+	if method != "loop" {
+		t.Skip("the old state is made from a loop-mounted layer")
+	}
+	ctx := context.Background()
+	img := pullTestImage(t, t.TempDir(), v1.Config{})
+	spec := imageSpec(t, img)
+	spec.DiskBytes = 16 << 20
+	if err := j.Provision(ctx, "oldlq", spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := j.Destroy(context.Background(), "oldlq"); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	})
+	base, _, _ := j.IDRange("oldlq")
+	home, err := j.HostPath("oldlq", mechanism.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Dir(home)
+	if err := unix.Unmount(filepath.Join(sdir, "layer"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"layer", "layer.img"} {
+		if err := os.Remove(filepath.Join(sdir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(sdir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(filepath.Join(sdir, "upper"), base, base); err != nil {
+		t.Fatal(err)
+	}
+	// The state as an earlier version wrote it: no layer, no checksum.
+	b, err := os.ReadFile(filepath.Join(sdir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st["layer"]; !ok {
+		t.Fatalf("the new state records no layer: %s", b)
+	}
+	for k := range st {
+		if k == "layer" || k == "sum" {
+			delete(st, k)
+		}
+	}
+	if b, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sdir, "state.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Start(ctx, "oldlq"); err != nil {
+		t.Fatal(err)
+	}
+	c := run(t, j, "oldlq", "mkdir -p /usr/local && echo x > /usr/local/x && cat /usr/local/x; dd if=/dev/zero of=$HOME/f bs=1M count=32 2>&1 | grep -o 'No space left'")
+	if string(c.Stdout) != "x\nNo space left\n" {
+		t.Fatalf("inside: %q %q", c.Stdout, c.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(sdir, "upper/usr/local/x")); err != nil {
+		t.Fatalf("the write is not in the old upper/: %v", err)
+	}
+	if m := mountsBelow(t, sdir); len(m) != 1 || m[0] != home {
+		t.Fatalf("mounts: %v, want the home's only", m)
+	}
 }
