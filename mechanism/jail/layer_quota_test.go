@@ -15,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
+	"github.com/managoat/managoat/image"
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/jail"
 )
@@ -48,6 +50,15 @@ func fsBytes(t *testing.T, dir string) int64 {
 	return int64(s.Blocks) * s.Bsize
 }
 
+// TestLayerQuota runs the layer's cases on one image (pulled once).
+func TestLayerQuota(t *testing.T) {
+	testenv.RequireRoot(t)
+	img := pullTestImage(t, t.TempDir(), v1.Config{})
+	t.Run("Holds", func(t *testing.T) { testLayerQuotaHolds(t, img) })
+	t.Run("NotWithoutDisk", func(t *testing.T) { testLayerQuotaNotWithoutDisk(t, img) })
+	t.Run("OldStateKeepsUpper", func(t *testing.T) { testLayerQuotaOldStateKeepsUpper(t, img) })
+}
+
 // Root of an image sandbox with DiskBytes fills its root (/usr/local,
 // /var/tmp): the writes stop at the limit with ENOSPC, in the layer's own
 // file system, and the sandbox keeps working; its home has its own limit,
@@ -55,11 +66,10 @@ func fsBytes(t *testing.T, dir string) int64 {
 // unmounted behind the jail's back (a reboot) is mounted again by Start
 // with its files and its bound. Destroy leaves no mount, loop device or
 // image.
-func TestLayerQuotaHolds(t *testing.T) {
+func testLayerQuotaHolds(t *testing.T, img *image.Image) {
 	j, method := quotaJail(t)
 	ctx := context.Background()
 	const limit = 16 << 20
-	img := pullTestImage(t, t.TempDir(), v1.Config{})
 	spec := imageSpec(t, img)
 	spec.DiskBytes = limit
 	started(t, j, "lq", spec)
@@ -155,9 +165,8 @@ func TestLayerQuotaHolds(t *testing.T) {
 
 // Without DiskBytes an image sandbox is as before: its upper layer beside
 // its home, on the state's file system, nothing mounted, no bound.
-func TestLayerQuotaNotWithoutDisk(t *testing.T) {
+func testLayerQuotaNotWithoutDisk(t *testing.T, img *image.Image) {
 	j := newJail(t)
-	img := pullTestImage(t, t.TempDir(), v1.Config{})
 	started(t, j, "nolq", imageSpec(t, img))
 	home, err := j.HostPath("nolq", mechanism.Home)
 	if err != nil {
@@ -214,13 +223,12 @@ func TestLayerQuotaFailedProvisionLeavesNothing(t *testing.T) {
 // layer: here a new one's made so, with upper/ and work/ beside its home
 // as Provision made them then) keeps its upper/ where it is, and its
 // home's quota.
-func TestLayerQuotaOldStateKeepsUpper(t *testing.T) {
+func testLayerQuotaOldStateKeepsUpper(t *testing.T, img *image.Image) {
 	j, method := quotaJail(t)
 	if method != "loop" {
 		t.Skip("the old state is made from a loop-mounted layer")
 	}
 	ctx := context.Background()
-	img := pullTestImage(t, t.TempDir(), v1.Config{})
 	spec := imageSpec(t, img)
 	spec.DiskBytes = 16 << 20
 	if err := j.Provision(ctx, "oldlq", spec); err != nil {
