@@ -23,30 +23,12 @@ import (
 // 1.5). One sandbox of each is made first, untimed (the gate's probes).
 func BenchmarkColdStartImage(b *testing.B) {
 	j := newJail(b)
-	ctx := context.Background()
 	img := pullTestImage(b, b.TempDir(), v1.Config{})
 	onImage := mechanism.Spec{Image: &mechanism.ImageRoot{Dir: img.Root, Ref: img.Ref, Digest: img.Digest}}
 	n := 0
 	once := func(spec mechanism.Spec) time.Duration {
-		id := fmt.Sprintf("ci%d", n)
 		n++
-		t0 := time.Now()
-		if err := j.Provision(ctx, id, spec); err != nil {
-			b.Fatal(err)
-		}
-		if err := j.Start(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(t0)
-		b.StopTimer()
-		if err := j.Destroy(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		return d
+		return coldStart(b, j, fmt.Sprintf("ci%d", n), spec)
 	}
 	once(onImage)
 	once(mechanism.Spec{})

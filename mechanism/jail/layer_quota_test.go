@@ -310,32 +310,14 @@ func BenchmarkColdStartImageDisk(b *testing.B) {
 	j := newJail(b)
 	method, why := j.DiskQuotaMethod()
 	testenv.Require(b, method != "", "a disk quota on this host: "+why)
-	ctx := context.Background()
 	img := pullTestImage(b, b.TempDir(), v1.Config{})
 	plain := mechanism.Spec{Image: &mechanism.ImageRoot{Dir: img.Root, Ref: img.Ref, Digest: img.Digest}}
 	disk := plain
 	disk.DiskBytes = 64 << 20
 	n := 0
 	once := func(spec mechanism.Spec) time.Duration {
-		id := fmt.Sprintf("cd%d", n)
 		n++
-		t0 := time.Now()
-		if err := j.Provision(ctx, id, spec); err != nil {
-			b.Fatal(err)
-		}
-		if err := j.Start(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(t0)
-		b.StopTimer()
-		if err := j.Destroy(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		return d
+		return coldStart(b, j, fmt.Sprintf("cd%d", n), spec)
 	}
 	once(disk)
 	once(plain)

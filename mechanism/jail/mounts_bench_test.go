@@ -1,7 +1,6 @@
 package jail_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -16,28 +15,12 @@ import (
 // the template (mounts.go): that, and the mounts, are the difference.
 func BenchmarkColdStartMounts(b *testing.B) {
 	j := newJail(b)
-	ctx := context.Background()
 	src := b.TempDir()
 	mounts := []mechanism.Mount{{Source: src, Target: "/data"}, {Source: src, Target: mechanism.Home + "/ro", ReadOnly: true}}
 	n := 0
 	once := func(spec mechanism.Spec) time.Duration {
-		id := fmt.Sprintf("m%d", n)
 		n++
-		t0 := time.Now()
-		if err := j.Provision(ctx, id, spec); err != nil {
-			b.Fatal(err)
-		}
-		if err := j.Start(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(t0)
-		if err := j.Destroy(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		return d
+		return coldStart(b, j, fmt.Sprintf("m%d", n), spec)
 	}
 	// Untimed: the gate's probes, and two plain starts (the template is
 	// built after the second).

@@ -1,7 +1,6 @@
 package jail_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 // namespace (which os/exec cannot make with vfork: the child waits for
 // its maps) and the init's lowering of its capabilities.
 func BenchmarkColdStartMapped(b *testing.B) {
-	ctx := context.Background()
 	mk := func(idmap string) *jail.Jail {
 		j, err := jail.New(jail.Config{StateDir: b.TempDir(), IDMapDir: idmap})
 		if err != nil {
@@ -30,23 +28,8 @@ func BenchmarkColdStartMapped(b *testing.B) {
 	mapped, plain := mk(""), mk("-")
 	n := 0
 	once := func(j *jail.Jail) time.Duration {
-		id := fmt.Sprintf("m%d", n)
 		n++
-		t0 := time.Now()
-		if err := j.Provision(ctx, id, mechanism.Spec{}); err != nil {
-			b.Fatal(err)
-		}
-		if err := j.Start(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		d := time.Since(t0)
-		if err := j.Destroy(ctx, id); err != nil {
-			b.Fatal(err)
-		}
-		return d
+		return coldStart(b, j, fmt.Sprintf("m%d", n), mechanism.Spec{})
 	}
 	once(mapped) // the probes, once per process
 	once(plain)
