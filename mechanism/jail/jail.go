@@ -78,7 +78,7 @@ type Jail struct {
 
 	mu    sync.Mutex
 	reaps map[string]chan struct{} // inits started by this process, closed once reaped
-	nets  nets                     // egress proxies this process serves (network.go)
+	nets  egress.Served            // egress proxies and published ports this process serves (network.go)
 }
 
 var (

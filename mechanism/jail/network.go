@@ -14,18 +14,12 @@ import (
 	"github.com/managoat/managoat/mechanism/egress"
 )
 
-// nets are the egress proxies this process serves, by sandbox id. A
-// proxy lives in the process that started the sandbox (a provider/local
-// sandbox's supervisor) and ends with the sandbox's init or with that
-// process: its sockets live in the sandbox's network namespace, so when
-// it is gone every connection the sandbox opens is reset and every
-// query goes unanswered (it fails closed), until a Start adopts the
-// sandbox again.
-type nets struct {
-	mu   sync.Mutex
-	m    map[string]*egress.Proxy
-	pubs map[string]*egress.Ports // Spec.Publish, by sandbox id
-}
+// A sandbox's egress proxy (Jail.nets) lives in the process that started
+// the sandbox (a provider/local sandbox's supervisor) and ends with the
+// sandbox's init or with that process: its sockets live in the sandbox's
+// network namespace, so when it is gone every connection the sandbox
+// opens is reset and every query goes unanswered (it fails closed), until
+// a Start adopts the sandbox again.
 
 var _ mechanism.Addresser = (*Jail)(nil)
 
@@ -45,14 +39,7 @@ func (j *Jail) startPublish(st *state, pid int) error {
 	if err != nil {
 		return err
 	}
-	j.nets.mu.Lock()
-	if j.nets.pubs == nil {
-		j.nets.pubs = map[string]*egress.Ports{}
-	}
-	old := j.nets.pubs[st.ID]
-	j.nets.pubs[st.ID] = pubs
-	j.nets.mu.Unlock()
-	old.Close()
+	j.nets.SetPorts(st.ID, pubs)
 	return nil
 }
 
@@ -141,16 +128,7 @@ func (j *Jail) startNetwork(st *state, pid int, done <-chan struct{}) error {
 	if done != nil {
 		p.CloseWhen(done)
 	}
-	j.nets.mu.Lock()
-	if j.nets.m == nil {
-		j.nets.m = map[string]*egress.Proxy{}
-	}
-	old := j.nets.m[st.ID]
-	j.nets.m[st.ID] = p
-	j.nets.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
+	j.nets.SetProxy(st.ID, p)
 	return nil
 }
 
@@ -193,10 +171,7 @@ func (n *netStart) abort() {
 // process that started it died: its connections are refused since) a
 // proxy in this process again.
 func (j *Jail) adoptNetwork(st *state) error {
-	j.nets.mu.Lock()
-	_, pubOurs := j.nets.pubs[st.ID]
-	j.nets.mu.Unlock()
-	if !j.rootless && !pubOurs && len(st.Spec.Publish) > 0 {
+	if !j.rootless && !j.nets.HasPorts(st.ID) && len(st.Spec.Publish) > 0 {
 		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !egress.Listening(addr) {
 			if err := j.startPublish(st, st.InitPid); err != nil {
 				return err
@@ -206,28 +181,14 @@ func (j *Jail) adoptNetwork(st *state) error {
 	if j.networkOf(st.Spec) != mechanism.NetworkEgress {
 		return nil
 	}
-	j.nets.mu.Lock()
-	_, ours := j.nets.m[st.ID]
-	j.nets.mu.Unlock()
-	if ours || egress.Serving(j.egressSocket(st.ID)) {
+	if j.nets.Proxy(st.ID) != nil || egress.Serving(j.egressSocket(st.ID)) {
 		return nil
 	}
 	return j.startNetwork(st, st.InitPid, egress.WhenExits(st.InitPid))
 }
 
 // stopNetwork ends the proxy this process serves for id, if any.
-func (j *Jail) stopNetwork(id string) {
-	j.nets.mu.Lock()
-	p := j.nets.m[id]
-	delete(j.nets.m, id)
-	pubs := j.nets.pubs[id]
-	delete(j.nets.pubs, id)
-	j.nets.mu.Unlock()
-	if p != nil {
-		p.Close()
-	}
-	pubs.Close()
-}
+func (j *Jail) stopNetwork(id string) { j.nets.Stop(id) }
 
 // UpdateEgress implements mechanism.EgressUpdater. For a sandbox whose
 // network is egress it puts allow in force in its proxy (whichever
@@ -261,10 +222,7 @@ func (j *Jail) UpdateEgress(ctx context.Context, id string, allow []string) erro
 	if err := egress.SavePolicy(j.policyPath(id), allow); err != nil {
 		return err
 	}
-	j.nets.mu.Lock()
-	p := j.nets.m[id]
-	j.nets.mu.Unlock()
-	if p != nil {
+	if p := j.nets.Proxy(id); p != nil {
 		pol, _ := egress.ParsePolicy(allow)
 		_, err := p.SetPolicy(pol)
 		return err

@@ -56,10 +56,7 @@ func (m *Mechanism) startPublish(id string, spec mechanism.Spec, pid int) error 
 	if err := m.refusePublish(spec); err != nil {
 		return err
 	}
-	m.nets.mu.Lock()
-	_, ours := m.nets.pubs[id]
-	m.nets.mu.Unlock()
-	if ours {
+	if m.nets.HasPorts(id) {
 		return nil
 	}
 	if a := egress.PublishedAddr(m.publishedPath(id), pid, spec.Publish[0]); a != "" && egress.Listening(a) {
@@ -69,14 +66,7 @@ func (m *Mechanism) startPublish(id string, spec mechanism.Spec, pid int) error 
 	if err != nil {
 		return err
 	}
-	m.nets.mu.Lock()
-	if m.nets.pubs == nil {
-		m.nets.pubs = map[string]*egress.Ports{}
-	}
-	old := m.nets.pubs[id]
-	m.nets.pubs[id] = ps
-	m.nets.mu.Unlock()
-	old.Close()
+	m.nets.SetPorts(id, ps)
 	return nil
 }
 
@@ -91,15 +81,6 @@ func (m *Mechanism) startNet(id string, spec mechanism.Spec, pid int) error {
 		return err
 	}
 	return nil
-}
-
-// stopPublish ends the ports this process publishes for id, if any.
-func (m *Mechanism) stopPublish(id string) {
-	m.nets.mu.Lock()
-	ps := m.nets.pubs[id]
-	delete(m.nets.pubs, id)
-	m.nets.mu.Unlock()
-	ps.Close()
 }
 
 // Address implements mechanism.Addresser: the host's loopback address

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
@@ -48,13 +47,6 @@ import (
 // were tried (the breach conformance and BenchmarkEgressThroughput use
 // the first two). A container whose
 // network is none keeps --network=none (gVisor's loopback only).
-
-// nets are the proxies this process serves, by sandbox id.
-type nets struct {
-	mu   sync.Mutex
-	m    map[string]*egress.Proxy
-	pubs map[string]*egress.Ports // Spec.Publish, by sandbox id (address.go)
-}
 
 // egressOK reports whether this mechanism gives containers egress.
 func (m *Mechanism) egressOK() bool { return os.Geteuid() == 0 }
@@ -110,10 +102,7 @@ func (m *Mechanism) startNetwork(id string, spec mechanism.Spec, pid int) error 
 	if m.networkOf(spec) != mechanism.NetworkEgress {
 		return nil
 	}
-	m.nets.mu.Lock()
-	_, ours := m.nets.m[id]
-	m.nets.mu.Unlock()
-	if ours || egress.Serving(m.egressSocket(id)) {
+	if m.nets.Proxy(id) != nil || egress.Serving(m.egressSocket(id)) {
 		return nil
 	}
 	pol, err := m.policyOf(id, spec)
@@ -132,26 +121,12 @@ func (m *Mechanism) startNetwork(id string, spec mechanism.Spec, pid int) error 
 		return fmt.Errorf("egress control socket: %w", err)
 	}
 	p.CloseWhen(egress.WhenExits(pid))
-	m.nets.mu.Lock()
-	if m.nets.m == nil {
-		m.nets.m = map[string]*egress.Proxy{}
-	}
-	m.nets.m[id] = p
-	m.nets.mu.Unlock()
+	m.nets.SetProxy(id, p)
 	return nil
 }
 
 // stopNetwork ends the proxy this process serves for id, if any.
-func (m *Mechanism) stopNetwork(id string) {
-	m.nets.mu.Lock()
-	p := m.nets.m[id]
-	delete(m.nets.m, id)
-	m.nets.mu.Unlock()
-	if p != nil {
-		p.Close()
-	}
-	m.stopPublish(id)
-}
+func (m *Mechanism) stopNetwork(id string) { m.nets.Stop(id) }
 
 // UpdateEgress implements mechanism.EgressUpdater: for a container whose
 // network is egress, allow is put in force in its proxy (new connections
@@ -180,10 +155,7 @@ func (m *Mechanism) UpdateEgress(ctx context.Context, id string, allow []string)
 	if err := egress.SavePolicy(m.policyPath(id), allow); err != nil {
 		return err
 	}
-	m.nets.mu.Lock()
-	p := m.nets.m[id]
-	m.nets.mu.Unlock()
-	if p != nil {
+	if p := m.nets.Proxy(id); p != nil {
 		pol, _ := egress.ParsePolicy(allow)
 		_, err := p.SetPolicy(pol)
 		return err

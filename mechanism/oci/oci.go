@@ -60,7 +60,7 @@ type Mechanism struct {
 	rootfsMu sync.Mutex
 	locks    map[string]*sync.Mutex
 	booting  map[string]bool
-	nets     nets // egress proxies this process serves (network.go)
+	nets     egress.Served // egress proxies and published ports this process serves (network.go, address.go)
 }
 
 var _ mechanism.Mechanism = (*Mechanism)(nil)
