@@ -286,11 +286,38 @@ func (q *Quota) Release(home string) error {
 		if err := unmountAll(home, q.Image); err != nil {
 			return err
 		}
+		waitDetached(q.Image, 5*time.Second)
 		if err := os.Remove(q.Image); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
 	return nil
+}
+
+// waitDetached waits, up to d, until no loop device is backed by image:
+// the kernel clears an autoclear device after its last unmount in a work
+// queue of its own, a moment later, so a Release that returned at once
+// could leave one behind for that moment (a caller that checks finds
+// it). Something that still holds the device (a lazy unmount's open
+// files) keeps it past d; that is not an error.
+func waitDetached(image string, d time.Duration) {
+	path, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return
+	}
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		held := false
+		for _, f := range backing {
+			if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == path {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return
+		}
+	}
 }
 
 // unmountAll unmounts every loop file system of image mounted on home: a
