@@ -7,8 +7,8 @@
 //	go m.Run(ctx) // a pass every Interval (1 min)
 //
 // Idle parking: a sandbox with no call on it, no open stream (attached
-// client or streaming spawn) and no session active within Idle (15 min) is
-// parked: suspended where its provider advertises suspend, else destroyed
+// client or streaming spawn), no running session and no session active
+// within Idle (15 min) is parked: suspended where its provider advertises suspend, else destroyed
 // (never a pretended park; the record says which). The next use wakes it
 // on the same provider (api.Server.Wake).
 //
@@ -193,9 +193,12 @@ func (m *Manager) parkIdle(ctx context.Context, recs []store.Sandbox) int {
 	return n
 }
 
-// sessionActive reports whether a session of the sandbox was active
-// after cutoff (an unanswered question counts as active: never park on a
-// doubt).
+// sessionActive reports whether a session of the sandbox is running, or
+// was active after cutoff (an unanswered question counts as active: never
+// park on a doubt). A running session is use however quiet it is (a
+// detached `sleep 3600` writes nothing); an ended one counts by its last
+// activity; one whose state the provider does not say counts by its last
+// activity, and as active when that is unknown too.
 func (m *Manager) sessionActive(ctx context.Context, rec store.Sandbox, cutoff time.Time) bool {
 	p, err := m.cfg.API.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
@@ -209,8 +212,17 @@ func (m *Manager) sessionActive(ctx context.Context, rec store.Sandbox, cutoff t
 		return true
 	}
 	for _, s := range ss {
-		if s.LastActivityAt.IsZero() || s.LastActivityAt.After(cutoff) {
+		switch s.State {
+		case sandbox.SessionRunning:
 			return true
+		case sandbox.SessionExited, sandbox.SessionLost:
+			if s.LastActivityAt.After(cutoff) {
+				return true
+			}
+		default:
+			if s.LastActivityAt.IsZero() || s.LastActivityAt.After(cutoff) {
+				return true
+			}
 		}
 	}
 	return false

@@ -12,15 +12,21 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
 	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/provider/fake"
+	"github.com/managoat/managoat/provider/local"
 	"github.com/managoat/managoat/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	local.MaybeRunSupervisor() // provider/local's supervisors are this binary
+	testenv.Enclose()
+	goleak.VerifyTestMain(m)
+}
 
 // flaky is provider/fake with faults on demand: Get and ListAllNames
 // answer 503 while down; ListAllNames is ErrTruncated while truncated;
