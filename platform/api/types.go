@@ -35,6 +35,7 @@ type Limits struct {
 	Pids        int   `json:"pids,omitempty"`
 	CPUMillis   int   `json:"cpu_millis,omitempty"`
 	WallClockMS int64 `json:"wall_clock_ms,omitempty"`
+	DiskBytes   int64 `json:"disk_bytes,omitempty"`
 }
 
 // ToSandbox converts to the contract's Limits.
@@ -42,15 +43,19 @@ func (l *Limits) ToSandbox() sandbox.Limits {
 	if l == nil {
 		return sandbox.Limits{}
 	}
-	return sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClock: time.Duration(l.WallClockMS) * time.Millisecond}
+	return sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClock: time.Duration(l.WallClockMS) * time.Millisecond,
+		DiskBytes: l.DiskBytes}
 }
 
-// FromLimits converts from the contract's Limits; nil for none.
+// FromLimits converts from the contract's Limits; nil for none. A wall
+// clock is rounded up to a whole millisecond (one under a millisecond
+// would otherwise become no limit at all).
 func FromLimits(l sandbox.Limits) *Limits {
 	if l == (sandbox.Limits{}) {
 		return nil
 	}
-	return &Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: l.WallClock.Milliseconds()}
+	wc := (l.WallClock + time.Millisecond - 1) / time.Millisecond
+	return &Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis, WallClockMS: int64(wc), DiskBytes: l.DiskBytes}
 }
 
 // CreateRequest is POST /v1/sandboxes.
