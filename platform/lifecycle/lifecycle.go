@@ -33,7 +33,9 @@
 // runs only on the replica holding the lease, so exactly one replica parks
 // and reaps at a time; when it dies its lease is freed with its database
 // connection and another replica takes over at its next pass, within one
-// Interval.
+// Interval. Every replica's Run marks, at each tick, the activity of the
+// calls and streams it serves, so the one that parks does not take a
+// sandbox busy on another replica for idle.
 package lifecycle
 
 import (
@@ -106,11 +108,17 @@ func New(cfg Config) *Manager {
 	return &Manager{cfg: cfg, log: cfg.Logger, firstSeen: map[string]time.Time{}}
 }
 
-// Run makes a pass every Interval until ctx ends.
+// Run makes a pass every Interval until ctx ends. With a Lease, every
+// tick first marks the activity of the sandboxes this replica has a call
+// or stream open on (the replica holding the lease sees only its own),
+// then passes if this replica holds the lease.
 func (m *Manager) Run(ctx context.Context) error {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
+		if m.cfg.Lease != nil {
+			m.touchActive(ctx)
+		}
 		if m.cfg.Lease == nil || m.cfg.Lease(ctx) {
 			m.Pass(ctx)
 		}
@@ -118,6 +126,26 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		}
+	}
+}
+
+// touchActive moves the LastActivity of every record with a call or
+// stream open in this process to now, so that the replica parking (this
+// one or another) sees it in use. A call's own activity is recorded at its
+// start and its end only; an hour-long exec or attach on one replica is
+// otherwise idle to the others.
+func (m *Manager) touchActive(ctx context.Context) {
+	recs, err := m.cfg.Store.ListSandboxes(ctx, "")
+	if err != nil {
+		return
+	}
+	now := m.cfg.Now().UTC()
+	for _, rec := range recs {
+		if m.cfg.API.Active(rec.AccountID, rec.Name) {
+			if err := m.cfg.Store.TouchSandbox(ctx, rec.AccountID, rec.Name, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+				m.log.Warn("lifecycle: marking activity", "account", rec.AccountID, "sandbox", rec.Name, "err", err)
+			}
 		}
 	}
 }
