@@ -26,3 +26,21 @@ func RemoteInboxes(h *Host) []string {
 	}
 	return out
 }
+
+// Waiting is how many relayed calls h is waiting on.
+func Waiting(h *Host) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiting)
+}
+
+// Holder is the replica the presence of runner id names, "" for none.
+func Holder(ctx context.Context, h *Host, id string) string {
+	kve, err := h.kv.Get(ctx, key(id))
+	if err != nil {
+		return ""
+	}
+	var e entry
+	_ = json.Unmarshal(kve.Value(), &e)
+	return e.Replica
+}

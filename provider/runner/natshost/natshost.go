@@ -14,9 +14,13 @@
 //     registering replica, refreshed by every heartbeat, and aged out by
 //     the bucket's TTL. Creating the entry is the cluster-wide claim, so a
 //     second connection for one runner id, on any replica, is refused
-//     (409 before the upgrade). A claim held by a replica that no longer
-//     answers is taken over at once (a dead replica's runners reconnect
-//     elsewhere without waiting for the TTL).
+//     (409 before the upgrade). A claim whose replica no longer answers,
+//     or answers that it does not hold the runner (its removal of the
+//     entry failed), is taken over at once: a dead replica's runners
+//     reconnect elsewhere without waiting for the TTL. Heartbeats write
+//     the claim only over the revision their replica last wrote, so a
+//     replica whose claim another took (it looked dead for a moment)
+//     never writes it back: it closes its socket with 4409 instead.
 //   - A call is a NATS request to the holding replica's subject; it runs
 //     there on the runner's socket as on one node, and its reply comes
 //     back. A spawn or attach carries an inbox: the holder installs the
@@ -31,13 +35,18 @@
 //     Messages larger than the server's max_payload (a file write, an
 //     exec's answer) travel in parts.
 //   - A replica that dies: a request to it fails at once (no responders)
-//     or at the call's deadline, unavailable either way, never a hang; a
-//     stream relayed from it fails with runner_disconnected once its
-//     keep-alives stop (3 intervals). The runners reconnect to another
+//     or, for a call already in flight there (a long exec), after three
+//     of its pings go unanswered, one per keep-alive interval; at the
+//     latest at the call's deadline; unavailable either way, never a
+//     hang. A stream relayed from it fails with runner_disconnected once
+//     its keep-alives stop (3 intervals). The runners reconnect to another
 //     replica and their sessions are attached again from there, replayed
 //     from byte zero by the daemon.
 //   - Deleting a runner is a message every replica hears; the one holding
 //     the socket closes it with 4404.
+//   - A message on these subjects that is not what a replica sends (not a
+//     frame, not a call, a presence entry that is not JSON) is dropped;
+//     the first one is logged, later ones are not.
 //
 // The subjects and the bucket are this package's own; every replica of a
 // platform must use the same Prefix and Bucket.
@@ -110,6 +119,8 @@ type Host struct {
 	waiting map[string]chan *nats.Msg        // calls waiting for their answers, by token
 	badMsgs bool                             // a malformed message was logged
 	local   map[string]*runner.Conn          // runners whose socket this replica holds
+	revs    map[string]uint64                // the revision of each local runner's claim this replica last wrote
+	joining map[string]bool                  // runners this replica is claiming (Register under way)
 	relays  map[string]*relay                // streams this replica relays for callers elsewhere, by relay id
 	remotes map[*runner.Subscription]*remote // this replica's callers' streams relayed from elsewhere
 	wg      sync.WaitGroup
@@ -194,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger, synced: make(chan struct{}), cache: map[string]entry{},
 		waiting: map[string]chan *nats.Msg{}, respPrefix: nats.NewInbox() + ".",
-		local: map[string]*runner.Conn{}, relays: map[string]*relay{}, remotes: map[*runner.Subscription]*remote{}}
+		local: map[string]*runner.Conn{}, revs: map[string]uint64{}, joining: map[string]bool{}, relays: map[string]*relay{}, remotes: map[*runner.Subscription]*remote{}}
 	wctx, stop := context.WithCancel(context.Background())
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
@@ -207,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	for subj, f := range map[string]nats.MsgHandler{
 		h.subject("call", cfg.Replica):  h.onCall,
 		h.subject("unsub", cfg.Replica): h.onUnsub,
-		h.subject("ping", cfg.Replica):  func(m *nats.Msg) { _ = m.Respond(nil) },
+		h.subject("ping", cfg.Replica):  h.onPing,
 		h.subject("delete"):             h.onDelete,
 		h.respPrefix + "*":              h.onResponse,
 	} {
@@ -239,7 +250,13 @@ func (h *Host) watch(w jetstream.KeyWatcher) {
 			continue
 		}
 		var e entry
-		put := upd.Operation() == jetstream.KeyValuePut && json.Unmarshal(upd.Value(), &e) == nil
+		put := upd.Operation() == jetstream.KeyValuePut
+		if put {
+			if err := json.Unmarshal(upd.Value(), &e); err != nil {
+				h.badMessage("presence "+upd.Key(), err)
+				put = false
+			}
+		}
 		h.mu.Lock()
 		if put {
 			h.cache[upd.Key()] = e
@@ -310,53 +327,107 @@ func (h *Host) Close() {
 // Register implements runner.Host: the cluster-wide claim of id.
 func (h *Host) Register(id string, c *runner.Conn) error {
 	h.mu.Lock()
-	if _, ok := h.local[id]; ok || h.closed {
+	if _, ok := h.local[id]; ok || h.joining[id] || h.closed {
 		h.mu.Unlock()
 		return runner.ErrAlreadyRegistered
 	}
+	// Until the claim is settled, this replica answers a holds-ping for
+	// id as its holder (another replica must not take it meanwhile).
+	h.joining[id] = true
 	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.joining, id)
+		h.mu.Unlock()
+	}()
 	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: c.Info(), Stamp: time.Now().UTC()})
 	ctx, cancel := opCtx()
 	defer cancel()
-	_, err := h.kv.Create(ctx, key(id), val)
+	rev, err := h.kv.Create(ctx, key(id), val)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		err = h.takeOver(ctx, id, val)
+		rev, err = h.takeOver(ctx, id, val)
 	}
 	if err != nil {
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.local[id]; ok || h.closed {
+	if h.closed {
 		return runner.ErrAlreadyRegistered
 	}
 	h.local[id] = c
+	h.revs[id] = rev
 	return nil
 }
 
-// takeOver claims id from a replica that no longer answers; a live
-// holder keeps it (ErrAlreadyRegistered).
-func (h *Host) takeOver(ctx context.Context, id string, val []byte) error {
+// takeOver claims id from a replica that no longer holds its socket (it
+// does not answer, or answers that it does not hold id: its removal of
+// the entry failed); a holder that still has it keeps it
+// (ErrAlreadyRegistered).
+func (h *Host) takeOver(ctx context.Context, id string, val []byte) (uint64, error) {
 	kve, err := h.kv.Get(ctx, key(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		_, err = h.kv.Create(ctx, key(id), val)
+		rev, err := h.kv.Create(ctx, key(id), val)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return runner.ErrAlreadyRegistered
+			return 0, runner.ErrAlreadyRegistered
 		}
-		return err
+		return rev, err
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var e entry
-	if json.Unmarshal(kve.Value(), &e) == nil && h.alive(ctx, e.Replica) {
-		return runner.ErrAlreadyRegistered
+	if json.Unmarshal(kve.Value(), &e) == nil && h.holds(ctx, e.Replica, id) {
+		return 0, runner.ErrAlreadyRegistered
 	}
-	if _, err := h.kv.Update(ctx, key(id), val, kve.Revision()); err != nil {
-		return runner.ErrAlreadyRegistered // another replica took it first
+	rev, err := h.kv.Update(ctx, key(id), val, kve.Revision())
+	if err != nil {
+		return 0, runner.ErrAlreadyRegistered // another replica took it first
 	}
-	h.log.Info("natshost: took over a runner from a replica that does not answer", "runner", id, "replica", e.Replica)
-	return nil
+	h.log.Info("natshost: took over a runner from a replica that does not hold it", "runner", id, "replica", e.Replica)
+	return rev, nil
+}
+
+// Answers to a holds-ping (a ping whose data is a runner id). An empty
+// answer (a ping without data, or a replica of an earlier version) only
+// says the replica is alive.
+var (
+	pongHeld = []byte("held")
+	pongFree = []byte("free")
+)
+
+// onPing answers a ping: alive, and whether this replica holds (or is
+// claiming) the runner id the ping names.
+func (h *Host) onPing(m *nats.Msg) {
+	if len(m.Data) == 0 {
+		_ = m.Respond(nil)
+		return
+	}
+	id := string(m.Data)
+	h.mu.Lock()
+	_, held := h.local[id]
+	held = held || h.joining[id]
+	h.mu.Unlock()
+	if held {
+		_ = m.Respond(pongHeld)
+	} else {
+		_ = m.Respond(pongFree)
+	}
+}
+
+// holds reports whether replica answers a ping and does not deny holding
+// runner id.
+func (h *Host) holds(ctx context.Context, replica, id string) bool {
+	if replica == h.cfg.Replica {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, ok := h.local[id]
+		return ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	m, err := h.nc.RequestWithContext(ctx, h.subject("ping", replica), []byte(id))
+	return err == nil && string(m.Data) != string(pongFree)
 }
 
 // alive reports whether replica answers a ping.
@@ -378,6 +449,7 @@ func (h *Host) Unregister(id string, c *runner.Conn) {
 		return
 	}
 	delete(h.local, id)
+	delete(h.revs, id)
 	h.mu.Unlock()
 	h.release(id)
 }
@@ -476,7 +548,12 @@ func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
 }
 
 // Heartbeat implements runner.Host: the runner's presence is refreshed
-// (its TTL starts again) with a new last-seen time.
+// (its TTL starts again) with a new last-seen time. The write is
+// conditional on the revision this replica last wrote: a claim another
+// replica took meanwhile (this one looked dead to it) is never written
+// back; this replica closes its socket with 4409 and lets the runner go.
+// A claim that vanished (aged out while NATS was unreachable, or lost with
+// a node) is made again.
 func (h *Host) Heartbeat(id string) {
 	c := h.Whereis(id)
 	if c == nil {
@@ -487,9 +564,56 @@ func (h *Host) Heartbeat(id string) {
 	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: info, Stamp: info.LastSeen})
 	ctx, cancel := opCtx()
 	defer cancel()
-	if _, err := h.kv.Put(ctx, key(id), val); err != nil {
-		h.log.Warn("natshost: heartbeat", "runner", id, "err", err)
+	h.mu.Lock()
+	rev := h.revs[id]
+	h.mu.Unlock()
+	nrev, err := h.kv.Update(ctx, key(id), val, rev)
+	if err != nil {
+		// Not the revision this replica wrote: see what the bucket holds.
+		kve, gerr := h.kv.Get(ctx, key(id))
+		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			nrev, err = h.kv.Create(ctx, key(id), val)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				h.lose(id, c, "")
+				return
+			}
+		case gerr != nil:
+			err = gerr
+		default:
+			var e entry
+			if json.Unmarshal(kve.Value(), &e) == nil && e.Replica != h.cfg.Replica {
+				h.lose(id, c, e.Replica)
+				return
+			}
+			nrev, err = h.kv.Update(ctx, key(id), val, kve.Revision())
+		}
 	}
+	if err != nil {
+		h.log.Warn("natshost: heartbeat", "runner", id, "err", err)
+		return
+	}
+	h.mu.Lock()
+	if h.local[id] == c {
+		h.revs[id] = nrev
+	}
+	h.mu.Unlock()
+}
+
+// lose lets go of a local runner whose claim another replica holds: the
+// socket is closed with 4409 (the daemon reconnects, through the
+// balancer, to whichever replica then holds the claim or takes it).
+func (h *Host) lose(id string, c *runner.Conn, other string) {
+	h.mu.Lock()
+	if h.local[id] != c {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.local, id)
+	delete(h.revs, id)
+	h.mu.Unlock()
+	h.log.Warn("natshost: another replica holds this runner's claim; closing this socket", "runner", id, "replica", other)
+	c.Close(wire.CloseDuplicate, "runner connected through another replica")
 }
 
 // Presence implements runner.Host.
@@ -568,7 +692,7 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		hdr.Set(hdrInbox, rem.inbox)
 		hdr.Set(hdrRelay, rem.id)
 	}
-	data, ahdr, err := h.request(ctx, h.subject("call", owner), hdr, body)
+	data, ahdr, err := h.request(ctx, owner, hdr, body)
 	if err != nil {
 		if rem != nil {
 			h.dropRemote(rem, true)
@@ -579,7 +703,7 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
-		// No responders: the holder is gone.
+		// No responders, or silent while the call waited: the holder is gone.
 		return nil, sandbox.Unavailable(runner.ReasonDisconnected, err)
 	}
 	if code := ahdr.Get(hdrCode); code != "" {
@@ -601,22 +725,38 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 	return f.Reply, nil
 }
 
-// request sends a call (in parts if large) and waits for its answer (in
-// parts if large), on this replica's one response subscription (a
-// subscription per call cost a round trip of its own). No replica on
-// subject is nats.ErrNoResponders at once.
-func (h *Host) request(ctx context.Context, subject string, hdr nats.Header, data []byte) ([]byte, nats.Header, error) {
+// errHolderSilent fails a relayed call whose holder stopped answering
+// pings while the call waited.
+var errHolderSilent = errors.New("natshost: the replica holding the runner's socket stopped answering")
+
+// request sends a call to replica owner (in parts if large) and waits for
+// its answer (in parts if large), on this replica's one response
+// subscription (a subscription per call cost a round trip of its own). No
+// replica on the subject is nats.ErrNoResponders at once. While it waits
+// longer than a keep-alive interval, the owner is pinged each interval: a
+// replica that dies with the call in flight (a long exec) fails it after
+// three unanswered pings (errHolderSilent), not at its deadline.
+func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data []byte) ([]byte, nats.Header, error) {
 	token := nats.NewInbox()[len(nats.InboxPrefix):]
 	ch := make(chan *nats.Msg, 64)
 	h.mu.Lock()
 	h.waiting[token] = ch
 	h.mu.Unlock()
+	probe := time.NewTimer(h.cfg.KeepAlive)
+	pong := make(chan bool, 1)
+	pctx, stopProbe := context.WithCancel(ctx)
+	probing, misses := false, 0
 	defer func() {
+		probe.Stop()
+		stopProbe()
+		if probing {
+			<-pong
+		}
 		h.mu.Lock()
 		delete(h.waiting, token)
 		h.mu.Unlock()
 	}()
-	if err := h.publish(subject, h.respPrefix+token, hdr, data); err != nil {
+	if err := h.publish(h.subject("call", owner), h.respPrefix+token, hdr, data); err != nil {
 		return nil, nil, err
 	}
 	var asm assembler
@@ -633,6 +773,17 @@ func (h *Host) request(ctx context.Context, subject string, hdr nats.Header, dat
 			if whole {
 				return out, m.Header, nil
 			}
+		case <-probe.C:
+			probing = true
+			go func() { pong <- h.alive(pctx, owner) }()
+		case ok := <-pong:
+			probing = false
+			if ok {
+				misses = 0
+			} else if misses++; misses >= 3 {
+				return nil, nil, errHolderSilent
+			}
+			probe.Reset(h.cfg.KeepAlive)
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
@@ -710,7 +861,11 @@ func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, err
 			return
 		}
 		f, err := wire.Decode(m.Data)
-		if err != nil || f.Kind != wire.KindStream {
+		if err == nil && f.Kind != wire.KindStream {
+			err = errors.New("not a stream frame")
+		}
+		if err != nil {
+			h.badMessage(m.Subject, err)
 			return
 		}
 		f.Stream.ReplayFor = 0

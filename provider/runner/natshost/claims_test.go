@@ -1,0 +1,199 @@
+package natshost_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	prov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/natshost"
+	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
+)
+
+// crash stops the replica as a crash would: its NATS connection drops
+// first, so it removes no presence on the way (kill is an orderly stop
+// as far as the bucket can tell).
+func (r *replica) crash() {
+	if r.dead.Swap(true) {
+		return
+	}
+	r.nc.Close()
+	r.srv.Close()
+	r.ts.Close()
+	r.host.Close()
+}
+
+// dialRunner connects a runner named name to r's endpoint as a daemon
+// would, without a daemon: the socket is the test's to read.
+func dialRunner(t *testing.T, r *replica, name string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
+	u := strings.Replace(r.ts.URL, "http", "ws", 1) + wire.Path + "?" + url.Values{"name": {name}, "os": {"linux"}}.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err == nil {
+		t.Cleanup(func() { _ = ws.CloseNow() })
+	}
+	return ws, resp, err
+}
+
+// closeCode reads ws (answering the platform's pings) until it closes,
+// and returns its close code; -1 when it stayed open for d.
+func closeCode(ws *websocket.Conn, d time.Duration) websocket.StatusCode {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		if _, _, err := ws.Read(ctx); err != nil {
+			return websocket.CloseStatus(err)
+		}
+	}
+}
+
+// TestStaleClaimOfALiveReplica: the presence of a runner names replica b,
+// which is alive but does not hold the runner's socket (its removal of
+// the entry failed: NATS was unreachable when the socket closed). The
+// runner connecting to replica a is admitted at once, not refused with
+// 409 until the entry ages out.
+func TestStaleClaimOfALiveReplica(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	id := prov.StableID("local", "laptop")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := natshost.PutPresence(ctx, a.host, b.host.Replica(), prov.Info{ID: id, Account: "local", Name: "laptop", ConnectedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, err := dialRunner(t, a, "laptop")
+	if err != nil {
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		t.Fatalf("a runner claimed by a replica that does not hold it: %d %v, want admitted", code, err)
+	}
+	waitFor(t, "the runner held by a", 5*time.Second, func() bool { return a.host.Whereis(id) != nil })
+}
+
+// TestLostClaimClosesWith4409: replica b took the claim of a runner whose
+// socket replica a still holds (a looked dead to b for a moment). At its
+// next heartbeat a finds the claim is b's: it closes its socket with 4409
+// instead of writing the claim back (two replicas both serving one
+// runner id), and leaves b's claim in place.
+func TestLostClaimClosesWith4409(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	ws, _, err := dialRunner(t, a, "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := onlineID(t, b.host)
+	info := a.host.Whereis(id).Info()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := natshost.PutPresence(ctx, b.host, b.host.Replica(), info); err != nil {
+		t.Fatal(err)
+	}
+	if code := closeCode(ws, 10*time.Second); code != wire.CloseDuplicate {
+		t.Fatalf("a's socket of a runner claimed by b: close %d, want 4409", code)
+	}
+	waitFor(t, "a to let the runner go", 5*time.Second, func() bool { return a.host.Whereis(id) == nil })
+	if got := natshost.Holder(ctx, b.host, id); got != "b" {
+		t.Fatalf("the claim names %q after a let go, want b's kept", got)
+	}
+}
+
+// TestCallToCrashedReplicaEndsBeforeDeadline: a call relayed to the
+// replica holding the runner's socket is waiting (a long exec) when that
+// replica crashes. The caller learns it from the replica's silence
+// (three keep-alive intervals) and gets unavailable, long before the
+// call's own deadline.
+func TestCallToCrashedReplicaEndsBeforeDeadline(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	h, err := p.Create(context.Background(), namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Exec(ctx, h, fakeCmd("sleep:90s", "out:late"), sandbox.ExecOptions{})
+		done <- err
+	}()
+	waitFor(t, "the exec relayed to a", 10*time.Second, func() bool { return natshost.Waiting(b.host) == 1 })
+	start := time.Now()
+	a.crash()
+	select {
+	case err := <-done:
+		var u *sandbox.UnavailableError
+		if !errors.As(err, &u) || u.Reason != prov.ReasonDisconnected {
+			t.Fatalf("exec on a crashed replica's runner: %v, want unavailable runner_disconnected", err)
+		}
+		t.Logf("unavailable %v after the crash", time.Since(start).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the caller still waits 30 s after the replica holding the runner crashed")
+	}
+}
+
+// TestMalformedStreamMessage: messages on a relayed stream's inbox that
+// are not frames are dropped, logged once, and the stream goes on.
+func TestMalformedStreamMessage(t *testing.T) {
+	ns := startNATS(t)
+	var logBuf syncBuf
+	a := newReplica(t, ns, "a")
+	b := newReplicaLog(t, ns, "b", slog.New(slog.NewTextHandler(&logBuf, nil)))
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	ctx := context.Background()
+	h, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := p.Spawn(ctx, h, fakeCmd("out:ready", "stay"), sandbox.SpawnOptions{Stdin: true, Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Stop() }()
+	if ev := <-cmd.Events(); string(ev.Data) != "ready" {
+		t.Fatalf("first event %+v", ev)
+	}
+	inboxes := natshost.RemoteInboxes(b.host)
+	if len(inboxes) != 1 {
+		t.Fatalf("%d relayed streams on b, want 1", len(inboxes))
+	}
+	for _, junk := range []string{"not json", `{"type":"nope"}`, "\xff\x00"} {
+		if err := a.nc.Publish(inboxes[0], []byte(junk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteStdin(ctx, cmd, []byte("still")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-cmd.Events():
+		if string(ev.Data) != "echo:still" {
+			t.Fatalf("after the junk: %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream stopped after the junk")
+	}
+	if n := strings.Count(logBuf.String(), "malformed message dropped"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, logBuf.String())
+	}
+}
