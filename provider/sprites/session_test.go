@@ -100,6 +100,27 @@ func TestSpawnReadsItsSessionID(t *testing.T) {
 	}
 }
 
+// session_info's session_id is the process's PID: a JSON integer in the
+// exec API reference, a string to sprites-go (which decodes it into one).
+// Either way Spawn's Command names it, in decimal.
+func TestSpawnSessionIDForms(t *testing.T) {
+	for _, id := range []string{`1847`, `"1847"`} {
+		t.Run(id, func(t *testing.T) {
+			info := `{"type":"session_info","session_id":` + id + `,"command":"x","created":1767609000,"is_owner":true,"tty":false}`
+			p := scripted(t, []msg{{text: true, data: []byte(info)}, {data: []byte{1, 'o'}}, {data: []byte{3, 0}}}, "hold")
+			c, err := p.Spawn(ctxT(t), sandbox.BuildHandle("sprites", "s"), sandbox.Cmd{Name: "x"}, sandbox.SpawnOptions{Detachable: true})
+			ok(t, err)
+			defer c.Stop()
+			if c.SessionID != "1847" || sprites.SessionID(c) != "1847" {
+				t.Fatalf("session_id %s: Command.SessionID %q, announced %q; want 1847", id, c.SessionID, sprites.SessionID(c))
+			}
+			if out, ev := drain(t, c); out != "o" || ev.Kind != sandbox.Exit || ev.Code != 0 {
+				t.Fatalf("output %q, end %+v", out, ev)
+			}
+		})
+	}
+}
+
 // A socket that never announces its session: a detachable Spawn fails
 // rather than return a session nobody can find again; one that closes
 // first returns, and its stream says how it ended.

@@ -62,13 +62,16 @@ func TestSpawnCancelledBeforeSessionInfo(t *testing.T) {
 	if _, err := p.Spawn(sctx, h, sandbox.Cmd{Name: "sleep", Args: []string{"30"}}, sandbox.SpawnOptions{Detachable: true}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Spawn cut by its context = %v", err)
 	}
-	time.Sleep(500 * time.Millisecond) // past the start: the session is listed
-	ss, err := p.ListSessions(ctx, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ss) == 0 {
-		t.Fatal("no session listed")
+	// The process starts after the delay whatever Spawn did; the session
+	// is listed from then on (a detachable one, even once it ended).
+	var ss []sandbox.Session
+	for deadline := time.Now().Add(5 * time.Second); len(ss) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no session listed")
+		}
+		if ss, err = p.ListSessions(ctx, h); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, s := range ss {
 		if srv.SessionRunning("cancel", s.ID) {
