@@ -13,12 +13,17 @@
 // postgres refuses to run as root, so as root the server runs as the
 // package's postgres user, and the directories above the cluster are made
 // traversable (not listable) by it.
+//
+// A test that needs what only a TCP connection has (the server's TCP
+// keepalives, say) asks for a loopback port too with the TCP option;
+// TCPDSN then names it.
 package pgtest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,18 +51,57 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan error
 	log    *strings.Builder
+	port   int // the loopback TCP port, 0 without the TCP option
+}
+
+// Option is an option of Start.
+type Option func(*Server)
+
+// TCP makes the server listen on a free port of 127.0.0.1 besides its
+// socket (trust authentication there too: the port is for this host's
+// tests alone).
+func TCP() Option {
+	return func(s *Server) { s.port = -1 }
+}
+
+// TCPDSN is a connection string to database db over the loopback port;
+// "" without the TCP option.
+func (s *Server) TCPDSN(db string) string {
+	if s.port <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", s.port, Role, db)
+}
+
+// freePort is a TCP port of 127.0.0.1 free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // DSN is a connection string (libpq keyword form, which pgx reads) for
 // database db on s.
 func (s *Server) DSN(db string) string {
-	return fmt.Sprintf("host=%s port=5432 user=%s dbname=%s sslmode=disable", s.Dir, Role, db)
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", s.Dir, s.pgPort(), Role, db)
 }
 
 // URL is the same as DSN in URL form (postgres://...), for a program that
 // tells a database URL from a file path by its scheme.
 func (s *Server) URL(db string) string {
-	return "postgres://" + Role + "@/" + db + "?host=" + url.QueryEscape(s.Dir) + "&port=5432&sslmode=disable"
+	return "postgres://" + Role + "@/" + db + "?host=" + url.QueryEscape(s.Dir) + "&port=" + fmt.Sprint(s.pgPort()) + "&sslmode=disable"
+}
+
+// pgPort is the server's port: its socket is named for it too
+// (.s.PGSQL.<port>), so 5432 unless it listens on TCP.
+func (s *Server) pgPort() int {
+	if s.port > 0 {
+		return s.port
+	}
+	return 5432
 }
 
 // binDir finds Debian's PostgreSQL server binaries, newest version first.
@@ -78,7 +122,7 @@ func binDir() (string, error) {
 
 // Start starts a cluster for tb, or skips it (fails under CI=true) when
 // the postgresql package is missing.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	bin, err := binDir()
 	testenv.Require(tb, err == nil, fmt.Sprint(err))
@@ -111,6 +155,25 @@ func Start(tb testing.TB) *Server {
 		tb.Fatalf("pgtest: initdb: %v\n%s", err, out)
 	}
 	srv := &Server{Dir: dir, bin: bin, cred: cred}
+	for _, o := range opts {
+		o(srv)
+	}
+	if srv.port < 0 {
+		if srv.port, err = freePort(); err != nil {
+			tb.Fatal(err)
+		}
+		hba := filepath.Join(data, "pg_hba.conf")
+		b, err := os.ReadFile(hba)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !strings.Contains(string(b), "127.0.0.1/32") {
+			b = append(b, "host all all 127.0.0.1/32 trust\n"...)
+			if err := os.WriteFile(hba, b, 0o600); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 	tb.Cleanup(func() { srv.stop(syscall.SIGQUIT) }) // immediate: the cluster is thrown away
 	srv.start(tb)
 	return srv
@@ -127,7 +190,12 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 // start runs postgres on the cluster and waits until it accepts.
 func (s *Server) start(tb testing.TB) {
 	tb.Helper()
-	s.cmd = s.command("postgres", "-D", filepath.Join(s.Dir, "data"), "-k", s.Dir, "-c", "listen_addresses=", "-c", "fsync=off",
+	listen := ""
+	if s.port > 0 {
+		listen = "127.0.0.1"
+	}
+	port := fmt.Sprint(s.pgPort())
+	s.cmd = s.command("postgres", "-D", filepath.Join(s.Dir, "data"), "-k", s.Dir, "-p", port, "-c", "listen_addresses="+listen, "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
 	s.log = &strings.Builder{}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -138,13 +206,13 @@ func (s *Server) start(tb testing.TB) {
 	s.exited = exited
 	cmd := s.cmd
 	go func() { exited <- cmd.Wait() }()
-	sock := filepath.Join(s.Dir, ".s.PGSQL.5432")
+	sock := filepath.Join(s.Dir, ".s.PGSQL."+port)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		if _, err := os.Stat(sock); err == nil {
 			// The socket exists before the server accepts; pg_isready says.
-			if s.command("pg_isready", "-h", s.Dir, "-U", Role, "-q").Run() == nil {
+			if s.command("pg_isready", "-h", s.Dir, "-p", port, "-U", Role, "-q").Run() == nil {
 				return
 			}
 		}
