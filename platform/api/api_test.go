@@ -376,3 +376,38 @@ func TestRevokedKeyIsRefusedAtOnce(t *testing.T) {
 		t.Fatalf("after revocation: %d %s", a.status, a.body)
 	}
 }
+
+// TestBadInputNamesTheField: every 400 of a request's own value says
+// which field (the answer's "field"), on every route that takes one, and
+// keeps the contract's reason.
+func TestBadInputNamesTheField(t *testing.T) {
+	pl := withFake(t, apitest.Options{Env: map[string]string{"SANDBOX_PROVIDER": "fake"}})
+	key := pl.Account(t, "alice")
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", key, strings.NewReader(`{"name": "box"}`)); a.status != 201 {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	for _, tc := range []struct{ m, p, body, field, reason string }{
+		{"POST", "/v1/sandboxes", `{"name": ""}`, "name", "name"},
+		{"POST", "/v1/sandboxes", `{"name": "a b"}`, "name", "name"},
+		{"POST", "/v1/sandboxes", `{"name": "y", "limits": {"memory_bytes": -1}}`, "limits.memory_bytes", "limits"},
+		{"POST", "/v1/sandboxes", `{"name": "y", "limits": {"disk_bytes": -1}}`, "limits.disk_bytes", "limits"},
+		{"POST", "/v1/sandboxes", `{"name": "y", "limits": {"wall_clock_ms": -1}}`, "limits.wall_clock_ms", "limits"},
+		{"POST", "/v1/sandboxes", `{"name": "y", "publish": [0]}`, "publish", "json"},
+		{"GET", "/v1/sandboxes/a%20b", ``, "name", "name"},
+		{"POST", "/v1/sandboxes/box/exec", `{"cmd": 5}`, "cmd", "json"},
+		{"POST", "/v1/sandboxes/box/exec", `{}`, "cmd", "json"},
+		{"POST", "/v1/sandboxes/box/sessions/s1/terminate", `{"mode": "gently"}`, "mode", "termination_request"},
+		{"POST", "/v1/sandboxes/box/sessions/s1/terminate", `{"timeout_ms": 999999}`, "timeout_ms", "termination_request"},
+		{"POST", "/v1/sandboxes/box/sessions/s%201/terminate", `{}`, "session", "termination_request"},
+		{"PUT", "/v1/sandboxes/box/files", `data`, "path", "path"},
+		{"GET", "/v1/sandboxes/box/files", ``, "path", "path"},
+		{"PUT", "/v1/sandboxes/box/files?path=/tmp/x&mode=999", `data`, "mode", "json"},
+		{"DELETE", "/v1/sandboxes/box?timeout_ms=soon", ``, "timeout_ms", "json"},
+		{"PUT", "/v1/sandboxes/box/network-policy", `{"allow": "x"}`, "allow", "json"},
+	} {
+		a := call(t, tc.m, pl.URL+tc.p, key, strings.NewReader(tc.body))
+		if a.status != 400 || a.err == nil || a.err.Field != tc.field || a.err.Reason != tc.reason || !strings.Contains(a.err.Message, strings.TrimPrefix(tc.field, "limits.")) {
+			t.Errorf("%s %s %s = %d %s, want 400 with field %q, reason %q", tc.m, tc.p, tc.body, a.status, a.body, tc.field, tc.reason)
+		}
+	}
+}

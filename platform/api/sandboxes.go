@@ -71,7 +71,7 @@ func view(rec store.Sandbox) Sandbox {
 // account does not have, whoever else has it.
 func (s *Server) record(ctx context.Context, k store.Key, name string) (store.Sandbox, error) {
 	if err := sandbox.ValidateName(name); err != nil {
-		return store.Sandbox{}, err
+		return store.Sandbox{}, fieldErr("name", err)
 	}
 	return s.cfg.Store.GetSandbox(ctx, k.AccountID, name)
 }
@@ -117,8 +117,6 @@ func (s *Server) Active(accountID, name string) bool {
 	return s.active[recKey(accountID, name)] > 0
 }
 
-// use loads a record for an operation on it: it is woken first when parked,
-// and its activity is recorded.
 // take is a handler's use of the sandbox its path names, marked busy
 // until done; ok false: the error is written.
 func (s *Server) take(w http.ResponseWriter, r *http.Request, k store.Key) (rec store.Sandbox, p sandbox.Provider, done func(), ok bool) {
@@ -130,6 +128,8 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request, k store.Key) (rec 
 	return rec, p, s.busy(rec), true
 }
 
+// use loads a record for an operation on it: it is woken first when parked,
+// and its activity is recorded.
 func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandbox, sandbox.Provider, error) {
 	rec, err := s.record(ctx, k, name)
 	if err != nil {
@@ -203,21 +203,25 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	if err := sandbox.ValidateName(req.Name); err != nil {
-		writeErr(w, err)
+		writeErr(w, fieldErr("name", err))
 		return
 	}
 	if req.TimeoutMS < 0 {
 		writeErr(w, badJSON("timeout_ms", "timeout_ms is negative"))
 		return
 	}
+	if err := req.Limits.validate(); err != nil {
+		writeErr(w, err)
+		return
+	}
 	lim := req.Limits.ToSandbox()
 	if err := lim.Validate(); err != nil {
-		writeErr(w, err)
+		writeErr(w, fieldErr("limits", err))
 		return
 	}
 	for _, port := range req.Publish {
 		if port < 1 || port > 65535 {
-			writeErr(w, badJSON("publish", fmt.Sprintf("port %d is not 1 to 65535", port)))
+			writeErr(w, badJSON("publish", fmt.Sprintf("publish: port %d is not 1 to 65535", port)))
 			return
 		}
 	}
@@ -584,7 +588,15 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 	sid := r.PathValue("session")
 	opts := sandbox.TerminateOptions{Mode: sandbox.TerminateMode(req.Mode), Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if _, err := sandbox.ValidateTermination(sid, opts); err != nil {
-		writeErr(w, err)
+		// Name what is wrong: the path's session, or a field of the body.
+		field := "session"
+		if _, err := sandbox.ValidateTermination(sid, sandbox.TerminateOptions{}); err == nil {
+			field = "timeout_ms"
+			if _, err := sandbox.ValidateTermination(sid, sandbox.TerminateOptions{Mode: opts.Mode}); err != nil {
+				field = "mode"
+			}
+		}
+		writeErr(w, fieldErr(field, err))
 		return
 	}
 	id, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpTerminateSession,
@@ -631,8 +643,17 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, k store.Key) {
 	writeJSON(w, http.StatusOK, view(rec))
 }
 
+// noPath is the refusal of a file call without its path.
+func noPath() error {
+	return fieldErr("path", sandbox.Invalid("path", "the path query parameter is required (?path=/abs/file)"))
+}
+
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) {
 	path := r.URL.Query().Get("path")
+	if path == "" {
+		writeErr(w, noPath())
+		return
+	}
 	var mode fs.FileMode
 	if m := r.URL.Query().Get("mode"); m != "" {
 		n, err := strconv.ParseUint(m, 8, 32)
@@ -660,6 +681,10 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) 
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, k store.Key) {
+	if r.URL.Query().Get("path") == "" {
+		writeErr(w, noPath())
+		return
+	}
 	rec, p, done, ok := s.take(w, r, k)
 	if !ok {
 		return

@@ -47,6 +47,38 @@ func (l *Limits) ToSandbox() sandbox.Limits {
 		DiskBytes: l.DiskBytes}
 }
 
+// validate refuses a negative limit, naming its field (limits.pids).
+func (l *Limits) validate() error {
+	if l == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"memory_bytes", l.MemoryBytes}, {"pids", int64(l.Pids)}, {"cpu_millis", int64(l.CPUMillis)}, {"wall_clock_ms", l.WallClockMS}, {"disk_bytes", l.DiskBytes}} {
+		if f.v < 0 {
+			return fieldErr("limits."+f.name, sandbox.Invalid("limits", fmt.Sprintf("limits.%s is negative (%d): a limit is 0 (none) or more", f.name, f.v)))
+		}
+	}
+	return nil
+}
+
+// fieldErr names the request field an Invalid error is about (the
+// answer's "field"), keeping its kind and reason; any other error is
+// returned as it is.
+func fieldErr(field string, err error) error {
+	var iv *sandbox.InvalidError
+	if !errors.As(err, &iv) {
+		return err
+	}
+	_, e := ErrorOf(err)
+	e.Field = field
+	if !strings.Contains(e.Message, field) {
+		e.Message = field + ": " + e.Message
+	}
+	return &apiError{http.StatusBadRequest, e}
+}
+
 // FromLimits converts from the contract's Limits; nil for none. A wall
 // clock is rounded up to a whole millisecond (one under a millisecond
 // would otherwise become no limit at all).
