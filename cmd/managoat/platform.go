@@ -65,6 +65,10 @@ func platformClient(pin string) func() (sandbox.Provider, error) {
 	}
 }
 
+// platformSecrets are the variables serve reads once and takes out of its
+// environment.
+var platformSecrets = []string{policy.EnvSprites, policy.EnvE2B, policy.EnvDaytona, envDatabaseURL, envNATSURL, "PGPASSWORD"}
+
 // defaultPlatformDB is where serve keeps its records.
 func defaultPlatformDB() string {
 	return filepath.Join(local.DefaultStateDir(), "platform", "platform.db")
@@ -178,9 +182,12 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		}
 		provs[name] = p
 	}
-	// The hosted providers have read their credentials: no process serve
-	// starts from here (a local sandbox's supervisor) inherits them.
-	for _, k := range []string{policy.EnvSprites, policy.EnvE2B, policy.EnvDaytona} {
+	// The hosted providers have read their credentials, and the records
+	// and NATS are open (their clients keep what they parsed): no process
+	// serve starts from here (a local sandbox's supervisor, which its
+	// commands come from) inherits a credential or a URL that may carry a
+	// password.
+	for _, k := range platformSecrets {
 		os.Unsetenv(k)
 	}
 	auth := platformAuth{store: st, token: o.token}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +44,17 @@ func TestPlatformTwoAccounts(t *testing.T) {
 				t.Errorf("serve's log shows an API key")
 			}
 		}
+		for _, s := range []string{"pg-e2e-secret", "spr-e2e-secret", "tok-e2e-static"} {
+			if strings.Contains(logs(), s) {
+				t.Errorf("serve's log shows a secret it was given: %s", s)
+			}
+		}
 	})
-	logs = startServe(t, base, addr)
+	// Secrets serve is given: none may reach a process serve starts (a
+	// sandbox's supervisor, its commands), nor serve's log.
+	secrets := []string{"pg-e2e-secret", "spr-e2e-secret", "tok-e2e-static"}
+	logs = startServe(t, append(append([]string{}, base...), "PGPASSWORD=pg-e2e-secret", "SPRITES_TOKEN=spr-e2e-secret",
+		"SPRITES_API_URL=http://127.0.0.1:1", "MANAGOAT_RUNNER_TOKEN=tok-e2e-static"), addr)
 	as := func(who string) []string {
 		return append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+keys[who])
 	}
@@ -63,6 +75,17 @@ func TestPlatformTwoAccounts(t *testing.T) {
 	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "sh", "-c", "echo hello from alice; exit 4"); code != 4 || out != "hello from alice\n" {
 		t.Fatalf("exec: %d %q %s", code, out, e)
 	}
+	secrets = append(secrets, keys["alice"], keys["bob"])
+	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "env"); code != 0 {
+		t.Fatalf("exec env: %d %s", code, e)
+	} else {
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("a command in the sandbox sees a secret of serve or of a client: %q", s)
+			}
+		}
+	}
+	noSecretsInProcesses(t, home, addr, secrets)
 	lists := map[string]string{}
 	for who, want := range map[string]string{"alice": "box-a", "bob": "box-b"} {
 		out, e, code := managoatEnv(t, as(who), "ls", "--json")
@@ -114,5 +137,41 @@ func TestServeRefusesADefaultThatIsOff(t *testing.T) {
 		if code != exitUsage || !strings.Contains(e, name) {
 			t.Errorf("serve with %v = exit %d %q, want a usage error naming %s", env, code, e, name)
 		}
+	}
+}
+
+// noSecretsInProcesses checks every process of this platform (those whose
+// environment names its MANAGOAT_HOME) but serve itself, whose starting
+// environment cannot be taken back: no secret is in its command line or
+// environment. It fails when it finds no such process (a sandbox's
+// supervisor must be there), so it cannot pass by seeing nothing.
+func noSecretsInProcesses(t *testing.T, home, addr string, secrets []string) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, en := range entries {
+		if _, err := strconv.Atoi(en.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+		environ, err := os.ReadFile("/proc/" + en.Name() + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, environ...), []byte("\x00MANAGOAT_HOME="+home+"\x00")) {
+			continue
+		}
+		if bytes.Contains(cmdline, []byte("\x00serve\x00--listen\x00"+addr)) {
+			continue // serve itself
+		}
+		seen++
+		for _, s := range secrets {
+			if bytes.Contains(cmdline, []byte(s)) || bytes.Contains(environ, []byte(s)) {
+				t.Errorf("process %s (%q) holds a secret (%.12s...) in its command line or environment", en.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), s)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no process of the platform but serve was found: the check saw nothing")
 	}
 }
