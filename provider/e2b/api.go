@@ -215,21 +215,48 @@ func (p *Provider) find(ctx context.Context, name string) (listed, error) {
 	return ls[0], nil
 }
 
-// resolveRunning finds name's sandbox and resumes it when it is paused
+// lookup resolves h to its sandbox: the canonical one the listing shows
+// for h.Name or, when the listing shows none, the sandbox h was made or
+// resumed with (h.Private), as GET /sandboxes/{id} describes it, if it
+// still carries h.Name. E2B's listing has the live sandboxes that are
+// running or pausing and the paused ones from their snapshots, so a
+// sandbox being snapshotted that was never paused is in neither; its own
+// record says running (e2b-dev/infra packages/api/internal/handlers/
+// sandboxes_list.go, sandbox_get.go). A handle read back from outside the
+// process has no id, and for it the listing alone decides.
+func (p *Provider) lookup(ctx context.Context, h *sandbox.Handle) (listed, error) {
+	l, err := p.find(ctx, h.Name)
+	id, _ := h.Private.(string)
+	if !errors.Is(err, sandbox.ErrNotFound) || id == "" {
+		return l, err
+	}
+	d, derr := p.detail(ctx, id)
+	switch {
+	case isNotFound(derr):
+		return listed{}, sandbox.ErrNotFound
+	case derr != nil:
+		return listed{}, derr
+	case d.Metadata[MetaName] != h.Name:
+		return listed{}, sandbox.ErrNotFound
+	}
+	return d, nil
+}
+
+// resolveRunning finds h's sandbox and resumes it when it is paused
 // (auto-paused by its TTL, or suspended): the self-healing step every
 // operation that needs envd takes first. A running sandbox whose TTL ends
 // soon is renewed first (connect, which only ever extends a running one's
 // TTL): otherwise the TTL could pause it between this listing and the
 // operation (a command's first heartbeat comes only once its stream is
 // open), and the operation would fail on a sandbox the listing said ran.
-func (p *Provider) resolveRunning(ctx context.Context, name string) (string, error) {
-	l, err := p.find(ctx, name)
+func (p *Provider) resolveRunning(ctx context.Context, h *sandbox.Handle) (string, error) {
+	l, err := p.lookup(ctx, h)
 	if err != nil {
 		return "", err
 	}
 	p.rememberVersion(l.id(), l.EnvdVersion)
 	if l.State == "paused" || p.endsSoon(l) {
-		if err := p.connect(ctx, name, l.id()); err != nil {
+		if err := p.connect(ctx, h.Name, l.id()); err != nil {
 			return "", err
 		}
 	}

@@ -37,10 +37,20 @@
 //     envd proxy alike: Unavailable{sandbox_transitioning}, transient.
 //     Connect, timeout, network and envd's List, ListDir and file reads are
 //     idempotent and are retried while it lasts (Config.TransitionBackoff).
-//     Pause answers 409 both when the sandbox is already paused and when
-//     it cannot be paused now, so Suspend is success only when a re-read
-//     of the listing says paused; otherwise the sandbox is still running
-//     and billing, and Suspend says so.
+//     Pause waits out a snapshot or a pause in progress and answers 409
+//     when the sandbox is already paused or is being killed, so Suspend is
+//     success only when the sandbox's own record (GET /sandboxes/{id})
+//     says paused; otherwise it may be running and billing, and Suspend
+//     says so.
+//   - The listing (GET /v2/sandboxes) holds the live sandboxes that are
+//     running or pausing (a pausing one shown paused) and the paused ones
+//     from their snapshot records, which outlive a resume. A sandbox being
+//     snapshotted or killed is in neither: it is listed paused when an
+//     earlier pause left a record, else not at all. So "paused" in the
+//     listing is never taken as the truth (Suspend reads the record), and
+//     an operation whose handle carries the sandbox's id (h.Private, set
+//     by Create and Resume in this process) falls back to the record when
+//     the listing shows no sandbox of the name.
 //   - An unknown template is a 404 on create ("template '<id>' not found"):
 //     Invalid{template} with E2B's message, never ErrNotFound.
 //   - envd starts a command without a process group of its own and SendSignal
@@ -67,10 +77,14 @@
 //   - Pause and connect snapshot or restore a whole VM and get
 //     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
 //
-// Where the sources leave it open, the provider takes the safe side: what
-// the listing shows for a sandbox in transition is not documented (the
-// fake keeps the state it had), so Suspend re-reads and fails rather than
-// assume; an envd of unknown version gets the stdin workaround; a command
+// Where the sources leave it open, or the service cannot say, the
+// provider takes the safe side: a handle without an id (read back by
+// another process) finds a sandbox only through the listing, so while a
+// never-paused sandbox is being snapshotted it is ErrNotFound by name, and
+// a Create of its name then makes a second sandbox, which operations leave
+// alone once the first is listed again (the oldest stamp is canonical) and
+// Destroy removes with it; an envd of unknown version gets the
+// stdin workaround; a command
 // stream that dies at a capped end is reported as the cap only when the
 // heartbeat saw the cap; and the process-tree kill cannot find a process
 // that left the tree (a daemon reparented to init).

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"time"
@@ -34,13 +35,9 @@ func (p *Provider) sandboxDomain(ctx context.Context, id string) (string, error)
 	if d, ok := p.domains.Load(id); ok {
 		return d.(string), nil
 	}
-	_, b, err := p.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
+	l, err := p.detail(ctx, id)
 	if err != nil {
 		return "", err
-	}
-	var l listed
-	if err := json.Unmarshal(b, &l); err != nil {
-		return "", &sandbox.ProviderError{Provider: Name, Reason: "bad_sandbox_detail", Err: err}
 	}
 	if l.State == "running" {
 		p.rememberDomain(id, l.Domain)
@@ -49,6 +46,27 @@ func (p *Provider) sandboxDomain(ctx context.Context, id string) (string, error)
 		return *l.Domain, nil
 	}
 	return "", nil
+}
+
+// detail is GET /sandboxes/{id}: the sandbox's own record. Unlike the
+// listing it says paused only for a sandbox that is paused or pausing, and
+// running for one being snapshotted (which runs again after); one being
+// killed is ErrNotFound (e2b-dev/infra packages/api/internal/handlers/
+// sandbox_get.go).
+func (p *Provider) detail(ctx context.Context, id string) (listed, error) {
+	_, b, err := p.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
+	if err != nil {
+		return listed{}, err
+	}
+	var l listed
+	if err := json.Unmarshal(b, &l); err != nil || l.id() == "" {
+		if err == nil {
+			err = errors.New("no sandboxID")
+		}
+		return listed{}, &sandbox.ProviderError{Provider: Name, Reason: "bad_sandbox_detail", Err: err}
+	}
+	l.raw = b
+	return l, nil
 }
 
 // retryTransition runs an idempotent call again while E2B answers 409
@@ -67,15 +85,13 @@ func (p *Provider) transitionBackoff(label string) sandbox.Backoff {
 // sandboxEnd is when E2B will end sandbox id (its endAt), from GET
 // /sandboxes/{id}.
 func (p *Provider) sandboxEnd(ctx context.Context, id string) (time.Time, error) {
-	_, b, err := p.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil)
+	l, err := p.detail(ctx, id)
 	if err != nil {
 		return time.Time{}, err
 	}
-	var d struct {
-		EndAt time.Time `json:"endAt"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil || d.EndAt.IsZero() {
+	end, err := time.Parse(time.RFC3339Nano, l.EndAt)
+	if err != nil {
 		return time.Time{}, &sandbox.ProviderError{Provider: Name, Reason: "bad_sandbox_detail", Err: err}
 	}
-	return d.EndAt, nil
+	return end, nil
 }

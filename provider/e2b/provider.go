@@ -132,7 +132,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return sandbox.Info{}, err
 	}
-	l, err := p.find(ctx, h.Name)
+	l, err := p.lookup(ctx, h)
 	if err != nil {
 		return sandbox.Info{}, err
 	}
@@ -146,7 +146,9 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	return sandbox.Info{Status: st, Raw: l.raw}, nil
 }
 
-// Destroy kills every sandbox that carries the name; nil when none does.
+// Destroy kills every sandbox that carries the name (and the one the
+// handle names, which the listing leaves out while it is snapshotted); nil
+// when none does.
 func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
@@ -154,6 +156,16 @@ func (p *Provider) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	found, err := p.findAll(ctx, h.Name)
 	if err != nil {
 		return err
+	}
+	if len(found) == 0 {
+		l, err := p.lookup(ctx, h)
+		switch {
+		case isNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		}
+		found = []listed{l}
 	}
 	for _, l := range found {
 		if err := p.kill(ctx, l.id()); err != nil {
@@ -180,25 +192,29 @@ func (p *Provider) ListAllNames(ctx context.Context) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-// Suspend pauses the sandbox; a paused one is left as it is.
+// Suspend pauses the sandbox; a paused one is left as it is. Only the
+// sandbox's own record (GET /sandboxes/{id}) says it is paused: the
+// listing shows a sandbox paused also while it is being snapshotted or
+// killed when an earlier pause left a snapshot, and a snapshotted one runs
+// (and bills) again after. E2B's pause waits out a snapshot or a pause in
+// progress and answers 409 when the sandbox is already paused or is being
+// killed; after a 409 only a record that says paused is success.
 func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
 	}
-	l, err := p.find(ctx, h.Name)
+	l, err := p.lookup(ctx, h)
 	if err != nil {
 		return err
 	}
 	if l.State == "paused" {
-		return nil
+		if paused, err := p.pausedNow(ctx, h.Name, l.id()); err != nil || paused {
+			return err
+		}
 	}
 	_, b, err := p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes/"+url.PathEscape(l.id())+"/pause", struct{}{})
 	if isTransitioning(err) {
-		// E2B's 409 is "already paused" or "cannot be paused while in
-		// <state>": only a re-read that says paused makes it success; a
-		// sandbox that is still running (and billing) is not suspended.
-		now, ferr := p.find(ctx, h.Name)
-		if ferr == nil && now.id() == l.id() && now.State == "paused" {
+		if paused, perr := p.pausedNow(ctx, h.Name, l.id()); perr == nil && paused {
 			return nil
 		}
 		return err
@@ -209,12 +225,23 @@ func (p *Provider) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	return p.confirmGone(ctx, h.Name, err, b)
 }
 
+// pausedNow reports whether sandbox id's own record says paused. A record
+// that is not found (the sandbox is gone or being killed) is ErrNotFound
+// once the listing agrees, else Unavailable.
+func (p *Provider) pausedNow(ctx context.Context, name, id string) (bool, error) {
+	d, err := p.detail(ctx, id)
+	if err != nil {
+		return false, p.confirmGone(ctx, name, err, nil)
+	}
+	return d.State == "paused", nil
+}
+
 // Resume connects to the sandbox, resuming it when paused.
 func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return nil, err
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +257,7 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, path string
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return sandbox.Invalid("path", "empty path or a path with NUL")
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -243,7 +270,7 @@ func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, path string)
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return nil, err
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +343,7 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		if dl, ok := ctx.Deadline(); ok && budget <= 0 {
 			budget = time.Until(dl)
 		}
-		id, err := p.resolveRunning(ctx, h.Name)
+		id, err := p.resolveRunning(ctx, h)
 		if err != nil {
 			return sandbox.ExecResult{}, err
 		}
@@ -354,7 +381,7 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if c.Name == "" {
 		return nil, sandbox.Invalid("command", "empty command name")
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +494,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return nil, err
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -523,7 +550,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	if err := sandbox.ValidateSessionID(sessionID); err != nil {
 		return nil, err
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -555,7 +582,7 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
 	}
-	id, err := p.resolveRunning(ctx, h.Name)
+	id, err := p.resolveRunning(ctx, h)
 	if err != nil {
 		return err
 	}

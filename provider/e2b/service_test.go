@@ -206,10 +206,9 @@ func TestRetryAfterHeader(t *testing.T) {
 	}
 }
 
-// E2B answers 409 while a sandbox changes state: pause answers it both for
-// "already paused" and for "cannot be paused while snapshotting", so only a
-// re-read that says paused is success; timeout, connect, network and the
-// envd proxy answer it too, and it passes.
+// E2B answers 409 while a sandbox changes state: timeout, connect, network
+// and the envd proxy answer it, and it passes. Pause waits out a snapshot
+// or a pause in progress instead.
 func TestConflictIsATransition(t *testing.T) {
 	e := newEnv(t, e2btest.Options{TTLCheck: 5 * time.Millisecond}, func(c *e2b.Config) {
 		c.TransitionBackoff = sandbox.Backoff{Attempts: 200, Base: 5 * time.Millisecond, Max: 20 * time.Millisecond}
@@ -217,21 +216,28 @@ func TestConflictIsATransition(t *testing.T) {
 	h := e.create("tr-1")
 	id := h.Private.(string)
 
-	// Suspend while snapshotting: the sandbox keeps running, so it is not
-	// suspended.
+	// Being snapshotted and never paused, the sandbox is in neither half of
+	// E2B's listing (live running or pausing ones, paused ones from their
+	// snapshots); the handle's id finds it through its own record.
 	e.srv.Transition(id, "snapshotting", "running", time.Hour)
-	err := e.p.Suspend(ctx(t), h)
-	if sandbox.Kind(err) != "unavailable" || !sandbox.Transient(err) {
-		t.Fatalf("Suspend of a sandbox that is snapshotting = %v, want a transient Unavailable", err)
-	}
-	if sb, _ := e.srv.Lookup(id); sb.State != "running" {
-		t.Fatalf("state %s", sb.State)
+	if info, err := e.p.Get(ctx(t), h); err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get while snapshotting = %+v, %v; want running", info, err)
 	}
 	// envd behind the proxy: 409, transient, not Invalid.
-	_, err = e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 5 * time.Second})
-	if sandbox.Kind(err) != "unavailable" {
-		t.Fatalf("Exec while snapshotting = %v, want Unavailable", err)
+	_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 5 * time.Second})
+	if sandbox.Kind(err) != "unavailable" || !sandbox.Transient(err) {
+		t.Fatalf("Exec while snapshotting = %v, want a transient Unavailable", err)
 	}
+	e.srv.Transition(id, "snapshotting", "running", 0)
+	eventually(t, 5*time.Second, "the snapshot to end", func() bool { sb, _ := e.srv.Lookup(id); return sb.State == "running" })
+	// A handle without the id (another process's) cannot see it meanwhile:
+	// the listing alone decides.
+	e.srv.Transition(id, "snapshotting", "running", time.Hour)
+	if _, err := e.p.Get(ctx(t), sandbox.BuildHandle(e2b.Name, "tr-1")); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Get by name alone while snapshotting = %v, want ErrNotFound (what the listing says)", err)
+	}
+	e.srv.Transition(id, "snapshotting", "running", 0)
+	eventually(t, 5*time.Second, "the snapshot to end", func() bool { sb, _ := e.srv.Lookup(id); return sb.State == "running" })
 	// Idempotent calls ride a short transition out.
 	e.srv.Transition(id, "snapshotting", "running", 50*time.Millisecond)
 	if err := e.p.ApplyNetworkPolicy(ctx(t), h, sandbox.NetworkPolicy{Allow: []string{"example.com"}}); err != nil {
@@ -258,15 +264,73 @@ func TestConflictIsATransition(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("%d timeout requests, want the two 409s retried", n)
 	}
-	// Pausing while it pauses: the re-read says paused only once it is.
-	e.srv.Transition(id, "pausing", "paused", 20*time.Millisecond)
-	eventually(t, 5*time.Second, "the pause to finish", func() bool { sb, _ := e.srv.Lookup(id); return sb.State == "paused" })
+	// Connect's own 409 (a sandbox still changing state after E2B's
+	// retries) is retried too.
 	if err := e.p.Suspend(ctx(t), h); err != nil {
-		t.Fatalf("Suspend of a paused sandbox = %v", err)
+		t.Fatal(err)
 	}
+	e.srv.ResetRequests()
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Status: 409,
+		Body: `{"code":409,"message":"Sandbox \"` + id + `\" is being paused"}`, Times: 2})
+	if _, err := e.p.Resume(ctx(t), h); err != nil {
+		t.Fatalf("Resume across two 409s from connect = %v", err)
+	}
+	n = 0
+	for _, r := range e.srv.Requests() {
+		if r.Plane == e2btest.API && strings.HasSuffix(r.Path, "/connect") {
+			n++
+		}
+	}
+	if sb, _ := e.srv.Lookup(id); n != 3 || sb.State != "running" {
+		t.Fatalf("%d connect requests, state %s; want the two 409s retried and the sandbox running", n, sb.State)
+	}
+	// A pause that meets a pause in progress joins it.
+	e.srv.Transition(id, "pausing", "paused", 100*time.Millisecond)
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatalf("Suspend of a pausing sandbox = %v", err)
+	}
+	eventually(t, 5*time.Second, "the pause to finish", func() bool { sb, _ := e.srv.Lookup(id); return sb.State == "paused" })
 	// Connect waits out a pause server-side and resumes.
 	if _, err := e.p.Resume(ctx(t), h); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Only the sandbox's own record says it is paused. E2B's listing shows a
+// sandbox that is being snapshotted or killed as paused when an earlier
+// pause left a snapshot record, and a snapshotted one runs (and bills)
+// again after; E2B's pause waits a snapshot out and pauses after it.
+func TestSuspendAsksTheSandboxRecord(t *testing.T) {
+	e := newEnv(t, e2btest.Options{TTLCheck: 5 * time.Millisecond}, nil)
+	h := e.create("rec-1")
+	id := h.Private.(string)
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Resume(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Transition(id, "snapshotting", "running", 300*time.Millisecond)
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatalf("Suspend during a snapshot = %v", err)
+	}
+	if sb, _ := e.srv.Lookup(id); sb.State != "paused" {
+		t.Fatalf("Suspend during a snapshot returned with the sandbox %s, want paused (the listing said paused; the sandbox runs again after the snapshot)", sb.State)
+	}
+
+	// Being killed, it is listed paused from its snapshot, but its record
+	// is gone: not a success.
+	h2 := e.create("rec-2")
+	id2 := h2.Private.(string)
+	if err := e.p.Suspend(ctx(t), h2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Resume(ctx(t), h2); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Transition(id2, "killing", "", time.Hour)
+	if err := e.p.Suspend(ctx(t), h2); err == nil || !sandbox.Transient(err) {
+		t.Fatalf("Suspend of a sandbox being killed = %v, want a transient error", err)
 	}
 }
 

@@ -45,6 +45,11 @@ type sbx struct {
 	transition    string
 	transitionTo  string
 	transitionEnd time.Time
+	// snapshotted is set by the first pause: E2B keeps the sandbox's
+	// snapshot record from then on, also while it runs again, and its
+	// listing shows a sandbox that is neither running nor pausing (being
+	// snapshotted or killed) as paused from that record.
+	snapshotted bool
 }
 
 func (sb *sbx) snapshot() Sandbox {
@@ -64,6 +69,7 @@ func (sb *sbx) snapshot() Sandbox {
 // would; srv.mu is held.
 func (sb *sbx) pause() {
 	sb.state = "paused"
+	sb.snapshotted = true
 	for _, p := range sb.procs {
 		_ = syscall.Kill(-p.pid(), syscall.SIGSTOP)
 		p.tagBlind = true

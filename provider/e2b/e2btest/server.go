@@ -27,8 +27,11 @@
 // API handlers, envd, E2B's SDK) it also keeps: envd answers a host
 // 49983-<id>.<domain> only under its cluster's domain (Options.Domain),
 // which create, connect and GET /sandboxes/{id} name with AnnounceDomain;
-// a sandbox changing state (Transition) makes pause, timeout, network and
-// the envd proxy answer 409 while connect waits; TTLs are capped at the
+// a sandbox changing state (Transition) makes timeout, network and the
+// envd proxy answer 409 while connect and pause wait (pause answers 409
+// to a sandbox being killed or already paused), and the listing and GET
+// /sandboxes/{id} show it as E2B's do (Transition says how); timeout and
+// network answer 404 for a paused sandbox; TTLs are capped at the
 // maximum instance length (Options.MaxInstanceLength), past which
 // /timeout answers 400, and a resume restarts startedAt; an unknown
 // template is a 404 on create; SendSignal signals the process alone; an
@@ -537,19 +540,48 @@ func (s *Server) domainJSON() any {
 // Domain is the cluster's sandbox domain (Options.Domain).
 func (s *Server) Domain() string { return s.opts.Domain }
 
-// detailJSON is GET /sandboxes/{id}: the listing's fields and the domain
-// (a paused sandbox's detail names none).
-func (sb *sbx) detailJSON() map[string]any {
-	m := sb.listedJSON()
+// detailJSON is GET /sandboxes/{id}, as E2B's handler answers it: a live
+// sandbox (in its store: running, pausing, snapshotting) with its
+// cluster's domain, a pausing one shown paused, a snapshotting one running;
+// one being killed is not found; a paused one comes from its snapshot and
+// names no domain. ok is false for "not found".
+func (sb *sbx) detailJSON() (m map[string]any, ok bool) {
+	if sb.transition == "killing" {
+		return nil, false
+	}
+	state := sb.state
+	if sb.transition == "pausing" {
+		state = "paused"
+	}
+	m = sb.listedJSON(state)
 	m["domain"] = nil
 	if sb.state == "running" {
 		m["domain"] = sb.srv.domainJSON()
 	}
-	return m
+	return m, true
 }
 
-// listedJSON is one element of the v2 listing, which has no domain.
-func (sb *sbx) listedJSON() map[string]any {
+// listedState is how the v2 listing shows sb, as E2B's does: it lists the
+// live sandboxes that are running or pausing (a pausing one as paused, "for
+// the user it behaves like a paused sandbox") and the paused ones from their
+// snapshot records. A sandbox being snapshotted or killed is in neither
+// set: it is listed paused from the snapshot an earlier pause left, or not
+// at all (e2b-dev/infra packages/api/internal/handlers/sandboxes_list.go).
+func (sb *sbx) listedState() (string, bool) {
+	switch {
+	case sb.transition == "":
+		return sb.state, true
+	case sb.transition == "pausing":
+		return "paused", true
+	case sb.snapshotted:
+		return "paused", true
+	}
+	return "", false
+}
+
+// listedJSON is one element of the v2 listing, which has no domain, in
+// the given state.
+func (sb *sbx) listedJSON(state string) map[string]any {
 	return map[string]any{
 		"templateID":  sb.template,
 		"sandboxID":   sb.id,
@@ -560,7 +592,7 @@ func (sb *sbx) listedJSON() map[string]any {
 		"memoryMB":    512,
 		"diskSizeMB":  1024,
 		"metadata":    sb.metadata,
-		"state":       sb.state,
+		"state":       state,
 		"envdVersion": sb.envdVersion,
 	}
 }
@@ -677,10 +709,11 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
 	// Newest first, as E2B lists by default.
 	for i := len(all) - 1; i >= 0; i-- {
 		sb := all[i]
-		if !states[sb.state] || !sb.matches(want) {
+		state, listed := sb.listedState()
+		if !listed || !states[state] || !sb.matches(want) {
 			continue
 		}
-		match = append(match, sb.listedJSON())
+		match = append(match, sb.listedJSON(state))
 	}
 	s.mu.Unlock()
 	if offset > len(match) {
@@ -722,10 +755,16 @@ func changingStateMsg(id, state string) string {
 }
 
 // Transition puts a sandbox into a state change (pausing, snapshotting,
-// killing, resuming) for d, after which it is in state to ("paused",
-// "running", or "" for removed). Meanwhile, as E2B does: pause, timeout
-// and network answer 409; connect answers 409 to a sandbox being killed
-// and otherwise waits for the change to end; envd's proxy answers 409.
+// killing) for d, after which it is in state to ("paused", "running", or
+// "" for removed). Meanwhile, as E2B does: timeout and network answer 409;
+// pause answers 409 to a sandbox being killed and otherwise waits for the
+// change to end (joining a pause in progress, pausing after a snapshot);
+// connect answers 409 to a sandbox being killed and otherwise waits;
+// envd's proxy answers 409; the listing shows a pausing sandbox paused,
+// and one being snapshotted or killed paused if it was ever paused (from
+// its snapshot record), else not at all; GET /sandboxes/{id} shows a
+// pausing one paused, a snapshotting one running, and one being killed
+// not found.
 func (s *Server) Transition(id, state, to string, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -764,8 +803,13 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[id]
-	if ok && sb.transition != "" && action == "connect" && sb.transition != "killing" {
-		// Connect waits for the change to end, as E2B's handler does.
+	joined := false // a pause that waited out a pause in progress
+	if ok && sb.transition != "" && sb.transition != "killing" && r.Method == http.MethodPost &&
+		(action == "connect" || action == "pause") {
+		// Connect and pause wait for the change to end, as E2B's handlers
+		// do (a pause joins a pause in progress; one that meets a snapshot
+		// pauses after it).
+		joined = action == "pause" && sb.transition == "pausing"
 		for ok && sb.transition != "" {
 			s.mu.Unlock()
 			select {
@@ -794,12 +838,27 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 			return
 		}
 	}
+	if sb.state == "paused" && (action == "timeout" || action == "network") {
+		// A paused sandbox is no longer in E2B's store of live ones: these
+		// answer as for an unknown sandbox.
+		apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+		return
+	}
+	if joined && action == "pause" && sb.state == "paused" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	var t struct {
 		Timeout *int `json:"timeout"`
 	}
 	switch {
 	case action == "" && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, sb.detailJSON())
+		m, ok := sb.detailJSON()
+		if !ok {
+			apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+			return
+		}
+		writeJSON(w, http.StatusOK, m)
 	case action == "" && r.Method == http.MethodDelete:
 		s.killLocked(id)
 		w.WriteHeader(http.StatusNoContent)
@@ -842,10 +901,6 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		sb.endAt = s.capEnd(sb, now.Add(s.secs(*t.Timeout)))
 		w.WriteHeader(http.StatusNoContent)
 	case action == "network" && r.Method == http.MethodPut:
-		if sb.state != "running" {
-			apiError(w, http.StatusConflict, "sandbox is not running")
-			return
-		}
 		var n Network
 		if json.Unmarshal(body, &n) != nil {
 			apiError(w, http.StatusBadRequest, "bad network config")
