@@ -53,14 +53,15 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceOlderDaemon runs the suite against the shapes of older
-// daemons: exit codes in command records, JSON journals, and a toolbox
-// proxy URL that must be asked for; session commands under bash.
+// daemons: exit codes in command records, JSON journals, a toolbox proxy
+// URL that must be asked for and a /process/execute that splits its
+// command on spaces without a shell; session commands under bash.
 func TestConformanceOlderDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("second full suite run")
 	}
 	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
-		s.RecordExitCodes, s.LegacyLogs, s.ProxyURLInRecord, s.Shell = true, true, false, "bash"
+		s.RecordExitCodes, s.LegacyLogs, s.ProxyURLInRecord, s.Shell, s.SplitExecute = true, true, false, "bash", true
 		hosted(s, c)
 	})
 	fx := fixtures()

@@ -295,8 +295,19 @@ func TestNetworkPolicy(t *testing.T) {
 // awkward are arguments a naive transport would mangle.
 var awkward = []string{"it's", `"double" \back $HOME`, "new\nline\n", "\xff\xfe\x80 not utf-8", "  spaced  ", "", "é€😀"}
 
+// The command line survives both daemons' /process/execute: v0.190.0's,
+// which pipes it into the shell, and older ones', which split it on spaces
+// without a shell.
 func TestCommandLineReachesProcessIntact(t *testing.T) {
-	_, p := fakeProvider(t, nil)
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%v", split), func(t *testing.T) {
+			commandLineReachesProcessIntact(t, split)
+		})
+	}
+}
+
+func commandLineReachesProcessIntact(t *testing.T, split bool) {
+	_, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.SplitExecute = split })
 	h := mustCreate(t, p, "argv")
 	ctx := ctxT(t)
 	cmd := sandbox.Cmd{Name: "printf", Args: append([]string{`[%s]`}, awkward...)}
@@ -455,7 +466,7 @@ func TestLogStreamUnreachableIsAnError(t *testing.T) {
 
 func TestOlderDaemonShapes(t *testing.T) {
 	_, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) {
-		s.LegacyLogs, s.RecordExitCodes, s.ProxyURLInRecord = true, true, false
+		s.LegacyLogs, s.RecordExitCodes, s.ProxyURLInRecord, s.SplitExecute = true, true, false, true
 	})
 	h := mustCreate(t, p, "legacy")
 	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo out; echo err >&2; exit 7"}}, sandbox.SpawnOptions{})

@@ -67,10 +67,13 @@
 //     allow-list is sent as domainAllowList alone (block-all takes
 //     precedence on the runner), its echo checked, and block-all lifted
 //     only afterwards. The public-source runner (v0.190.0) ignores
-//     domainAllowList, so a non-empty list is refused with Invalid unless
-//     the installation is the hosted service — whose private runners are
-//     documented to enforce it — or Config.DomainAllowListEnforced (or
-//     DAYTONA_DOMAIN_ALLOWLIST_ENFORCED=1) is set.
+//     domainAllowList (apps/runner pkg/docker/network.go), so a non-empty
+//     list is refused with Invalid unless the installation is the hosted
+//     service — whose private runners are documented to enforce it
+//     (https://www.daytona.io/docs/network-limits/) — or
+//     Config.DomainAllowListEnforced (or DAYTONA_DOMAIN_ALLOWLIST_ENFORCED=1)
+//     is set. The hosted service refuses sandbox-level lists for
+//     organizations on tiers 1 and 2 with a 400, which is Invalid.
 //   - PublicURL is ErrUnsupported; checkpoints are ErrNotSupported.
 //
 // Errors follow the contract's HTTP table: 404 ErrNotFound, 401/403
@@ -92,8 +95,10 @@
 //   - /process/execute: v0.190.0 runs the command through the sandbox's
 //     shell; older daemons split it on spaces. The envelope survives both.
 //   - Long requests: /process/execute is held for as long as the command
-//     runs (its budget plus 10 s here); whether the hosted toolbox proxy
-//     cuts long requests of its own is not in the public sources.
+//     runs (its budget plus 10 s here). The public toolbox proxy sets no
+//     write timeout (apps/proxy, libs/common-go/pkg/proxy/server_config.go:
+//     idle and read-header timeouts only); whether the hosted front end cuts
+//     long requests of its own is not in the public sources.
 //   - Session command records: v0.190.0 reads the exit code from the
 //     wrapper's file; a hosted daemon was measured without it (v0.204.0).
 //     The shim's own sentinel decides either way.

@@ -4,6 +4,7 @@ package daytona_test
 // (issue 21); each names the public source (release v0.190.0) that decided it.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,8 +102,11 @@ func TestExecLongerThanTheRequestTimeout(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || string(res.Output) != "done\n" {
 		t.Fatalf("Exec = %q %d, %v", res.Output, res.ExitCode, err)
 	}
-	// Without a budget the call is bounded by the caller's context only.
-	res, err = p.Exec(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 1; echo done"}}, sandbox.ExecOptions{})
+	// Without a budget (and a context without a deadline) the call is
+	// bounded by the caller's context only.
+	nodl, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err = p.Exec(nodl, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 1; echo done"}}, sandbox.ExecOptions{})
 	if err != nil || string(res.Output) != "done\n" {
 		t.Fatalf("Exec without a budget = %q %d, %v", res.Output, res.ExitCode, err)
 	}
@@ -142,6 +146,26 @@ func TestDomainAllowListIsEnforcedOrRefused(t *testing.T) {
 	if e := srv.Egress("egress"); e != "blocked" {
 		t.Fatalf("back to deny-all gives egress %q", e)
 	}
+	// The list always travelled alone: never beside networkBlockAll true,
+	// which would win over it on the runner.
+	sb, _ := srv.Lookup("egress")
+	for _, body := range sb.Policies {
+		if l, _ := body["domainAllowList"].(string); l != "" && body["networkBlockAll"] != nil {
+			t.Fatalf("the allow-list was sent with networkBlockAll: %v", body)
+		}
+	}
+	// An answer that does not echo the list (the API kept something else)
+	// is an error, and block-all is not lifted after it.
+	srv.Inject("POST", "/network-settings", 1, daytonatest.Fault{Status: http.StatusOK,
+		Body: `{"id":"x","name":"egress","networkBlockAll":true}`})
+	err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}})
+	var pe *sandbox.ProviderError
+	if !errors.As(err, &pe) || pe.Reason != "policy_not_applied" {
+		t.Fatalf("an answer without the list = %v, want ProviderError policy_not_applied", err)
+	}
+	if e := srv.Egress("egress"); e != "blocked" {
+		t.Fatalf("after an unconfirmed list egress is %q, want blocked", e)
+	}
 
 	// A server whose runners ignore the list: refused, and the sandbox's
 	// egress is left as it was (blocked), never opened.
@@ -150,7 +174,7 @@ func TestDomainAllowListIsEnforcedOrRefused(t *testing.T) {
 	if err := p2.ApplyNetworkPolicy(ctx, h2, sandbox.NetworkPolicy{}); err != nil {
 		t.Fatal(err)
 	}
-	err := p2.ApplyNetworkPolicy(ctx, h2, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}})
+	err = p2.ApplyNetworkPolicy(ctx, h2, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}})
 	if sandbox.Kind(err) != "invalid" && !errors.Is(err, sandbox.ErrNotSupported) {
 		t.Fatalf("allow-list where it is not enforced = %v, want a refusal", err)
 	}
@@ -205,24 +229,32 @@ func TestDestroyRetriesAStateChangeInProgress(t *testing.T) {
 	}
 }
 
-// A deleted sandbox is renamed DESTROYED_<name>_<ms> and stays listed
-// while it is destroying, with desiredState destroyed (sandbox.entity.ts
-// getSoftDeleteUpdate; the search leaves out only state destroyed).
+// A deleted sandbox is renamed DESTROYED_<name>_<ms> with desiredState
+// destroyed at once, keeps its state until the runner begins (only
+// "pending" is set), then is "destroying"; it stays listed throughout
+// (sandbox.entity.ts getSoftDeleteUpdate; the search,
+// sandbox-typeorm-search.adapter.ts, leaves out only state destroyed).
 func TestListAllNamesSkipsSoftDeleted(t *testing.T) {
-	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.DestroyDelay = time.Minute })
+	srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) {
+		s.DestroyPending, s.DestroyDelay = time.Hour, time.Hour
+	})
 	ctx := ctxT(t)
 	mustCreate(t, p, "keep")
 	gone := mustCreate(t, p, "gone")
 	if err := p.Destroy(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	names, err := p.ListAllNames(ctx)
-	if err != nil || len(names) != 1 || names[0] != "keep" {
-		t.Fatalf("ListAllNames = %q, %v; want [keep]", names, err)
+	for _, phase := range []string{"started", "destroying"} {
+		if phase == "destroying" {
+			srv.DestroyPending = 0
+		}
+		names, err := p.ListAllNames(ctx)
+		if err != nil || len(names) != 1 || names[0] != "keep" {
+			t.Fatalf("%s: ListAllNames = %q, %v; want [keep]", phase, names, err)
+		}
 	}
 	// The name is free again at once.
 	mustCreate(t, p, "gone")
-	_ = srv
 }
 
 // The daemon's wrapper labels session output line by line with a shell

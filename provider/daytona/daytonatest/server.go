@@ -4,9 +4,10 @@
 //
 // Every sandbox gets a scratch directory of its own under the server's
 // root: its home (the processes' working directory and HOME) and its tmp
-// (their TMPDIR). Processes are real: /process/execute splits its command
-// the way older daemons do (no shell: spaces split, quotes toggle, no
-// escapes) and runs it directly; a session command runs under /bin/sh, as
+// (their TMPDIR). Processes are real: /process/execute pipes its command
+// into a shell's stdin, as daemon v0.190.0 does (SplitExecute: split it
+// the way older daemons do — no shell, spaces split, quotes toggle, no
+// escapes — and run it directly); a session command runs under /bin/sh, as
 // the daemon's session shell does (Server.Shell changes that), in its own
 // process group, with stdout and stderr multiplexed into a server-side
 // journal with the 3-byte markers 01 01 01 and 02 02 02, served whole on
@@ -37,8 +38,11 @@
 //   - POST /sandbox and POST …/start hold the request while the sandbox
 //     starts (up to Hold, 30 s by default); start, stop and delete answer
 //     409 while a state change is in progress; a delete renames the
-//     sandbox DESTROYED_<name>_<ms> with desiredState destroyed, and it is
-//     listed while "destroying" (DestroyDelay).
+//     sandbox DESTROYED_<name>_<ms> with desiredState destroyed at once
+//     (apps/api sandbox.entity.ts, getSoftDeleteUpdate), and it stays
+//     listed, first in its former state (DestroyPending), then
+//     "destroying" (DestroyDelay); meanwhile another delete or a start is
+//     a 409, and its toolbox is gone (404) at once.
 //   - Network settings follow the API's rules (networkBlockAll clears the
 //     CIDR list, a CIDR list clears networkBlockAll, "" clears a list, at
 //     most 10 domains of the API's shape); Egress reports what the runner
@@ -52,7 +56,7 @@
 // Measured behaviour of a hosted daemon: session command records carry no
 // exit code unless RecordExitCodes is set (v0.204.0); a stopped sandbox
 // loses its sessions but keeps its disk. Older daemons' /process/execute
-// splits its command on spaces without a shell, which the fake keeps.
+// splits its command on spaces without a shell (SplitExecute).
 //
 // Failures are injected with Inject: a status (429 with Retry-After-*
 // headers, 5xx, …), a stall, a truncated body, or a short (prefix) answer.
@@ -111,10 +115,18 @@ type Server struct {
 	// "started", sandbox.controller.ts waitForSandboxStarted, then answers
 	// with the record as it is); zero means 30 s.
 	Hold time.Duration
-	// DestroyDelay keeps a deleted sandbox "destroying" this long: it is
-	// renamed DESTROYED_<name>_<ms> at once (its name is free again, and a
-	// GET by name is 404) but still listed, with desiredState "destroyed".
-	DestroyDelay time.Duration
+	// A deleted sandbox is renamed DESTROYED_<name>_<ms> with desiredState
+	// "destroyed" at once (its name is free again, and a GET by name is
+	// 404) but stays listed: DestroyPending long in the state it had (the
+	// API only marks it pending; the runner has not begun), then
+	// DestroyDelay long "destroying". Both are read when a record is
+	// served.
+	DestroyPending, DestroyDelay time.Duration
+	// SplitExecute makes /process/execute split its command on spaces and
+	// run it without a shell, as older daemons do; by default the command
+	// is piped into the shell's stdin (apps/daemon
+	// pkg/toolbox/process/execute.go at v0.190.0).
+	SplitExecute bool
 	// StartDelay keeps a started sandbox "starting" this long, and
 	// StopDelay a stopped one "stopping" (start then answers 409).
 	StartDelay, StopDelay time.Duration
@@ -147,14 +159,16 @@ type Sandbox struct {
 	ErrorReason     string
 	Snapshot        string
 	Labels          map[string]string
-	Create          map[string]any // the create request body, verbatim
-	Policy          map[string]any // the last network-settings body, verbatim
+	Create          map[string]any   // the create request body, verbatim
+	Policy          map[string]any   // the last network-settings body, verbatim
+	Policies        []map[string]any // every network-settings body, in order
 	// The stored network settings, as the API keeps them.
 	NetworkBlockAll                   bool
 	NetworkAllowList, DomainAllowList string
 	dir                               string
 	startedAt                         time.Time
 	destroyedAt                       time.Time
+	formerState                       string // the state a deleted sandbox had
 	stoppedAt                         time.Time
 	sessions                          map[string]*session
 	sessionOrder                      []string
@@ -264,7 +278,9 @@ func (s *Server) Lookup(name string) (Sandbox, bool) {
 	if !ok {
 		return Sandbox{}, false
 	}
-	return *sb, true
+	c := *sb
+	c.Policies = append([]map[string]any(nil), sb.Policies...)
+	return c, true
 }
 
 // Home is the named sandbox's home directory on the host ("" if unknown).
@@ -498,11 +514,11 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		s.mu.Lock()
 		sb := s.find(parts[0])
 		switch {
-		case sb == nil || sb.State == "destroyed":
+		case sb == nil || s.state(sb) == "destroyed":
 			s.mu.Unlock()
 			apiError(w, http.StatusNotFound, "Sandbox with ID or name "+parts[0]+" not found")
 			return
-		case s.pending(sb):
+		case sb.State == "destroyed" || s.pending(sb):
 			s.mu.Unlock()
 			apiError(w, http.StatusConflict, "Sandbox state change in progress")
 			return
@@ -511,6 +527,7 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		_ = os.RemoveAll(sb.dir)
 		delete(s.sandboxes, sb.Name)
 		sb.Name = fmt.Sprintf("DESTROYED_%s_%d", sb.Name, time.Now().UnixMilli())
+		sb.formerState = s.state(sb)
 		sb.State, sb.destroyedAt = "destroyed", time.Now()
 		sb.sessions, sb.sessionOrder = map[string]*session{}, nil
 		s.sandboxes[sb.Name] = sb
@@ -558,8 +575,13 @@ func (s *Server) state(sb *Sandbox) string {
 	if sb.State == "stopped" && time.Since(sb.stoppedAt) < s.StopDelay {
 		return "stopping"
 	}
-	if sb.State == "destroyed" && time.Since(sb.destroyedAt) < s.DestroyDelay {
-		return "destroying"
+	if sb.State == "destroyed" {
+		switch since := time.Since(sb.destroyedAt); {
+		case since < s.DestroyPending:
+			return sb.formerState
+		case since < s.DestroyPending+s.DestroyDelay:
+			return "destroying"
+		}
 	}
 	return sb.State
 }
@@ -781,7 +803,9 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, key string) {
 		s.mu.Unlock()
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
-	case s.pending(sb):
+	case sb.State == "destroyed" || s.pending(sb):
+		// A deleted sandbox's desiredState is destroyed: start refuses it
+		// as a state change in progress (sandbox.service.ts start).
 		s.mu.Unlock()
 		apiError(w, http.StatusConflict, "Sandbox state change in progress")
 		return
@@ -892,6 +916,7 @@ func (s *Server) network(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	sb.Policy = body
+	sb.Policies = append(sb.Policies, body)
 	if hasDom {
 		sb.DomainAllowList = strings.TrimSpace(dom)
 		if sb.DomainAllowList != "" {
@@ -959,6 +984,9 @@ func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, region, id, sub
 	if sb != nil && sb.Target != region {
 		sb = nil // another region's proxy does not know it
 	}
+	if sb != nil && sb.State == "destroyed" {
+		sb = nil // deleted: its processes and files are gone here at once
+	}
 	if sb == nil {
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
@@ -1000,7 +1028,7 @@ func (sb *Sandbox) environ(extra map[string]string) []string {
 	return env
 }
 
-// parseCommand splits a command the way Daytona's daemon does for
+// parseCommand splits a command the way older Daytona daemons do for
 // /process/execute: spaces separate words, ' or " toggles quoting (the
 // other quote is literal inside), there are no escapes, and it works on
 // runes (invalid UTF-8 has already become U+FFFD in JSON).
@@ -1059,18 +1087,30 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 		Command string            `json:"command"`
 		Timeout *uint32           `json:"timeout"`
 		Cwd     *string           `json:"cwd"`
-		Env     map[string]string `json:"env"`
+		Env     map[string]string `json:"envs"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Command == "" {
-		apiError(w, http.StatusBadRequest, "command is required")
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || strings.TrimSpace(req.Command) == "" {
+		apiError(w, http.StatusBadRequest, "command cannot be empty or whitespace-only")
 		return
 	}
-	argv := parseCommand(req.Command)
-	if len(argv) == 0 {
-		apiError(w, http.StatusBadRequest, "empty command")
-		return
+	var c *exec.Cmd
+	if s.SplitExecute {
+		argv := parseCommand(req.Command)
+		if len(argv) == 0 {
+			apiError(w, http.StatusBadRequest, "empty command")
+			return
+		}
+		c = exec.Command(argv[0], argv[1:]...)
+	} else {
+		// v0.190.0 pipes the command into the shell's stdin (no ARG_MAX
+		// limit), so the command's processes share that stdin.
+		shell := s.Shell
+		if shell == "" {
+			shell = "sh"
+		}
+		c = exec.Command(shell)
+		c.Stdin = strings.NewReader(req.Command)
 	}
-	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = filepath.Join(sb.dir, "home")
 	if req.Cwd != nil {
 		c.Dir = *req.Cwd
