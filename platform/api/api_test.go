@@ -199,6 +199,40 @@ func TestAccountsSeeOnlyTheirOwn(t *testing.T) {
 			t.Errorf("bob %s %s = %d %s, want 404", r.m, r.p, a.status, a.body)
 		}
 	}
+	// Every route on a sandbox, and its stream, answers bob 404 alike.
+	for _, r := range api.Routes {
+		if !strings.Contains(r.Path, "{name}") {
+			continue
+		}
+		path := strings.NewReplacer("{name}", "box", "{session}", "s1", "{checkpoint}", "c1", "{port}", "8080", "{path}", "a/b").Replace(r.Path)
+		body := `{}`
+		switch r.Handler {
+		case "exec":
+			body = `{"cmd": "emit", "args": ["out:x"]}`
+		case "write_file", "read_file":
+			path += "?path=/tmp/x"
+		}
+		req, err := http.NewRequest(r.Method, pl.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+bob)
+		if r.Handler == "stream" {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || !strings.Contains(string(got), `"kind":"not_found"`) {
+			t.Errorf("bob %s %s = %d %s, want 404 not_found", r.Method, path, resp.StatusCode, got)
+		}
+	}
 	a := call(t, "GET", pl.URL+"/v1/sandboxes", bob, nil)
 	if !strings.Contains(string(a.body), `"data":[]`) {
 		t.Errorf("bob lists %s", a.body)
