@@ -151,7 +151,12 @@ func BenchmarkOutputAcrossReplicas(b *testing.B) {
 //	go test -run '^$' -bench OnlineThousandRunners ./provider/runner/natshost/
 func BenchmarkOnlineThousandRunners(b *testing.B) {
 	ns := startNATS(b)
-	reps := []*replica{newReplica(b, ns, "a"), newReplica(b, ns, "b"), newReplica(b, ns, "c")}
+	// The default TTL: entries written once stay listed for the whole
+	// run (the tests' 5 s left some out of a long run: "997 online").
+	var reps []*replica
+	for _, name := range []string{"a", "b", "c"} {
+		reps = append(reps, newReplicaWith(b, ns, natshost.Config{Replica: name, Logger: quiet}))
+	}
 	ctx := context.Background()
 	for i := range 1000 {
 		r := reps[i%3]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,5 +194,137 @@ func TestGapEndsTheStream(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a gap went unnoticed")
+	}
+}
+
+// TestReplicaAndNATSNodeDieMidStream is issue 19's chaos case in full:
+// four sessions stream from a runner whose socket replica a holds to a
+// caller on replica b when replica a crashes and, at the same moment, the
+// NATS node it is connected to dies. Every relayed stream ends (a's
+// frames stop) with runner_disconnected; the runner reconnects through
+// the balancer to replica c, which takes a's claim over; each session,
+// attached again from b, is replayed from byte zero; and every session's
+// bytes arrive exactly once, in order.
+func TestReplicaAndNATSNodeDieMidStream(t *testing.T) {
+	nodes := startCluster(t)
+	a := replicaOn(t, "a", nodes[0], nodes[1], nodes[2])
+	b := replicaOn(t, "b", nodes[1], nodes[2], nodes[0])
+	c := replicaOn(t, "c", nodes[2], nodes[1], nodes[0])
+	lb := newBalancer(t, a)
+	startDaemon(t, lb.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	if a.host.Whereis(id) == nil {
+		t.Fatal("the runner is not on replica a")
+	}
+	p := prov.NewProvider(b.host, prov.ProviderOptions{CallTimeout: 10 * time.Second})
+	ctx := context.Background()
+	h, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sessions, lines = 4, 60
+	type result struct {
+		i, reattached int
+		got, want     string
+		err           error
+	}
+	results := make(chan result, sessions)
+	streaming := make(chan struct{}, sessions)
+	for i := range sessions {
+		var script []string
+		var want strings.Builder
+		for j := range lines {
+			line := fmt.Sprintf("s%d line %02d|", i, j)
+			script = append(script, "out:"+line, "sleep:40ms")
+			want.WriteString(line)
+		}
+		cmd, err := p.Spawn(ctx, h, fakeCmd(append(script, "exit:0")...), sandbox.SpawnOptions{Detachable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			got, n, err := readExactlyOnce(p, h, cmd, streaming)
+			results <- result{i: i, reattached: n, got: got, want: want.String(), err: err}
+		}()
+	}
+	// Mid-stream (each session has output, and runs 2.4 s): replica a
+	// and NATS node n1 die together; new connections go to replica c.
+	for range sessions {
+		select {
+		case <-streaming:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the sessions did not start streaming")
+		}
+	}
+	lb.target.Store(c)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.crash() }()
+	go func() { defer wg.Done(); nodes[0].Shutdown() }()
+	wg.Wait()
+
+	for range sessions {
+		r := <-results
+		switch {
+		case r.err != nil:
+			t.Errorf("session %d: %v", r.i, r.err)
+		case r.got != r.want:
+			t.Errorf("session %d: got %q\nwant %q", r.i, r.got, r.want)
+		case r.reattached == 0:
+			t.Errorf("session %d was not cut by the crash of the replica relaying it", r.i)
+		default:
+			t.Logf("session %d: %d bytes exactly once, after %d reattach(es)", r.i, len(r.got), r.reattached)
+		}
+	}
+	if c.host.Whereis(id) == nil {
+		t.Fatal("the runner is not on replica c after a's crash")
+	}
+}
+
+// readExactlyOnce reads cmd to its exit. A stream that ends with an
+// error is attached again (retried up to 30 s while the runner
+// reconnects) and read from the replay's byte zero: what it returns is
+// the session's output as the last attach delivered it, whole. Its first
+// output is told on streaming.
+func readExactlyOnce(p *prov.Provider, h *sandbox.Handle, cmd *sandbox.Command, streaming chan<- struct{}) (string, int, error) {
+	ctx := context.Background()
+	sid := cmd.SessionID
+	var got strings.Builder
+	reattached := 0
+	for {
+		select {
+		case ev := <-cmd.Events():
+			switch ev.Kind {
+			case sandbox.Stdout:
+				if streaming != nil {
+					streaming <- struct{}{}
+					streaming = nil
+				}
+				got.Write(ev.Data)
+			case sandbox.Exit:
+				return got.String(), reattached, nil
+			case sandbox.Error:
+				var u *sandbox.UnavailableError
+				if !errors.As(ev.Err, &u) {
+					return got.String(), reattached, fmt.Errorf("stream ended with %v, not unavailable", ev.Err)
+				}
+				got.Reset()
+				reattached++
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					var err error
+					cmd, err = p.Attach(ctx, h, sid, sandbox.AttachOptions{})
+					if err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						return "", reattached, fmt.Errorf("attach again: %w", err)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		case <-time.After(30 * time.Second):
+			return got.String(), reattached, fmt.Errorf("the stream hung after %d bytes", got.Len())
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,4 +197,36 @@ func TestMalformedStreamMessage(t *testing.T) {
 	if n := strings.Count(logBuf.String(), "malformed message dropped"); n != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", n, logBuf.String())
 	}
+}
+
+// TestStaleEntryReadConcurrently: calls for a runner whose presence entry
+// is past its TTL (its replica stopped heartbeating) read the bucket
+// again, many at once; none writes into the cached entry another reads
+// (the race detector watches: decoding into a copy of the cached entry
+// reused its Caps array).
+func TestStaleEntryReadConcurrently(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	id := prov.StableID("local", "laptop")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info := prov.Info{ID: id, Account: "local", Name: "laptop", Caps: []string{"network_policy", "terminate_session"}, ConnectedAt: time.Now()}
+	if err := natshost.PutPresenceAt(ctx, a.host, a.host.Replica(), info, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see the entry", 5*time.Second, func() bool { _, ok := b.host.RunnerAccount(ctx, id); return ok })
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &wire.Request{Op: wire.OpGet, Name: "x"}
+			_, err := b.host.Call(ctx, id, req, nil)
+			var u *sandbox.UnavailableError
+			if !errors.As(err, &u) {
+				t.Errorf("a call for a runner its replica does not hold: %v, want unavailable", err)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -11,7 +11,13 @@ import (
 // PutPresence writes the presence of a runner held by replica, as that
 // replica's Register would, for benchmarks of many runners.
 func PutPresence(ctx context.Context, h *Host, replica string, info runner.Info) error {
-	val, _ := json.Marshal(entry{Replica: replica, Info: info, Stamp: time.Now().UTC()})
+	return PutPresenceAt(ctx, h, replica, info, time.Now().UTC())
+}
+
+// PutPresenceAt is PutPresence with the entry stamped at stamp (an old
+// stamp: its replica stopped heartbeating).
+func PutPresenceAt(ctx context.Context, h *Host, replica string, info runner.Info, stamp time.Time) error {
+	val, _ := json.Marshal(entry{Replica: replica, Info: info, Stamp: stamp})
 	_, err := h.kv.Put(ctx, key(info.ID), val)
 	return err
 }

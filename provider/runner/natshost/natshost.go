@@ -519,10 +519,13 @@ func (h *Host) owner(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", sandbox.Unavailable("presence_unavailable", err)
 	}
-	if err := json.Unmarshal(kve.Value(), &e); err != nil {
+	// A fresh entry: decoding into e, a copy of the cached one, would
+	// write into the Caps array it shares with the cache.
+	var fresh entry
+	if err := json.Unmarshal(kve.Value(), &fresh); err != nil {
 		return "", nil
 	}
-	return e.Replica, nil
+	return fresh.Replica, nil
 }
 
 // RunnerAccount implements runner.RunnerAccounter: the account of runner
@@ -541,10 +544,11 @@ func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	if json.Unmarshal(kve.Value(), &e) != nil {
+	var fresh entry
+	if json.Unmarshal(kve.Value(), &fresh) != nil {
 		return "", false
 	}
-	return e.Info.Account, true
+	return fresh.Info.Account, true
 }
 
 // Heartbeat implements runner.Host: the runner's presence is refreshed

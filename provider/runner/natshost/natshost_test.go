@@ -80,13 +80,20 @@ func newReplica(t testing.TB, ns *server.Server, name string) *replica {
 
 func newReplicaLog(t testing.TB, ns *server.Server, name string, log *slog.Logger) *replica {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
+	return newReplicaWith(t, ns, natshost.Config{Replica: name, TTL: 5 * time.Second, KeepAlive: 100 * time.Millisecond, Logger: log})
+}
+
+// newReplicaWith is a replica of cfg (its Conn made here).
+func newReplicaWith(t testing.TB, ns *server.Server, cfg natshost.Config) *replica {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name(cfg.Replica))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, TTL: 5 * time.Second, KeepAlive: 100 * time.Millisecond, Logger: log})
+	cfg.Conn = nc
+	h, err := natshost.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
