@@ -588,3 +588,20 @@ func TestSessionsAndAttachEdges(t *testing.T) {
 		t.Fatalf("PublicURL = %v", err)
 	}
 }
+
+// A command spawned without stdin reads /dev/null: the daemon's wrapper
+// gives an async session command a stdin held open until it ends
+// (apps/daemon pkg/session/execute.go, inputPipeCommand), so a command
+// left on it would wait forever instead of seeing EOF.
+func TestSpawnWithoutStdinSeesEOF(t *testing.T) {
+	_, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "nostdin")
+	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "cat; echo eof"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, term := collect(t, c)
+	if string(out) != "eof\n" || term.Kind != sandbox.Exit || term.Code != 0 {
+		t.Fatalf("stdout %q terminal %v %d", out, term.Kind, term.Code)
+	}
+}

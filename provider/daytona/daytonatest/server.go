@@ -32,6 +32,9 @@
 //     (pkg/session/common.go, IsCombinedOutput, for a client without an SDK
 //     version header); otherwise they are stripped and stdout and stderr
 //     arrive merged.
+//   - An async session command's stdin stays open (never EOF) until the
+//     command ends, as the wrapper's holder loop keeps it
+//     (pkg/session/execute.go); a sync one's is at EOF.
 //   - Deleting a session ends its processes; Sessions counts them.
 //   - Files upload at POST /files/upload (query path, field file); there is
 //     no upload-v2, and an unknown toolbox route is a bare text 404.
@@ -1340,12 +1343,33 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 	c.Stdout, c.Stderr = journalWriter{cmd, 0}, journalWriter{cmd, 1}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = 2 * time.Second
+	// The wrapper's stdin: a sync command sees EOF at once; an async one a
+	// FIFO held open by a loop of sleeps until the command ends
+	// (pkg/session/execute.go, inputPipeCommand), so a command that reads
+	// the session's stdin waits rather than see EOF.
+	var hold *os.File
+	async := req.RunAsync || req.Async
+	if async {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			apiError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		c.Stdin, hold = pr, pw
+		defer pr.Close()
+	}
 	if err := c.Start(); err != nil {
+		if hold != nil {
+			hold.Close()
+		}
 		apiError(w, http.StatusBadRequest, "failed to start command: "+err.Error())
 		return
 	}
 	if !s.track(sb, c) {
 		_ = c.Wait()
+		if hold != nil {
+			hold.Close()
+		}
 		apiError(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
@@ -1355,6 +1379,9 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 	go func() {
 		defer s.untrack(sb, c)
 		_ = c.Wait()
+		if hold != nil {
+			hold.Close() // the wrapper kills its stdin holder
+		}
 		// A command killed by a signal takes the recording shell with it
 		// (the daemon's wrapper shares its process group): no exit code,
 		// and the labellers die with their partial lines.
@@ -1367,7 +1394,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 		}
 		close(cmd.done)
 	}()
-	if req.RunAsync || req.Async {
+	if async {
 		writeJSON(w, http.StatusAccepted, map[string]any{"cmdId": cmd.id})
 		return
 	}
