@@ -306,6 +306,14 @@ func (p *Provider) connect(ctx context.Context, name, id string) error {
 			map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
 		return err
 	})
+	if isMaxInstanceLength(err) {
+		// Running past its plan's maximum instance length, the sandbox is
+		// about to be paused (or killed) and cannot be kept alive; once it
+		// is paused, a connect resumes it as a new instance.
+		return &sandbox.UnavailableError{Reason: ReasonMaxInstanceLength, Err: errors.New(
+			"the sandbox reached its plan's maximum instance length and E2B would not keep it running (" +
+				clip(string(b), 200) + "); retry once it is paused: a resume starts a new instance")}
+	}
 	if err != nil {
 		return p.confirmGone(ctx, name, err, b)
 	}

@@ -61,7 +61,9 @@
 //     without saying so, and once it has passed refuses the heartbeat (400
 //     "Max instance length exceeded"). Each heartbeat reads the sandbox's
 //     endAt; a command whose stream dies at a capped end ends with
-//     Unavailable{max_instance_length}, not closed_before_exit. A resume
+//     Unavailable{max_instance_length}, not closed_before_exit. A connect
+//     of a sandbox still running past it answers the same 400, which an
+//     operation reports as Unavailable{max_instance_length} too. A resume
 //     starts a new instance.
 //   - envd before 0.3.0 ignores Start's stdin field and before 0.5.2 has
 //     no CloseStdin (E2B's SDK, envd/versions.ts). The envdVersion of the

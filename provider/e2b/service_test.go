@@ -398,6 +398,27 @@ func TestMaxInstanceLength(t *testing.T) {
 	}
 }
 
+// A sandbox running past its maximum instance length (E2B has not paused
+// it yet) cannot be kept alive: connect answers 400 "Max instance length
+// exceeded" as /timeout does. An operation that meets it says why, and is
+// transient (once paused, a resume starts a new instance), not Invalid.
+func TestMaxInstanceLengthAtConnect(t *testing.T) {
+	// TTLCheck: the fake never gets round to pausing it.
+	e := newEnv(t, e2btest.Options{Second: 10 * time.Millisecond, TTLCheck: time.Hour, MaxInstanceLength: 20}, nil)
+	h := e.create("maxc-1")
+	start := time.Now()
+	eventually(t, 5*time.Second, "the maximum instance length to pass", func() bool { return time.Since(start) > 400*time.Millisecond })
+	_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 5 * time.Second})
+	var u *sandbox.UnavailableError
+	if !errors.As(err, &u) || u.Reason != e2b.ReasonMaxInstanceLength || !sandbox.Transient(err) {
+		t.Fatalf("Exec on a sandbox past its maximum instance length = %v, want a transient Unavailable{%s}", err, e2b.ReasonMaxInstanceLength)
+	}
+	e.srv.Pause(h.Private.(string))
+	if res, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "echo", Args: []string{"new"}}, sandbox.ExecOptions{Timeout: 5 * time.Second}); err != nil || string(res.Output) != "new\n" {
+		t.Fatalf("Exec once it is paused = %q, %v; want a resumed instance", res.Output, err)
+	}
+}
+
 // Duplicates of a name (a create race) converge on the oldest by the
 // creation stamp the provider writes, not by startedAt, which a resume
 // resets: resuming the older one must not make the newer canonical.

@@ -94,8 +94,10 @@ type Options struct {
 	AnnounceDomain bool
 	// MaxInstanceLength is the plan's maximum instance length in E2B
 	// seconds (0: none). Every TTL is capped at startedAt plus it, and once
-	// it has passed, POST /timeout answers 400 "Max instance length
-	// exceeded"; a resume (connect of a paused sandbox) restarts startedAt.
+	// it has passed, POST /timeout and a connect of the running sandbox
+	// answer 400 "Max instance length exceeded" (KeepAliveFor in e2b-dev/
+	// infra packages/api/internal/orchestrator/keep_alive.go); a resume
+	// (connect of a paused sandbox) restarts startedAt.
 	MaxInstanceLength int
 	// EnvdVersion is the envd version every sandbox reports, default
 	// "0.6.13". Below 0.3.0 envd ignores Start's stdin field (stdin is
@@ -883,6 +885,11 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 			sb.startedAt = now
 			sb.endAt = s.capEnd(sb, now.Add(s.secs(*t.Timeout)))
 			status = http.StatusCreated
+		} else if s.opts.MaxInstanceLength > 0 && now.Sub(sb.startedAt) > s.secs(s.opts.MaxInstanceLength) {
+			// Connect keeps a running sandbox alive as /timeout does, and
+			// refuses past the maximum instance length the same way.
+			apiError(w, http.StatusBadRequest, "Max instance length exceeded")
+			return
 		} else if end := s.capEnd(sb, now.Add(s.secs(*t.Timeout))); end.After(sb.endAt) {
 			sb.endAt = end
 		}
