@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,13 +21,16 @@ import (
 // TestPlatformTwoAccounts is the README's platform section with two
 // accounts: serve admin makes each an account and a key, serve runs, and
 // from "another terminal" each account's CLI (MANAGOAT_URL and
-// MANAGOAT_API_KEY) creates, runs and lists; each sees only its own
-// sandboxes, with their provider, and the other's is not found.
+// MANAGOAT_API_KEY) creates, runs and lists; alice's runner daemon (her
+// key in --token-file) adds a runner sandbox; each sees only its own
+// sandboxes, every provider's, with their provider, and the other's is not
+// found. No secret serve or a client holds reaches another process, a
+// sandbox or a log.
 func TestPlatformTwoAccounts(t *testing.T) {
 	testenv.RequireRoot(t)
 	addr := freeAddr(t)
 	home := t.TempDir()
-	base := []string{"MANAGOAT_HOME=" + home, "SANDBOX_RUNNERS_ENABLED=false"}
+	base := []string{"MANAGOAT_HOME=" + home}
 	keys := map[string]string{}
 	for _, who := range []string{"alice", "bob"} {
 		if out, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", who); code != 0 || !strings.HasPrefix(out, "acct_") {
@@ -75,6 +83,25 @@ func TestPlatformTwoAccounts(t *testing.T) {
 	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "sh", "-c", "echo hello from alice; exit 4"); code != 4 || out != "hello from alice\n" {
 		t.Fatalf("exec: %d %q %s", code, out, e)
 	}
+	// alice's own machine serves her as a runner, with her key: her
+	// runner sandboxes are listed beside her local ones.
+	keyFile := filepath.Join(t.TempDir(), "alice.key")
+	if err := os.WriteFile(keyFile, []byte(keys["alice"]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, base, "runner", "--url", "http://"+addr, "--name", "alice-laptop", "--token-file", keyFile)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) { // the runner is connecting
+		_, e, code := managoatEnv(t, as("alice"), "--provider", "platform:runner", "create", "box-r")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create box-r on alice's runner: %d %s", code, e)
+		}
+	}
+	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-r", "--", "echo", "on my runner"); code != 0 || out != "on my runner\n" {
+		t.Fatalf("exec on the runner: %d %q %s", code, out, e)
+	}
 	secrets = append(secrets, keys["alice"], keys["bob"])
 	if out, e, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "env"); code != 0 {
 		t.Fatalf("exec env: %d %s", code, e)
@@ -87,7 +114,7 @@ func TestPlatformTwoAccounts(t *testing.T) {
 	}
 	noSecretsInProcesses(t, home, addr, secrets)
 	lists := map[string]string{}
-	for who, want := range map[string]string{"alice": "box-a", "bob": "box-b"} {
+	for who, want := range map[string]string{"alice": "box-a,box-r", "bob": "box-b"} {
 		out, e, code := managoatEnv(t, as(who), "ls", "--json")
 		if code != 0 {
 			t.Fatalf("ls %s: %d %s", who, code, e)
@@ -95,14 +122,24 @@ func TestPlatformTwoAccounts(t *testing.T) {
 		var rows []struct {
 			Name string `json:"name"`
 		}
-		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0].Name != want {
-			t.Fatalf("%s's ls = %s (%v), want only %s", who, out, err, want)
+		var names []string
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%s's ls = %s: %v", who, out, err)
+		}
+		for _, r := range rows {
+			names = append(names, r.Name)
+		}
+		if slices.Sort(names); strings.Join(names, ",") != want {
+			t.Fatalf("%s's ls = %s, want only %s", who, out, want)
 		}
 		lists[who] = out
 	}
 	if out, e, code := managoatEnv(t, as("alice"), "ls"); code != 0 || !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+STATE\s+PROVIDER$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^box-a\s+running\s+\S+\s+local$`).MatchString(out) {
-		t.Fatalf("alice's ls = %d %q %s, want a PROVIDER column saying local", code, out, e)
+		!regexp.MustCompile(`(?m)^box-a\s+running\s+\S+\s+local$`).MatchString(out) || !regexp.MustCompile(`(?m)^box-r\s+running\s+\S+\s+runner$`).MatchString(out) {
+		t.Fatalf("alice's ls = %d %q %s, want a PROVIDER column saying local and runner", code, out, e)
+	}
+	if _, e, code := managoatEnv(t, as("bob"), "exec", "box-r", "--", "true"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
+		t.Fatalf("bob's exec in alice's runner box = %d %s, want not_found", code, e)
 	}
 	if _, e, code := managoatEnv(t, as("bob"), "exec", "box-a", "--", "true"); code != exitCouldNotRun || !strings.Contains(e, "not_found") {
 		t.Fatalf("bob's exec in alice's box = %d %s, want not_found", code, e)
@@ -113,9 +150,9 @@ func TestPlatformTwoAccounts(t *testing.T) {
 	if out, _, code := managoatEnv(t, as("alice"), "exec", "box-a", "--", "echo", "still here"); code != 0 || out != "still here\n" {
 		t.Fatalf("alice's box after bob's rm: %d %q", code, out)
 	}
-	for who, box := range map[string]string{"alice": "box-a", "bob": "box-b"} {
-		if _, e, code := managoatEnv(t, as(who), "rm", box); code != 0 {
-			t.Fatalf("rm %s: %d %s", box, code, e)
+	for _, wb := range [][2]string{{"alice", "box-a"}, {"bob", "box-b"}, {"alice", "box-r"}} {
+		if _, e, code := managoatEnv(t, as(wb[0]), "rm", wb[1]); code != 0 {
+			t.Fatalf("rm %s: %d %s", wb[1], code, e)
 		}
 	}
 	// A wrong key is refused, naming neither key.
@@ -174,4 +211,34 @@ func noSecretsInProcesses(t *testing.T, home, addr string, secrets []string) {
 	if seen == 0 {
 		t.Error("no process of the platform but serve was found: the check saw nothing")
 	}
+}
+
+// startDaemon runs the binary with args and env (beside the test's own)
+// until the test ends, logging its stderr.
+func startDaemon(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := exec.CommandContext(ctx, binary, args...)
+	c.Env = append(os.Environ(), env...)
+	c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
+	c.WaitDelay = 10 * time.Second
+	pr, err := c.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for s := bufio.NewScanner(pr); s.Scan(); {
+			t.Log(args[0], ":", s.Text())
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = c.Wait()
+		<-logged
+	})
 }
