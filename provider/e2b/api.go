@@ -355,9 +355,12 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 			MetaCreated: stamp.UTC().Format(time.RFC3339Nano)},
 	}
 	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
-	if isNotFound(err) {
-		// E2B answers an unknown template (or tag) with 404 "template
-		// '<id>' not found": a bad argument, not a missing sandbox.
+	if isNotFound(err) || isBadTemplateRef(err) {
+		// E2B answers an unknown template with 404 "template '<id>' not
+		// found", an unknown tag of one with 404 "tag '<tag>' does not
+		// exist for template '<id>'" and a malformed reference with 400
+		// "Invalid template reference: ...": a bad argument, never a
+		// missing sandbox.
 		msg := "template " + strconv.Quote(p.cfg.Template) + " not found"
 		var e struct {
 			Message string `json:"message"`
@@ -365,8 +368,12 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 		if json.Unmarshal(b, &e) == nil && e.Message != "" {
 			msg = clip(e.Message, 200)
 		}
+		status := http.StatusNotFound
+		if !isNotFound(err) {
+			status = http.StatusBadRequest
+		}
 		return "", &sandbox.InvalidError{Reason: "template", Msg: msg,
-			HTTP: &sandbox.HTTPDetail{Status: http.StatusNotFound, Body: clip(string(b), 200)}}
+			HTTP: &sandbox.HTTPDetail{Status: status, Body: clip(string(b), 200)}}
 	}
 	if err != nil {
 		return "", err
@@ -382,6 +389,15 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 }
 
 func isNotFound(err error) bool { return errors.Is(err, sandbox.ErrNotFound) }
+
+// isBadTemplateRef reports whether err is create's 400 for a malformed
+// template reference (e2b-dev/infra packages/api/internal/handlers/
+// sandbox_create.go).
+func isBadTemplateRef(err error) bool {
+	var inv *sandbox.InvalidError
+	return errors.As(err, &inv) && inv.HTTP != nil && inv.HTTP.Status == http.StatusBadRequest &&
+		strings.Contains(inv.HTTP.Body, "Invalid template reference")
+}
 
 // compareStart orders two startedAt stamps by time (RFC 3339), falling back
 // to the strings when either does not parse.

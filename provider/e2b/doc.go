@@ -51,7 +51,9 @@
 //     an operation whose handle carries the sandbox's id (h.Private, set
 //     by Create and Resume in this process) falls back to the record when
 //     the listing shows no sandbox of the name.
-//   - An unknown template is a 404 on create ("template '<id>' not found"):
+//   - An unknown template is a 404 on create ("template '<id>' not found",
+//     or "tag '<tag>' does not exist for template '<id>'"), a malformed
+//     reference a 400 ("Invalid template reference: ..."): each is
 //     Invalid{template} with E2B's message, never ErrNotFound.
 //   - envd starts a command without a process group of its own and SendSignal
 //     signals the pid alone, so an Exec that outlives its deadline is killed

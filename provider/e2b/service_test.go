@@ -334,18 +334,32 @@ func TestSuspendAsksTheSandboxRecord(t *testing.T) {
 	}
 }
 
-// An unknown template is E2B's 404 on create: a bad argument, never
+// An unknown template is E2B's 404 on create, as is an unknown tag of a
+// known one, and a malformed reference its 400: a bad argument, never
 // ErrNotFound (which a caller reads as "the sandbox is gone").
 func TestUnknownTemplate(t *testing.T) {
-	e := newEnv(t, e2btest.Options{}, func(c *e2b.Config) { c.Template = "no-such-template" })
-	_, err := e.p.Create(ctx(t), "tpl-1", sandbox.CreateOptions{})
-	var inv *sandbox.InvalidError
-	if errors.Is(err, sandbox.ErrNotFound) || !errors.As(err, &inv) || inv.Reason != "template" ||
-		!strings.Contains(inv.Msg, "template 'no-such-template' not found") {
-		t.Fatalf("Create with an unknown template = %v, want Invalid{template} with E2B's message", err)
+	for _, row := range []struct{ template, msg string }{
+		{"no-such-template", "template 'no-such-template' not found"},
+		{"base:v9", "tag 'v9' does not exist for template 'base'"},
+		{"base:no tag", "Invalid template reference"},
+	} {
+		t.Run(row.template, func(t *testing.T) {
+			e := newEnv(t, e2btest.Options{Templates: []string{"base", "base:v1"}}, func(c *e2b.Config) { c.Template = row.template })
+			_, err := e.p.Create(ctx(t), "tpl-1", sandbox.CreateOptions{})
+			var inv *sandbox.InvalidError
+			if errors.Is(err, sandbox.ErrNotFound) || !errors.As(err, &inv) || inv.Reason != "template" || !strings.Contains(inv.Msg, row.msg) {
+				t.Fatalf("Create with template %q = %v, want Invalid{template} with E2B's message %q", row.template, err, row.msg)
+			}
+			if len(e.srv.Sandboxes()) != 0 {
+				t.Fatal("a sandbox was made")
+			}
+		})
 	}
-	if len(e.srv.Sandboxes()) != 0 {
-		t.Fatal("a sandbox was made")
+	for _, ok := range []string{"base:v1", "base:default", "Base"} {
+		e := newEnv(t, e2btest.Options{Templates: []string{"base", "base:v1"}}, func(c *e2b.Config) { c.Template = ok })
+		if _, err := e.p.Create(ctx(t), "tpl-ok", sandbox.CreateOptions{}); err != nil {
+			t.Fatalf("Create with template %q = %v", ok, err)
+		}
 	}
 }
 

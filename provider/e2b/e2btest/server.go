@@ -33,14 +33,15 @@
 // /sandboxes/{id} show it as E2B's do (Transition says how); timeout and
 // network answer 404 for a paused sandbox; TTLs are capped at the
 // maximum instance length (Options.MaxInstanceLength), past which
-// /timeout answers 400, and a resume restarts startedAt; an unknown
-// template is a 404 on create; SendSignal signals the process alone; an
-// old envd (Options.EnvdVersion) ignores Start's stdin field (< 0.3.0)
-// and lacks CloseStdin (< 0.5.2); the metadata filter is decoded as the
-// API decodes it. Faults can be injected: any status with any body and
-// headers (a 429's Retry-After, 5xx), a delay or a stall before the
-// answer, a stream that stalls after its start event, and a stream that
-// ends without its end event.
+// /timeout and connect answer 400, and a resume restarts startedAt; an
+// unknown template or tag is a 404 on create, a malformed reference a
+// 400; SendSignal signals the process alone; an old envd
+// (Options.EnvdVersion) ignores Start's stdin field (< 0.3.0) and lacks
+// CloseStdin (< 0.5.2); the metadata filter is decoded as the API decodes
+// it. Faults can be injected: any status with any body and headers (a
+// 429's Retry-After, 5xx), a delay or a stall before the answer, a stream
+// that stalls after its start event, and a stream that ends without its
+// end event.
 package e2btest
 
 import (
@@ -54,6 +55,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -104,8 +106,11 @@ type Options struct {
 	// always open); below 0.5.2 it has no CloseStdin (Connect
 	// unimplemented, HTTP 404).
 	EnvdVersion string
-	// Templates are the template ids and aliases create accepts; default
-	// "base". Any other is answered 404 "template '<id>' not found".
+	// Templates are the template ids and aliases create accepts, and their
+	// tags as "<id>:<tag>"; default "base". Any other is answered as E2B
+	// does (see checkTemplate): 404 "template '<id>' not found", 404 "tag
+	// '<tag>' does not exist for template '<id>'", or 400 "Invalid template
+	// reference" for a malformed one.
 	Templates []string
 }
 
@@ -651,8 +656,8 @@ func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
 		apiError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
-	if !slices.Contains(s.opts.Templates, req.TemplateID) {
-		apiError(w, http.StatusNotFound, "template '"+req.TemplateID+"' not found")
+	if status, msg := s.checkTemplate(req.TemplateID); status != 0 {
+		apiError(w, status, msg)
 		return
 	}
 	timeout := 15
@@ -666,6 +671,39 @@ func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": sb.envdVersion,
 		"domain": s.domainJSON(),
 	})
+}
+
+var (
+	templateIDRegexp  = regexp.MustCompile(`^[a-z0-9-_]+$`)
+	templateTagRegexp = regexp.MustCompile(`^[a-z0-9-_.]+$`)
+)
+
+// checkTemplate answers a create's template reference (<template>[:<tag>])
+// as E2B does (ParseName in e2b-dev/infra packages/shared/pkg/id and the
+// template cache's errors): a malformed reference is 400 "Invalid template
+// reference", an unknown template 404 "template '<id>' not found", an
+// unknown tag of a known one 404 "tag '<tag>' does not exist for template
+// '<id>'"; the tag "default" (any case) is the template itself. It
+// returns status 0 for a template it knows.
+func (s *Server) checkTemplate(ref string) (int, string) {
+	name, tag, hasTag := strings.Cut(strings.TrimSpace(ref), ":")
+	name = strings.ToLower(strings.TrimSpace(name))
+	if !templateIDRegexp.MatchString(name) {
+		return http.StatusBadRequest, "Invalid template reference: invalid template ID: " + name
+	}
+	if hasTag {
+		tag = strings.ToLower(strings.TrimSpace(tag))
+		if !templateTagRegexp.MatchString(tag) {
+			return http.StatusBadRequest, "Invalid template reference: invalid tag: " + tag
+		}
+	}
+	if !slices.Contains(s.opts.Templates, name) {
+		return http.StatusNotFound, "template '" + name + "' not found"
+	}
+	if hasTag && tag != "default" && !slices.Contains(s.opts.Templates, name+":"+tag) {
+		return http.StatusNotFound, "tag '" + tag + "' does not exist for template '" + name + "'"
+	}
+	return 0, ""
 }
 
 func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
