@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -443,5 +444,25 @@ func TestBadInputNamesTheField(t *testing.T) {
 		if a.status != 400 || a.err == nil || a.err.Field != tc.field || a.err.Reason != tc.reason || !strings.Contains(a.err.Message, strings.TrimPrefix(tc.field, "limits.")) {
 			t.Errorf("%s %s %s = %d %s, want 400 with field %q, reason %q", tc.m, tc.p, tc.body, a.status, a.body, tc.field, tc.reason)
 		}
+	}
+}
+
+// TestFieldErrorAsTheClientSeesIt: a field's refusal, turned back into
+// the contract's error as the Go client does (Error.Err), is Invalid with
+// the contract's reason and a message naming the field once.
+func TestFieldErrorAsTheClientSeesIt(t *testing.T) {
+	pl := withFake(t, apitest.Options{Env: map[string]string{"SANDBOX_PROVIDER": "fake"}})
+	key := pl.Account(t, "alice")
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", key, strings.NewReader(`{"name": "box"}`)); a.status != 201 {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	a := call(t, "POST", pl.URL+"/v1/sandboxes/box/sessions/s1/terminate", key, strings.NewReader(`{"timeout_ms": 3600000}`))
+	if a.err == nil {
+		t.Fatalf("terminate = %d %s", a.status, a.body)
+	}
+	err := a.err.Err()
+	var iv *sandbox.InvalidError
+	if !errors.As(err, &iv) || iv.Reason != "termination_request" || strings.Count(err.Error(), "sandbox: invalid") != 1 || !strings.Contains(err.Error(), "timeout_ms: timeout") {
+		t.Fatalf("a 1 h termination timeout = %v, want Invalid{termination_request} naming timeout_ms once", err)
 	}
 }

@@ -74,7 +74,11 @@ func fieldErr(field string, err error) error {
 	_, e := ErrorOf(err)
 	e.Field = field
 	if !strings.Contains(e.Message, field) {
-		e.Message = field + ": " + e.Message
+		// After the contract's "sandbox: invalid REASON: ", so that the
+		// Go client's error reads as the provider's would.
+		p := "sandbox: invalid " + e.Reason + ": "
+		rest, _ := strings.CutPrefix(e.Message, p)
+		e.Message = p + field + ": " + rest
 	}
 	return &apiError{http.StatusBadRequest, e}
 }
