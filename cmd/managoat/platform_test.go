@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,7 +90,7 @@ func TestPlatformTwoAccounts(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(keys["alice"]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, base, "runner", "--url", "http://"+addr, "--name", "alice-laptop", "--token-file", keyFile)
+	runnerLog := startDaemon(t, base, "runner", "--url", "http://"+addr, "--name", "alice-laptop", "--token-file", keyFile)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) { // the runner is connecting
 		_, e, code := managoatEnv(t, as("alice"), "--provider", "platform:runner", "create", "box-r")
 		if code == 0 {
@@ -113,6 +114,9 @@ func TestPlatformTwoAccounts(t *testing.T) {
 		}
 	}
 	noSecretsInProcesses(t, home, addr, secrets)
+	if l := runnerLog(); !strings.Contains(l, "runner connected") || strings.Contains(l, keys["alice"][21:]) {
+		t.Errorf("the runner's log (want it connected, never showing its key):\n%s", l)
+	}
 	lists := map[string]string{}
 	for who, want := range map[string]string{"alice": "box-a,box-r", "bob": "box-b"} {
 		out, e, code := managoatEnv(t, as(who), "ls", "--json")
@@ -214,8 +218,8 @@ func noSecretsInProcesses(t *testing.T, home, addr string, secrets []string) {
 }
 
 // startDaemon runs the binary with args and env (beside the test's own)
-// until the test ends, logging its stderr.
-func startDaemon(t *testing.T, env []string, args ...string) {
+// until the test ends, logging its stderr; it returns the stderr so far.
+func startDaemon(t *testing.T, env []string, args ...string) func() string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := exec.CommandContext(ctx, binary, args...)
@@ -229,11 +233,16 @@ func startDaemon(t *testing.T, env []string, args ...string) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var logs strings.Builder
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
 		for s := bufio.NewScanner(pr); s.Scan(); {
 			t.Log(args[0], ":", s.Text())
+			mu.Lock()
+			logs.WriteString(s.Text() + "\n")
+			mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() {
@@ -241,4 +250,9 @@ func startDaemon(t *testing.T, env []string, args ...string) {
 		_ = c.Wait()
 		<-logged
 	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
+	}
 }
