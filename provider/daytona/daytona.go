@@ -656,7 +656,7 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 				}
 				return sandbox.ExecResult{}, sandbox.ExecTimeout(budget)
 			}
-			return sandbox.ExecResult{}, err
+			return sandbox.ExecResult{}, p.toolboxGone(ctx, h.Name, err)
 		}
 		out, derr := decodeExecResult(res)
 		if derr != nil && code == -1 {
@@ -710,12 +710,12 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	}
 	_, err = p.c.call(ctx, http.MethodPost, tb+"/process/session", map[string]any{"sessionId": tag})
 	if err != nil && statusOf(err) != http.StatusConflict {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	r, err := p.c.call(ctx, http.MethodPost, tb+"/process/session/"+url.PathEscape(tag)+"/exec",
 		map[string]any{"command": wire, "runAsync": true, "suppressInputEcho": true})
 	if err != nil {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	cid := commandID(r.body)
 	if cid == "" {
@@ -863,7 +863,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	}
 	recs, err := p.sessions(ctx, tb)
 	if err != nil {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	out := []sandbox.Session{}
 	seen := map[string]bool{}
@@ -882,7 +882,7 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	// shim's files.
 	res, code, err := p.execute(ctx, tb, listScript(shimDirExpr(p.cfg.ShimDir)), 30)
 	if err != nil {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	if code != 0 {
 		return nil, &sandbox.ProviderError{Provider: Name, Reason: "session_list_failed", Err: fmt.Errorf("exit %d: %s", code, clip(res, 200))}
@@ -935,7 +935,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	base := shimBase(p.cfg.ShimDir, sessionID)
 	res, code, err := p.execute(ctx, tb, hasFilesScript(base), 30)
 	if err != nil {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	if code == 0 && strings.Contains(res, markOK) {
 		return p.stream(tb, sessionID, "", base, opts.Stdin, true), nil
@@ -943,7 +943,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 	// A session of an older shim: its output is only the daemon's log.
 	recs, err := p.sessions(ctx, tb)
 	if err != nil {
-		return nil, err
+		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	for _, r := range recs {
 		if r.SessionID != sessionID {
@@ -983,7 +983,7 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string
 	}
 	if dir := path.Dir(file); strings.HasPrefix(file, "/") && dir != "/" {
 		if err := p.shell(ctx, tb, "mkdir -p -- "+quote(dir)); err != nil {
-			return err
+			return p.toolboxGone(ctx, h.Name, err)
 		}
 	}
 	var buf bytes.Buffer
@@ -998,10 +998,12 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string
 	if err != nil {
 		return err
 	}
-	if r.status == http.StatusNotFound {
+	switch {
+	case r.status == http.StatusNotFound:
 		return p.routeNotFound(ctx, h.Name, "upload", r)
-	}
-	if r.status < 200 || r.status > 299 {
+	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
+		return p.toolboxGone(ctx, h.Name, httpError(r))
+	case r.status < 200 || r.status > 299:
 		return httpError(r)
 	}
 	if opts.Mode != 0 {
@@ -1021,6 +1023,28 @@ func (p *Provider) routeNotFound(ctx context.Context, name, op string, r *respon
 		Err: fmt.Errorf("toolbox answered 404 to %s: %s", op, bodyText(r.body))}
 }
 
+// toolboxGone re-reads a toolbox refusal of the sandbox itself: the
+// toolbox proxy checks the bearer's access first and answers 401 for a
+// sandbox that does not exist — one deleted since ensureStarted included —
+// (apps/proxy pkg/proxy/auth.go, Authenticate; auth_callback.go,
+// hasSandboxAccess), and 403 or 404 may come from elsewhere on the way. A
+// GET by name that finds the sandbox gone makes it ErrNotFound; otherwise
+// err stands.
+func (p *Provider) toolboxGone(ctx context.Context, name string, err error) error {
+	switch statusOf(err) {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+	default:
+		return err
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	if _, _, gerr := p.getSandbox(ctx, name); errors.Is(gerr, sandbox.ErrNotFound) {
+		return sandbox.ErrNotFound
+	}
+	return err
+}
+
 // ReadFile downloads a file through the toolbox (GET /files/download).
 func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, file string) ([]byte, error) {
 	if err := checkHandle(h); err != nil {
@@ -1037,8 +1061,11 @@ func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, file string)
 	if err != nil {
 		return nil, err
 	}
-	if r.status < 200 || r.status > 299 {
-		return nil, httpError(r)
+	switch {
+	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
+		return nil, p.toolboxGone(ctx, h.Name, httpError(r))
+	case r.status < 200 || r.status > 299:
+		return nil, httpError(r) // 404: the daemon's "file not found"
 	}
 	return r.body, nil
 }

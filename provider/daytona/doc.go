@@ -80,8 +80,17 @@
 // Denied, 429 RateLimited, ≥500 Unavailable, anything else Invalid. A 429's
 // wait is the longest of its Retry-After-<throttler> headers (one per named
 // throttler that refused: authenticated, sandbox-create, sandbox-lifecycle),
-// else Retry-After, else a retryAfter body field. A toolbox 404 during
-// WriteFile is ErrNotFound only when the sandbox is gone.
+// else Retry-After, else a retryAfter body field. The toolbox proxy checks
+// the bearer's access to the sandbox first and answers 401 for one that no
+// longer exists (apps/proxy pkg/proxy/auth.go): a toolbox 401, 403 or 404
+// in Exec, Spawn, ListSessions, Attach, WriteFile or ReadFile is confirmed
+// with a GET by name and is ErrNotFound when the sandbox is gone, the
+// original error otherwise — and WriteFile's 404 of a sandbox that exists
+// is a ProviderError (upload_route_not_found: a daemon without that
+// route), never ErrNotFound. (WriteStdin, CloseStdin and a LogStream know
+// no sandbox name: a sandbox deleted under them shows as their own
+// failure — WriteFailed, or Unavailable{log_stream_unreachable} after
+// the stream's tolerated failures.)
 //
 // # What the public sources do not settle
 //

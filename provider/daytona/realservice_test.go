@@ -92,6 +92,75 @@ func TestWriteFileUsesTheDaemonsUpload(t *testing.T) {
 	}
 }
 
+// deleteWhenSeen deletes the named sandbox straight through the API as
+// soon as a request whose "METHOD path" contains substr has reached the
+// server (a stall injected there holds it meanwhile); the returned
+// function waits for the deletion.
+func deleteWhenSeen(t *testing.T, srv *daytonatest.Server, name, substr string) (wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if strings.Contains(strings.Join(srv.Requests(), "\n"), substr) {
+				break
+			}
+		}
+		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/sandbox/"+name, nil)
+		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+		if r, err := srv.Client().Do(req); err == nil {
+			r.Body.Close()
+		}
+	}()
+	return func() { <-done }
+}
+
+// The toolbox proxy checks the bearer's access to the sandbox before
+// anything else, and answers 401 for one that no longer exists (apps/proxy
+// pkg/proxy/auth.go, Authenticate): a sandbox deleted under an operation is
+// ErrNotFound, confirmed by a GET, not Denied.
+func TestToolboxRefusalOfADeletedSandboxIsNotFound(t *testing.T) {
+	for _, op := range []struct {
+		name, route string
+		run         func(p *daytona.Provider, h *sandbox.Handle) error
+	}{
+		{"exec", "/process/execute", func(p *daytona.Provider, h *sandbox.Handle) error {
+			_, err := p.Exec(ctxT(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{})
+			return err
+		}},
+		{"spawn", "/process/session", func(p *daytona.Provider, h *sandbox.Handle) error {
+			c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "true"}, sandbox.SpawnOptions{})
+			if err == nil {
+				_ = c.Stop()
+			}
+			return err
+		}},
+		{"write", "/files/upload", func(p *daytona.Provider, h *sandbox.Handle) error {
+			return p.WriteFile(ctxT(t), h, "a.txt", []byte("x"), sandbox.WriteFileOptions{})
+		}},
+		{"read", "/files/download", func(p *daytona.Provider, h *sandbox.Handle) error {
+			_, err := p.ReadFile(ctxT(t), h, "a.txt")
+			return err
+		}},
+		{"sessions", "/process/session", func(p *daytona.Provider, h *sandbox.Handle) error {
+			_, err := p.ListSessions(ctxT(t), h)
+			return err
+		}},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			srv, p := fakeProvider(t, nil)
+			h := mustCreate(t, p, "vanishing")
+			srv.Inject("", op.route, 1, daytonatest.Fault{Stall: 500 * time.Millisecond})
+			wait := deleteWhenSeen(t, srv, h.Name, op.route)
+			err := op.run(p, h)
+			wait()
+			if !errors.Is(err, sandbox.ErrNotFound) {
+				t.Fatalf("%s on a sandbox deleted meanwhile = %v, want ErrNotFound", op.name, err)
+			}
+		})
+	}
+}
+
 // /process/execute runs as long as its timeout field says (apps/daemon
 // pkg/toolbox/process/execute.go; 408 on its own timeout): the HTTP request
 // must not be cut by the per-request timeout first.

@@ -52,7 +52,9 @@
 //     applies: block-all wins, and the domain list only with EnforceDomains
 //     (the public-source runner ignores it).
 //   - Each region (Target) has its own toolbox proxy URL; another region's
-//     proxy does not know the sandbox.
+//     proxy does not know the sandbox (404). The proxy answers 401 for a
+//     sandbox that does not exist, or no longer does (apps/proxy
+//     pkg/proxy/auth.go): it checks the bearer's access first.
 //   - Names with "www." are refused; GET /sandbox/paginated and
 //     /sandbox/for-runner are other endpoints.
 //
@@ -979,18 +981,21 @@ func (s *Server) killLocked(sb *Sandbox) {
 func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, region, id, sub string) {
 	s.mu.Lock()
 	sb := s.find(id)
-	st := ""
+	st, deleted, elsewhere := "", false, false
 	if sb != nil {
-		st = s.state(sb)
+		st, deleted, elsewhere = s.state(sb), sb.State == "destroyed", sb.Target != region
 	}
 	s.mu.Unlock()
-	if sb != nil && sb.Target != region {
-		sb = nil // another region's proxy does not know it
-	}
-	if sb != nil && sb.State == "destroyed" {
-		sb = nil // deleted: its processes and files are gone here at once
-	}
-	if sb == nil {
+	switch {
+	case sb == nil || deleted:
+		// The proxy first asks the API whether the bearer may reach the
+		// sandbox (apps/proxy pkg/proxy/auth.go, Authenticate;
+		// auth_callback.go, hasSandboxAccess): for one that does not exist
+		// — a deleted one included — the answer is 401, not 404.
+		apiError(w, http.StatusUnauthorized, "authentication failed: Bearer token is invalid")
+		return
+	case elsewhere:
+		// Another region's proxy does not reach the sandbox's runner.
 		apiError(w, http.StatusNotFound, "sandbox not found")
 		return
 	}
