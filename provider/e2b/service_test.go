@@ -334,6 +334,25 @@ func TestSuspendAsksTheSandboxRecord(t *testing.T) {
 	}
 }
 
+// Destroy of a sandbox the listing leaves out (being snapshotted, never
+// paused) must not report success and leave it running: the handle's id
+// finds it.
+func TestDestroyDuringASnapshot(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	h := e.create("snap-d")
+	id := h.Private.(string)
+	e.srv.Transition(id, "snapshotting", "running", time.Hour)
+	if err := e.p.Destroy(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.srv.Lookup(id); ok {
+		t.Fatal("Destroy returned nil and the sandbox being snapshotted is still there")
+	}
+	if err := e.p.Destroy(ctx(t), h); err != nil {
+		t.Fatalf("Destroy again = %v, want nil", err)
+	}
+}
+
 // An unknown template is E2B's 404 on create, as is an unknown tag of a
 // known one, and a malformed reference its 400: a bad argument, never
 // ErrNotFound (which a caller reads as "the sandbox is gone").
