@@ -159,6 +159,14 @@ func TestPlatformTwoAccounts(t *testing.T) {
 			t.Fatalf("rm %s: %d %s", wb[1], code, e)
 		}
 	}
+	// The admin commands work beside a running serve: bob's key, revoked
+	// from another process, is refused at once.
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "key", "revoke", keys["bob"][4:20]); code != 0 {
+		t.Fatalf("key revoke while serve runs: %d %s", code, e)
+	}
+	if _, e, code := managoatEnv(t, as("bob"), "ls"); code == 0 || !strings.Contains(e, "denied") || strings.Contains(e, keys["bob"][21:]) {
+		t.Fatalf("ls with a revoked key: %d %s", code, e)
+	}
 	// A wrong key is refused, naming neither key.
 	if _, e, code := managoatEnv(t, append(as("alice")[:len(as("alice"))-1], "MANAGOAT_API_KEY=mgk_0000000000000000_wrong"), "ls"); code == 0 || !strings.Contains(e, "denied") {
 		t.Fatalf("ls with a wrong key: %d %s", code, e)
