@@ -264,3 +264,40 @@ func startDaemon(t *testing.T, env []string, args ...string) func() string {
 		return logs.String()
 	}
 }
+
+// TestServeWithNothingEnabled: serve with no provider enabled starts, says
+// so, and a create through it fails naming what to set.
+func TestServeWithNothingEnabled(t *testing.T) {
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir(), "SANDBOX_RUNNERS_ENABLED=false", "SANDBOX_LOCAL_ENABLED=false",
+		"SPRITES_TOKEN=", "E2B_API_KEY=", "DAYTONA_API_KEY=", "SANDBOX_PROVIDER="}
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", "me"); code != 0 {
+		t.Fatalf("account create: %d %s", code, e)
+	}
+	key, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "me")
+	if code != 0 {
+		t.Fatalf("key create: %d %s", code, e)
+	}
+	logs := startServe(t, base, addr)
+	env := append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+strings.TrimSpace(key))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, e, code = managoatEnv(t, env, "create", "box")
+		if !strings.Contains(e, "connection refused") || time.Now().After(deadline) {
+			break // serve is up, or never came up
+		}
+	}
+	if code == 0 {
+		t.Fatal("a create succeeded with no provider enabled")
+	}
+	for _, w := range []string{"no sandbox provider is enabled", "SPRITES_TOKEN", "E2B_API_KEY", "DAYTONA_API_KEY", "SANDBOX_RUNNERS_ENABLED"} {
+		if !strings.Contains(e, w) {
+			t.Errorf("the refused create says %q, without %q", e, w)
+		}
+	}
+	if out, e, code := managoatEnv(t, env, "ls"); code != 0 || strings.Contains(out, "box") {
+		t.Errorf("ls after the refused create: %d %q %s", code, out, e)
+	}
+	if !strings.Contains(logs(), "default: none") {
+		t.Errorf("serve's start does not say nothing is enabled:\n%s", logs())
+	}
+}
