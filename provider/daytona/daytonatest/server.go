@@ -789,7 +789,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		items = append(items, s.record(all[i]))
 	}
 	s.mu.Unlock()
-	resp := map[string]any{"items": items}
+	resp := map[string]any{"items": items, "nextCursor": nil}
 	if start+limit < len(all) {
 		resp["nextCursor"] = strconv.Itoa(start + limit)
 	}
