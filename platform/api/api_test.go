@@ -466,3 +466,22 @@ func TestFieldErrorAsTheClientSeesIt(t *testing.T) {
 		t.Fatalf("a 1 h termination timeout = %v, want Invalid{termination_request} naming timeout_ms once", err)
 	}
 }
+
+// TestFileOverTheLimit: a file write's body over MaxFile is 413, and
+// nothing is written.
+func TestFileOverTheLimit(t *testing.T) {
+	pl := withFake(t, apitest.Options{Env: map[string]string{"SANDBOX_PROVIDER": "fake"}, Configure: func(c *api.Config) { c.MaxFile = 1024 }})
+	key := pl.Account(t, "alice")
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", key, strings.NewReader(`{"name": "box"}`)); a.status != 201 {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	if a := call(t, "PUT", pl.URL+"/v1/sandboxes/box/files?path=/tmp/big", key, strings.NewReader(strings.Repeat("x", 2048))); a.status != 413 || a.err == nil || a.err.Kind != api.KindTooLarge {
+		t.Fatalf("a 2 KiB file over a 1 KiB limit = %d %s, want 413", a.status, a.body)
+	}
+	if a := call(t, "GET", pl.URL+"/v1/sandboxes/box/files?path=/tmp/big", key, nil); a.status != 404 {
+		t.Fatalf("the refused file reads %d %.40s, want 404", a.status, a.body)
+	}
+	if a := call(t, "PUT", pl.URL+"/v1/sandboxes/box/files?path=/tmp/small", key, strings.NewReader(strings.Repeat("x", 1024))); a.status != 204 {
+		t.Fatalf("a file at the limit = %d %s", a.status, a.body)
+	}
+}
