@@ -63,8 +63,9 @@ type Config struct {
 	LongRequestTimeout time.Duration
 	// TransitionBackoff paces the retries of idempotent calls that E2B
 	// answers 409 while the sandbox changes state (connect, timeout,
-	// network, envd's List, ListDir and file reads); its zero fields take
-	// 5 attempts, a 250 ms base and a 2 s ceiling. Only the 409 is retried.
+	// network, envd's List, ListDir, file reads and uploads); its zero
+	// fields take 5 attempts, a 250 ms base and a 2 s ceiling. Only the
+	// 409 is retried.
 	TransitionBackoff sandbox.Backoff
 	// SandboxTimeout is the TTL given at create, connect and on every
 	// heartbeat, sent in whole seconds; default 1800 s.

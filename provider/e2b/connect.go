@@ -258,8 +258,14 @@ func (p *Provider) listProcesses(ctx context.Context, sandboxID string) ([]proce
 }
 
 // writeFile uploads data to path through envd's files API (multipart, one
-// field "file"); envd creates the parent directories.
+// field "file"); envd creates the parent directories. The upload replaces
+// the file whole, so it is sent again while the sandbox is changing state
+// (the proxy's 409 comes before envd sees anything).
 func (p *Provider) writeFile(ctx context.Context, sandboxID, fpath string, data []byte) error {
+	return p.retryTransition(ctx, "write file", func(ctx context.Context) error { return p.writeFileOnce(ctx, sandboxID, fpath, data) })
+}
+
+func (p *Provider) writeFileOnce(ctx context.Context, sandboxID, fpath string, data []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	var buf bytes.Buffer

@@ -35,8 +35,9 @@
 //   - A 409 means the sandbox is changing state (pausing, resuming,
 //     snapshotting, being killed), from the control plane and from the
 //     envd proxy alike: Unavailable{sandbox_transitioning}, transient.
-//     Connect, timeout, network and envd's List, ListDir and file reads are
-//     idempotent and are retried while it lasts (Config.TransitionBackoff).
+//     Connect, timeout, network and envd's List, ListDir, file reads and
+//     file uploads (which replace a file whole) are idempotent and are
+//     retried while it lasts (Config.TransitionBackoff).
 //     Pause waits out a snapshot or a pause in progress and answers 409
 //     when the sandbox is already paused or is being killed, so Suspend is
 //     success only when the sandbox's own record (GET /sandboxes/{id})

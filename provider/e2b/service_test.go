@@ -247,6 +247,10 @@ func TestConflictIsATransition(t *testing.T) {
 	if _, err := e.p.ListSessions(ctx(t), h); err != nil {
 		t.Fatalf("ListSessions across a 50 ms transition = %v", err)
 	}
+	e.srv.Transition(id, "snapshotting", "running", 50*time.Millisecond)
+	if err := e.p.WriteFile(ctx(t), h, "/home/user/f", []byte("whole"), sandbox.WriteFileOptions{}); err != nil {
+		t.Fatalf("WriteFile across a 50 ms transition = %v", err)
+	}
 	// The heartbeat (POST /timeout) retries its 409 too: a command whose
 	// first heartbeat meets a transition still renews the TTL.
 	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/timeout", Status: 409,
