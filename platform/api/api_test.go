@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -483,5 +484,48 @@ func TestFileOverTheLimit(t *testing.T) {
 	}
 	if a := call(t, "PUT", pl.URL+"/v1/sandboxes/box/files?path=/tmp/small", key, strings.NewReader(strings.Repeat("x", 1024))); a.status != 204 {
 		t.Fatalf("a file at the limit = %d %s", a.status, a.body)
+	}
+}
+
+// TestOpenAPISchemasMatchTypes: each schema of the document has exactly
+// the JSON fields of the Go type the server reads or writes for it, so the
+// document cannot drift from the code (disk_bytes was in neither).
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]any{
+		"Limits": api.Limits{}, "Sandbox": api.Sandbox{}, "CreateRequest": api.CreateRequest{}, "ExecRequest": api.ExecRequest{},
+		"ExecResult": api.ExecResult{}, "Session": api.Session{}, "TerminateRequest": api.TerminateRequest{},
+		"NetworkPolicy": api.PolicyRequest{}, "CheckpointRequest": api.CheckpointRequest{}, "Provider": api.ProviderInfo{},
+		"StreamStart": api.StreamStart{}, "StreamMessage": api.StreamMsg{},
+	} {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("the document has no schema %s", name)
+			continue
+		}
+		var documented, fields []string
+		for p := range s.Properties {
+			documented = append(documented, p)
+		}
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			if tag := strings.Split(typ.Field(i).Tag.Get("json"), ",")[0]; tag != "" && tag != "-" {
+				fields = append(fields, tag)
+			}
+		}
+		slices.Sort(documented)
+		slices.Sort(fields)
+		if !slices.Equal(documented, fields) {
+			t.Errorf("schema %s documents %v; %s has %v", name, documented, typ, fields)
+		}
 	}
 }
