@@ -132,3 +132,106 @@ func TestMetadataFilterDecoding(t *testing.T) {
 		t.Fatalf("a pair with two '=' = %d, want 400", code)
 	}
 }
+
+// A sandbox changing state is shown as E2B's listing and detail show it
+// (e2b-dev/infra handlers sandboxes_list.go, sandbox_get.go, sandbox_pause.go,
+// orchestrator keep_alive.go), checked on the wire.
+func TestTransitionsAsE2BShowsThem(t *testing.T) {
+	srv := e2btest.NewServer(e2btest.Options{TTLCheck: 5 * time.Millisecond})
+	defer srv.Close()
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.APIURL()+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", srv.APIKey())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	listed := func(id string) string {
+		t.Helper()
+		_, b := call(http.MethodGet, "/v2/sandboxes", "")
+		var l []struct{ SandboxID, State string }
+		if err := json.Unmarshal([]byte(b), &l); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range l {
+			if x.SandboxID == id {
+				return x.State
+			}
+		}
+		return "absent"
+	}
+	detail := func(id string) string {
+		t.Helper()
+		code, b := call(http.MethodGet, "/sandboxes/"+id, "")
+		if code == http.StatusNotFound {
+			return "404"
+		}
+		var d struct{ State string }
+		_ = json.Unmarshal([]byte(b), &d)
+		return d.State
+	}
+	fresh := srv.CreateSandbox(map[string]string{"k": "fresh"}, 300, true)
+	once := srv.CreateSandbox(map[string]string{"k": "once"}, 300, true)
+	srv.Pause(once)
+	srv.Resume(once) // its snapshot record stays
+
+	rows := []struct {
+		state                string
+		id                   string
+		wantList, wantDetail string
+	}{
+		{"snapshotting", fresh, "absent", "running"},
+		{"snapshotting", once, "paused", "running"},
+		{"pausing", fresh, "paused", "paused"},
+		{"killing", fresh, "absent", "404"},
+		{"killing", once, "paused", "404"},
+	}
+	for _, r := range rows {
+		srv.Transition(r.id, r.state, "running", time.Hour)
+		if got := listed(r.id); got != r.wantList {
+			t.Errorf("%s (ever paused: %v): listed %s, want %s", r.state, r.id == once, got, r.wantList)
+		}
+		if got := detail(r.id); got != r.wantDetail {
+			t.Errorf("%s (ever paused: %v): detail %s, want %s", r.state, r.id == once, got, r.wantDetail)
+		}
+		if code, _ := call(http.MethodPost, "/sandboxes/"+r.id+"/timeout", `{"timeout":30}`); code != http.StatusConflict {
+			t.Errorf("%s: timeout answered %d, want 409", r.state, code)
+		}
+		srv.Transition(r.id, r.state, "running", 0)
+		deadline := time.Now().Add(5 * time.Second)
+		for detail(r.id) != "running" || listed(r.id) != "running" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not end", r.state)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// Pause waits out a snapshot and pauses after it; refuses a sandbox
+	// being killed; answers 409 for one already paused.
+	srv.Transition(fresh, "snapshotting", "running", 100*time.Millisecond)
+	if code, b := call(http.MethodPost, "/sandboxes/"+fresh+"/pause", ""); code != http.StatusNoContent || detail(fresh) != "paused" {
+		t.Fatalf("pause during a snapshot: %d %s, then %s", code, b, detail(fresh))
+	}
+	if code, b := call(http.MethodPost, "/sandboxes/"+fresh+"/pause", ""); code != http.StatusConflict || !strings.Contains(b, "already paused") {
+		t.Fatalf("pause of a paused sandbox: %d %s", code, b)
+	}
+	for _, path := range []string{"/timeout", "/network"} {
+		method := http.MethodPost
+		if path == "/network" {
+			method = http.MethodPut
+		}
+		if code, _ := call(method, "/sandboxes/"+fresh+path, `{"timeout":30}`); code != http.StatusNotFound {
+			t.Fatalf("%s of a paused sandbox: %d, want 404", path, code)
+		}
+	}
+	srv.Transition(once, "killing", "", time.Hour)
+	if code, b := call(http.MethodPost, "/sandboxes/"+once+"/pause", ""); code != http.StatusConflict || !strings.Contains(b, "killing") {
+		t.Fatalf("pause of a sandbox being killed: %d %s", code, b)
+	}
+}
