@@ -159,6 +159,16 @@ func TestToolboxRefusalOfADeletedSandboxIsNotFound(t *testing.T) {
 			}
 		})
 	}
+	// The same refusal of a sandbox that is still there stands.
+	srv, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "still-here")
+	for _, st := range []int{http.StatusUnauthorized, http.StatusForbidden} {
+		srv.Inject("POST", "/process/execute", 1, daytonatest.Fault{Status: st})
+		var de *sandbox.DeniedError
+		if _, err := p.Exec(ctxT(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{}); !errors.As(err, &de) {
+			t.Fatalf("a toolbox %d for a sandbox that exists = %v, want Denied", st, err)
+		}
+	}
 }
 
 // /process/execute runs as long as its timeout field says (apps/daemon
