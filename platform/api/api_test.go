@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +175,11 @@ func TestRateLimit(t *testing.T) {
 	}
 	if last.status != 429 || last.header.Get("Retry-After") == "" || last.err == nil || last.err.Kind != "rate_limited" {
 		t.Fatalf("the 4th call of a 3-burst key = %d %v %s, want 429 with Retry-After", last.status, last.header, last.body)
+	}
+	// At 0.01 requests a second the next token is 100 s away: Retry-After
+	// is that, in whole seconds (RFC 9110), and the body says it in ms.
+	if ra, err := strconv.Atoi(last.header.Get("Retry-After")); err != nil || ra < 99 || ra > 100 || last.err.RetryAfterMS < 99000 || last.err.RetryAfterMS > 100000 {
+		t.Fatalf("Retry-After %q, retry_after_ms %d: want 100 s", last.header.Get("Retry-After"), last.err.RetryAfterMS)
 	}
 	other := pl.Account(t, "bob")
 	if a := call(t, "GET", pl.URL+"/v1/sandboxes", other, nil); a.status != 200 {
