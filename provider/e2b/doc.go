@@ -47,8 +47,9 @@
 //     running or pausing (a pausing one shown paused) and the paused ones
 //     from their snapshot records, which outlive a resume. A sandbox being
 //     snapshotted or killed is in neither: it is listed paused when an
-//     earlier pause left a record, else not at all. So "paused" in the
-//     listing is never taken as the truth (Suspend reads the record), and
+//     earlier pause left a record, else not at all. So Suspend and Get
+//     take the listing's "paused" only once the record agrees (an
+//     operation that needs envd connects, which waits a change out), and
 //     an operation whose handle carries the sandbox's id (h.Private, set
 //     by Create and Resume in this process) falls back to the record when
 //     the listing shows no sandbox of the name.

@@ -127,7 +127,11 @@ func (p *Provider) handle(name, id string) *sandbox.Handle {
 	return h
 }
 
-// Get reports the sandbox's state without resuming it.
+// Get reports the sandbox's state without resuming it. A sandbox the
+// listing shows paused is read again by its own record, which says running
+// for one being snapshotted (the listing shows it paused when an earlier
+// pause left a snapshot record); when the record cannot be read, the
+// listing's word stands.
 func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return sandbox.Info{}, err
@@ -135,6 +139,11 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	l, err := p.lookup(ctx, h)
 	if err != nil {
 		return sandbox.Info{}, err
+	}
+	if l.State == "paused" {
+		if d, err := p.detail(ctx, l.id()); err == nil {
+			l = d
+		}
 	}
 	st := sandbox.StatusUnknown
 	switch l.State {

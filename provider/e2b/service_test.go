@@ -221,7 +221,7 @@ func TestConflictIsATransition(t *testing.T) {
 	// snapshots); the handle's id finds it through its own record.
 	e.srv.Transition(id, "snapshotting", "running", time.Hour)
 	if info, err := e.p.Get(ctx(t), h); err != nil || info.Status != sandbox.StatusRunning {
-		t.Fatalf("Get while snapshotting = %+v, %v; want running", info, err)
+		t.Fatalf("Get while snapshotting = %s, %v; want running", info.Status, err)
 	}
 	// envd behind the proxy: 409, transient, not Invalid.
 	_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{Timeout: 5 * time.Second})
@@ -315,6 +315,9 @@ func TestSuspendAsksTheSandboxRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.srv.Transition(id, "snapshotting", "running", 300*time.Millisecond)
+	if info, err := e.p.Get(ctx(t), h); err != nil || info.Status != sandbox.StatusRunning {
+		t.Fatalf("Get during a snapshot = %s, %v; want running (the listing says paused from the earlier snapshot)", info.Status, err)
+	}
 	if err := e.p.Suspend(ctx(t), h); err != nil {
 		t.Fatalf("Suspend during a snapshot = %v", err)
 	}
