@@ -16,7 +16,11 @@
 // Lease gives work that must run once across replicas (the idle parker,
 // the reaper) to one replica at a time: a session-level advisory lock held
 // on a connection of its own, released when the holder lets go or its
-// connection dies, so another replica takes over at its next try.
+// connection dies, so another replica takes over at its next try. A holder
+// killed closes its connection with it; a holder whose machine died or was
+// cut off is noticed by the server's TCP keepalives, which Open sets to
+// about 25 s on every connection; a holder cut off from the database knows
+// within 5 s (Held pings with that bound) and stops.
 package postgres
 
 import (
@@ -105,6 +109,15 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// keepalives are the server's TCP keepalive settings for every connection
+// of the store (unless the DSN sets them): a replica whose machine died or
+// was cut off without closing its connections is noticed by the server in
+// about 25 s (10 s idle, then 3 probes 5 s apart), and its backend ends,
+// freeing the leases it held; with the kernel's defaults that is two hours
+// and more. (The server ignores them on a Unix socket, where a dead peer's
+// connection is closed by the kernel at once.)
+var keepalives = map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"}
+
 // Open connects to the database at dsn (a URL or libpq keyword string)
 // and applies the migrations it lacks.
 func Open(ctx context.Context, dsn string) (*Store, error) {
@@ -112,6 +125,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		// The DSN may hold a password: never echo it.
 		return nil, errors.New("postgres: the connection string does not parse")
+	}
+	for k, v := range keepalives {
+		if _, set := cfg.ConnConfig.RuntimeParams[k]; !set {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -540,9 +558,16 @@ func (s *Store) TryLease(ctx context.Context, name string) (*Lease, bool, error)
 	return l, true, nil
 }
 
-// Held reports whether the lease is still held (its connection answers);
-// a holder checks it before each pass of its work.
+// leasePing bounds Held's look at its connection: a database out of
+// reach must not hold up the work's loop (a ping to a machine gone silent
+// waits for TCP to give up, minutes).
+const leasePing = 5 * time.Second
+
+// Held reports whether the lease is still held (its connection answers
+// within 5 s); a holder checks it before each pass of its work.
 func (l *Lease) Held(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, leasePing)
+	defer cancel()
 	return l.conn.Ping(ctx) == nil
 }
 
@@ -580,10 +605,14 @@ type Holder struct {
 // Holder returns a holder of the lease on name.
 func (s *Store) Holder(name string) *Holder { return &Holder{s: s, name: name} }
 
-// Held implements lifecycle.Config.Lease.
+// Held implements lifecycle.Config.Lease. It answers within about 5 s
+// (10 s when it lets a lost lease go) whatever the database does: false
+// when the database does not answer in time.
 func (h *Holder) Held(ctx context.Context) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, leasePing)
+	defer cancel()
 	if h.l != nil {
 		if h.l.Held(ctx) {
 			return true

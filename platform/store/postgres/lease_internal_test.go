@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/pgtest"
+)
+
+// TestLeaseConnectionKeepalives: a lease's connection (over TCP) has the
+// server probe its peer after 10 s of silence, 3 probes 5 s apart, so the
+// lease of a replica whose machine died is freed in about 25 s rather than
+// after the kernel's two hours; a DSN's own setting is kept.
+func TestLeaseConnectionKeepalives(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.TCP())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		dsn  string
+		want map[string]string
+	}{
+		{srv.TCPDSN("postgres"), map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"}},
+		{srv.TCPDSN("postgres") + " tcp_keepalives_idle=30", map[string]string{"tcp_keepalives_idle": "30", "tcp_keepalives_interval": "5"}},
+	} {
+		st, err := Open(ctx, c.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, ok, err := st.TryLease(ctx, "lifecycle")
+		if err != nil || !ok {
+			st.Close()
+			t.Fatalf("TryLease: %v %v", ok, err)
+		}
+		for name, want := range c.want {
+			var got string
+			if err := l.conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = $1`, name).Scan(&got); err != nil {
+				t.Error(err)
+			} else if got != want {
+				t.Errorf("%s: the lease's connection has %s = %s, want %s", c.dsn, name, got, want)
+			}
+		}
+		st.Close()
+	}
+}
+
+// silencer forwards TCP connections to a server until silenced: then it
+// holds every connection open and passes nothing either way, as a network
+// that drops a machine's packets would.
+type silencer struct {
+	ln     net.Listener
+	to     string
+	mu     sync.Mutex
+	conns  []net.Conn
+	silent chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newSilencer(t *testing.T, to string) *silencer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &silencer{ln: ln, to: to, silent: make(chan struct{})}
+	s.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c, u)
+			s.mu.Unlock()
+			s.wg.Go(func() { s.pipe(u, c) })
+			s.wg.Go(func() { s.pipe(c, u) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *silencer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		select {
+		case <-s.silent:
+			continue // dropped
+		default:
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// TestLeaseHeldGivesUpOnASilentDatabase: a holder cut off from the
+// database (its packets dropped: no error, no answer) learns within
+// Held's 5 s bound that it cannot count on its lease, instead of waiting
+// for TCP to give up (minutes), so its work's loop goes on and does not
+// work on a lease another replica may hold by now.
+func TestLeaseHeldGivesUpOnASilentDatabase(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.TCP())
+	port := strings.TrimPrefix(strings.Fields(srv.TCPDSN("postgres"))[1], "port=")
+	sil := newSilencer(t, "127.0.0.1:"+port)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := Open(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=postgres sslmode=disable", sil.ln.Addr().(*net.TCPAddr).Port, pgtest.Role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close() // 15 s: pgx's cancel request of the cut-off ping waits that long for the silent server
+	h := st.Holder("lifecycle")
+	defer h.Close()
+	if !h.Held(ctx) {
+		t.Fatal("a free lease was not taken")
+	}
+	close(sil.silent)
+	got := make(chan bool, 1)
+	t0 := time.Now()
+	go func() { got <- h.Held(context.Background()) }()
+	select {
+	case held := <-got:
+		if held {
+			t.Fatal("a holder cut off from its database says it holds the lease")
+		}
+		t.Logf("Held said false after %v", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("Held waited 20 s on a database that does not answer")
+		<-got
+	}
+}
