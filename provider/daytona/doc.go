@@ -7,8 +7,8 @@
 // is small (JSON over net/http).
 //
 // Start with New (a Config) or NewFromEnv (DAYTONA_API_KEY, DAYTONA_API_URL,
-// DAYTONA_SNAPSHOT). daytonatest is a fake of both APIs that runs real
-// processes, for tests.
+// DAYTONA_SNAPSHOT, DAYTONA_DOMAIN_ALLOWLIST_ENFORCED). daytonatest is a
+// fake of both APIs that runs real processes, for tests.
 //
 // # How the contract maps onto Daytona
 //
@@ -24,8 +24,11 @@
 //   - Destroy: a 409 means a state change is in progress and nothing was
 //     deleted (sandbox.service.ts destroy), so it waits and deletes again.
 //     A deleted sandbox is renamed DESTROYED_<name>_<ms> with desiredState
-//     destroyed and stays listed while "destroying": ListAllNames and Get
-//     skip it.
+//     destroyed at once and stays listed, in its former state until the
+//     runner begins, then "destroying" (sandbox.entity.ts,
+//     getSoftDeleteUpdate; the list leaves out only state destroyed):
+//     ListAllNames and Get skip a record with desiredState destroyed or
+//     state destroying or destroyed.
 //   - Suspend is stop and Resume is start: the disk is kept; an archived
 //     sandbox is still startable (slower). A 409 from start (mid-transition)
 //     is Unavailable.
@@ -33,7 +36,11 @@
 //     started (§6.3.3 of the contract spec), waiting out the passing
 //     states resizing, snapshotting, forking and unknown. The toolbox proxy
 //     URL is per region, and cached per region.
-//   - Exec is one /process/execute. Spawn creates a toolbox session
+//   - Exec is one /process/execute, whose timeout field is the budget in
+//     whole seconds (the daemon kills the process group and answers 408,
+//     apps/daemon pkg/toolbox/process/execute.go); the HTTP request gets
+//     that plus 10 s rather than Config.Timeout, and without a budget or a
+//     deadline none but the caller's context. Spawn creates a toolbox session
 //     (managoat-<random hex>) and runs the command in it asynchronously
 //     under a shim that sends the command's stdout and stderr into files of
 //     its own (<ShimDir>/<session>.out and .err) and its status into a
@@ -52,8 +59,8 @@
 //     session ends its process group (daemon pkg/session/delete.go): a
 //     process the command left running in the background ends with it.
 //     A LogStream that sees the end deletes it; so does ListSessions for a
-//     finished command nobody watched to its end. Replay lasts as long as the shim's files do (ShimDir, under
-//     the sandbox's TMPDIR by default).
+//     finished command nobody watched to its end. Replay lasts as long as
+//     the shim's files do (ShimDir, under the sandbox's TMPDIR by default).
 //   - A session left by an older shim, without those files, is attached
 //     through the daemon's log, read with X-Daytona-Split-Output: true —
 //     without it the daemon strips the stdout/stderr markers and stderr
