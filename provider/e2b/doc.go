@@ -57,10 +57,12 @@
 //     or "tag '<tag>' does not exist for template '<id>'"), a malformed
 //     reference a 400 ("Invalid template reference: ..."): each is
 //     Invalid{template} with E2B's message, never ErrNotFound.
-//   - envd starts a command without a process group of its own and SendSignal
-//     signals the pid alone, so an Exec that outlives its deadline is killed
-//     with its whole process tree (KillTreeScript, run through envd), not
-//     just its top process.
+//   - envd starts a command without a process group of its own and
+//     SendSignal signals the pid alone (e2b-dev/infra packages/envd/
+//     internal/services/process/handler), so an Exec that outlives its
+//     deadline, or whose caller cancels it, is killed with its whole
+//     process tree (KillTreeScript, run through envd), not just its top
+//     process.
 //   - E2B caps every TTL at the plan's maximum instance length (Hobby: 1 h)
 //     without saying so, and once it has passed refuses the heartbeat (400
 //     "Max instance length exceeded"). Each heartbeat reads the sandbox's
@@ -142,9 +144,9 @@
 //     replayer drains its journals with tail --pid instead of a grace sleep,
 //     so attach loses no final bytes.
 //   - A 404 from an id-addressed call is ErrNotFound only when the listing
-//     agrees the sandbox is gone; an exec that outlives its deadline is
-//     killed (SIGKILL), not left running; the first heartbeat is sent when
-//     a command starts.
+//     agrees the sandbox is gone; an exec that outlives its deadline or is
+//     cancelled is killed (SIGKILL), not left running; the first heartbeat
+//     is sent when a command starts.
 //
 // The shim and the replayer need bash, mkfifo and GNU tail (for --pid) in
 // the sandbox's template, as E2B's Debian-based templates have.

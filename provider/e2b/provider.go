@@ -339,7 +339,8 @@ type cmdPrivate struct {
 }
 
 // Exec runs c through envd's Start stream and collects it under Exec's
-// single deadline; a command still running at the deadline is killed.
+// single deadline; a command still running at the deadline, or when the
+// caller cancels, is killed with its whole process tree.
 func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return sandbox.ExecResult{}, err
@@ -373,7 +374,9 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 			return sandbox.ExecResult{}, err
 		}
 		res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, normalize)
-		if sandbox.IsExecTimeout(err) {
+		if sandbox.IsExecTimeout(err) || errors.Is(err, context.Canceled) {
+			// Past its deadline, or given up by its caller: the command
+			// and everything it started must not run on.
 			p.killTree(id, srv)
 		}
 		return res, err

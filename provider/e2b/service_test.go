@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -408,6 +409,46 @@ func TestExecDeadlineKillsTheTree(t *testing.T) {
 		st, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil {
 			return true // gone
+		}
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+	})
+}
+
+// An exec its caller gives up (Ctrl-C) is killed with its tree too, not
+// left running in the sandbox.
+func TestExecCancelKillsTheTree(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	h := e.create("tree-2")
+	sb, _ := e.srv.Lookup(h.Private.(string))
+	pidFile := filepath.Join(sb.Dir, "home", "child.pid")
+	cctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.p.Exec(cctx, h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 30 & echo $! > child.pid; sleep 30 & wait"}},
+			sandbox.ExecOptions{Timeout: 20 * time.Second})
+		done <- err
+	}()
+	var pid string
+	eventually(t, 10*time.Second, "the exec to start its child", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+		return err == nil && pid != ""
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Exec = %v, want context.Canceled", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("cancelled Exec did not return")
+	}
+	eventually(t, 5*time.Second, "the cancelled exec's child "+pid+" to die", func() bool {
+		st, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return true
 		}
 		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
 		return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
