@@ -40,20 +40,35 @@ func handleOf(rec store.Sandbox) *sandbox.Handle {
 
 func recKey(accountID, name string) string { return accountID + "\x00" + name }
 
+// recLock is the lock of one record, kept while anyone holds or awaits it.
+type recLock struct {
+	mu   sync.Mutex
+	refs int // holders and waiters, under Server.mu
+}
+
 // lock serialises the state changes of one record in this process (a
 // wake and a park of one sandbox must not interleave); the store's
-// compare-and-set covers other replicas.
+// compare-and-set covers other replicas. The lock goes with its last
+// holder, so a serve keeps none for the sandboxes it no longer touches.
 func (s *Server) lock(accountID, name string) func() {
 	k := recKey(accountID, name)
 	s.mu.Lock()
-	m := s.locks[k]
-	if m == nil {
-		m = &sync.Mutex{}
-		s.locks[k] = m
+	l := s.locks[k]
+	if l == nil {
+		l = &recLock{}
+		s.locks[k] = l
 	}
+	l.refs++
 	s.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, k)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // view is the API's form of a record.
@@ -76,6 +91,10 @@ func (s *Server) record(ctx context.Context, k store.Key, name string) (store.Sa
 	return s.cfg.Store.GetSandbox(ctx, k.AccountID, name)
 }
 
+// minTouchedSweep is the number of activity marks kept before the first
+// sweep of those older than a second.
+const minTouchedSweep = 512
+
 // Activity marks use of a record now; it is written at most once a second
 // per record.
 func (s *Server) activity(rec store.Sandbox) {
@@ -88,6 +107,16 @@ func (s *Server) activity(rec store.Sandbox) {
 		return
 	}
 	s.touched[key] = now
+	if len(s.touched) > s.touchedSweep {
+		// A mark older than a second thins nothing: sweep them, at most
+		// once per doubling of the marks (amortised constant time).
+		for k, t := range s.touched {
+			if now.Sub(t) >= time.Second {
+				delete(s.touched, k)
+			}
+		}
+		s.touchedSweep = max(minTouchedSweep, 2*len(s.touched))
+	}
 	s.mu.Unlock()
 	_ = s.cfg.Store.TouchSandbox(context.WithoutCancel(context.Background()), rec.AccountID, rec.Name, now.UTC())
 }

@@ -109,12 +109,15 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
-	active   map[string]int // open streams per record key
-	touched  map[string]time.Time
-	closing  bool
-	streams  map[*websocket.Conn]struct{}
-	wg       sync.WaitGroup
-	locks    map[string]*sync.Mutex // serialises wake/park of one record in this process
+	active   map[string]int       // open streams per record key
+	touched  map[string]time.Time // a record's last activity written, to write it at most once a second
+	// touchedSweep is the size of touched past which marks older than a
+	// second are swept.
+	touchedSweep int
+	closing      bool
+	streams      map[*websocket.Conn]struct{}
+	wg           sync.WaitGroup
+	locks        map[string]*recLock // serialises wake/park of one record in this process
 
 	proxied   map[string]int // open proxied connections per record key (proxy.go)
 	transport *http.Transport
@@ -158,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ProxyMaxBody = DefaultProxyMaxBody
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
-		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*sync.Mutex{},
+		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*recLock{}, touchedSweep: minTouchedSweep,
 		proxied: map[string]int{}, transport: newProxyTransport(cfg.ProxyIdle)}
 	s.closed, s.close = context.WithCancel(context.Background())
 	for _, r := range Routes {
