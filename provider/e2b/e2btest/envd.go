@@ -40,7 +40,7 @@ type sbx struct {
 
 	envdVersion string
 	// transition, while set, is the state the sandbox is changing through
-	// (pausing, snapshotting, killing, resuming) until transitionEnd; then
+	// (pausing, snapshotting, killing) until transitionEnd; then
 	// it becomes transitionTo ("" means removed).
 	transition    string
 	transitionTo  string
