@@ -32,10 +32,10 @@
 // Several replicas: with Config.Lease (store/postgres's TryLease), a pass
 // runs only on the replica holding the lease, so exactly one replica parks
 // and reaps at a time; when it dies its lease is freed with its database
-// connection and another replica takes over at its next pass, within one
-// Interval. Every replica's Run marks, at each tick, the activity of the
-// calls and streams it serves, so the one that parks does not take a
-// sandbox busy on another replica for idle.
+// connection and another replica, asking every LeaseRetry (15 s), takes
+// over and passes at once. Every replica's Run marks, every Interval, the
+// activity of the calls and streams it serves, so the one that parks does
+// not take a sandbox busy on another replica for idle.
 package lifecycle
 
 import (
@@ -71,9 +71,12 @@ type Config struct {
 	// it reports held. With several replicas on one database it is
 	// store/postgres's lease, so one replica works at a time. Unset, every
 	// pass runs (one replica, the embedded store).
-	Lease  func(ctx context.Context) (held bool)
-	Now    func() time.Time
-	Logger *slog.Logger
+	Lease func(ctx context.Context) (held bool)
+	// LeaseRetry is how often a replica asks for the Lease (default
+	// 15 s, at most Interval): the takeover delay after the holder's death.
+	LeaseRetry time.Duration
+	Now        func() time.Time
+	Logger     *slog.Logger
 }
 
 // Manager runs the passes.
@@ -96,6 +99,9 @@ func New(cfg Config) *Manager {
 	if cfg.Grace <= 0 {
 		cfg.Grace = 10 * time.Minute
 	}
+	if cfg.LeaseRetry <= 0 {
+		cfg.LeaseRetry = 15 * time.Second
+	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 8
 	}
@@ -108,19 +114,41 @@ func New(cfg Config) *Manager {
 	return &Manager{cfg: cfg, log: cfg.Logger, firstSeen: map[string]time.Time{}}
 }
 
-// Run makes a pass every Interval until ctx ends. With a Lease, every
-// tick first marks the activity of the sandboxes this replica has a call
-// or stream open on (the replica holding the lease sees only its own),
-// then passes if this replica holds the lease.
+// Run makes a pass every Interval until ctx ends.
+//
+// With a Lease, Run steps every LeaseRetry (at most Interval): a replica
+// without the lease asks for it at each step and passes at once when it
+// gets it (so one takes over within a step of the holder's death being
+// known to the database), the holder passes every Interval; and every
+// Interval each replica first marks the activity of the sandboxes it has
+// a call or stream open on (the replica holding the lease sees only its
+// own).
 func (m *Manager) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
+	step := m.cfg.Interval
+	if m.cfg.Lease != nil && m.cfg.LeaseRetry < step {
+		step = m.cfg.LeaseRetry
+	}
+	t := time.NewTicker(step)
 	defer t.Stop()
+	var passed, touched time.Time // zero: never
+	due := func(last time.Time) bool { return last.IsZero() || time.Since(last) >= m.cfg.Interval-step/2 }
 	for {
-		if m.cfg.Lease != nil {
-			m.touchActive(ctx)
-		}
-		if m.cfg.Lease == nil || m.cfg.Lease(ctx) {
+		switch {
+		case m.cfg.Lease == nil:
 			m.Pass(ctx)
+		default:
+			if due(touched) {
+				m.touchActive(ctx)
+				touched = time.Now()
+			}
+			if m.cfg.Lease(ctx) {
+				if due(passed) {
+					m.Pass(ctx)
+					passed = time.Now()
+				}
+			} else {
+				passed = time.Time{} // on taking the lease (back), pass at once
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 type replicas struct {
 	env
 	a, b *apitest.Platform
+	pg   *pgtest.Server
 }
 
 func startReplicas(t *testing.T) *replicas {
@@ -39,7 +41,7 @@ func startReplicas(t *testing.T) *replicas {
 	_ = conn.Close(ctx)
 	f := &flaky{Provider: fake.New()}
 	t.Cleanup(func() { _ = f.Provider.Close() })
-	r := &replicas{env: env{t: t, f: f}}
+	r := &replicas{env: env{t: t, f: f}, pg: srv}
 	start := func() *apitest.Platform {
 		st, err := postgres.Open(ctx, srv.DSN("platform"))
 		if err != nil {
@@ -106,5 +108,105 @@ func TestBusyOnAnotherReplicaIsNotIdle(t *testing.T) {
 	}
 	if st := r.rec("long").State; st != store.StateRunning {
 		t.Fatalf("state %s", st)
+	}
+}
+
+// TestLeaseTakeover (issue 19): two replicas' managers, each with its
+// store's lease holder, run side by side: one holds the lease and parks;
+// when it dies (its work stops, its database connection ends), the other
+// takes the lease at its next retry and passes at once, though its
+// Interval is an hour.
+func TestLeaseTakeover(t *testing.T) {
+	r := startReplicas(t)
+	ctx := context.Background()
+	r.create("one")
+	r.later(20 * time.Minute)
+	type replica struct {
+		name   string
+		h      *postgres.Holder
+		held   atomic.Bool
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	var both atomic.Bool
+	var reps [2]*replica
+	for i, pl := range []*apitest.Platform{r.a, r.b} {
+		rep := &replica{name: string(rune('a' + i)), h: pl.Store.(*postgres.Store).Holder("lifecycle"), done: make(chan struct{})}
+		reps[i] = rep
+		t.Cleanup(rep.h.Close)
+	}
+	for i, pl := range []*apitest.Platform{r.a, r.b} {
+		rep, other := reps[i], reps[1-i]
+		m := lifecycle.New(lifecycle.Config{Store: pl.Store, API: pl.API, Idle: 15 * time.Minute, Grace: 10 * time.Minute, Now: r.now,
+			Interval: time.Hour, LeaseRetry: 20 * time.Millisecond,
+			Lease: func(ctx context.Context) bool {
+				held := rep.h.Held(ctx)
+				rep.held.Store(held)
+				if held && other.held.Load() {
+					both.Store(true)
+				}
+				return held
+			}})
+		var mctx context.Context
+		mctx, rep.cancel = context.WithCancel(ctx)
+		go func() { _ = m.Run(mctx); close(rep.done) }()
+		t.Cleanup(func() { rep.cancel(); <-rep.done })
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for r.rec("one").State != store.StateParked {
+		if time.Now().After(deadline) {
+			t.Fatal("no replica parked the idle sandbox")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // ten retries of the other replica
+	if both.Load() {
+		t.Fatal("both replicas held the lease at once")
+	}
+	var dead, live *replica
+	switch {
+	case reps[0].held.Load() && !reps[1].held.Load():
+		dead, live = reps[0], reps[1]
+	case reps[1].held.Load() && !reps[0].held.Load():
+		dead, live = reps[1], reps[0]
+	default:
+		t.Fatalf("holders: a %v, b %v; want exactly one", reps[0].held.Load(), reps[1].held.Load())
+	}
+	// The holder dies: its work stops and the database sees its
+	// connections end, as a killed process's would.
+	dead.cancel()
+	<-dead.done
+	r.create("two")
+	r.later(20 * time.Minute)
+	if live.held.Load() || r.rec("two").State == store.StateParked {
+		t.Fatal("the lease moved before its holder's connection ended")
+	}
+	terminateLeaseHolders(t, r)
+	start := time.Now()
+	deadline = start.Add(20 * time.Second)
+	for r.rec("two").State != store.StateParked {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s never took over from dead replica %s (live held %v; two: %+v)", live.name, dead.name, live.held.Load(), r.rec("two"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !live.held.Load() {
+		t.Fatal("the sandbox was parked by a replica without the lease")
+	}
+	t.Logf("replica %s took over from %s and parked in %v", live.name, dead.name, time.Since(start).Round(time.Millisecond))
+}
+
+// terminateLeaseHolders ends the backends holding advisory locks on the
+// replicas' database.
+func terminateLeaseHolders(t *testing.T, r *replicas) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted`); err != nil {
+		t.Fatal(err)
 	}
 }
