@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats-server/v2/server"
 
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/provider/runner/natshost"
@@ -229,4 +230,41 @@ func TestStaleEntryReadConcurrently(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestAnswerInManyParts: on a NATS server whose max_payload is small, a
+// call's request and answer travel in hundreds of parts; every part of
+// the answer reaches the caller (none dropped for want of room while the
+// caller reassembles), so the call completes instead of waiting for its
+// deadline.
+func TestAnswerInManyParts(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB: ~350 parts of 3 KiB each way
+	for i := range 3 {
+		res, err := p.Exec(ctx, h, fakeCmd("out:"+big), sandbox.ExecOptions{})
+		if err != nil {
+			t.Fatalf("exec %d of 1 MiB across replicas in parts: %v", i, err)
+		}
+		if string(res.Output) != big {
+			t.Fatalf("exec %d: %d bytes back, want %d", i, len(res.Output), len(big))
+		}
+	}
 }

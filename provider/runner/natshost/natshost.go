@@ -116,7 +116,7 @@ type Host struct {
 	closed  bool
 	cache   map[string]entry                 // presence by key
 	calls   assembler                        // parted calls arriving here
-	waiting map[string]chan *nats.Msg        // calls waiting for their answers, by token
+	waiting map[string]*waiter               // calls waiting for their answers, by token
 	badMsgs bool                             // a malformed message was logged
 	local   map[string]*runner.Conn          // runners whose socket this replica holds
 	revs    map[string]uint64                // the revision of each local runner's claim this replica last wrote
@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("natshost: presence bucket %s: %w", cfg.Bucket, err)
 	}
 	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger, synced: make(chan struct{}), cache: map[string]entry{},
-		waiting: map[string]chan *nats.Msg{}, respPrefix: nats.NewInbox() + ".",
+		waiting: map[string]*waiter{}, respPrefix: nats.NewInbox() + ".",
 		local: map[string]*runner.Conn{}, revs: map[string]uint64{}, joining: map[string]bool{}, relays: map[string]*relay{}, remotes: map[*runner.Subscription]*remote{}}
 	wctx, stop := context.WithCancel(context.Background())
 	w, err := kv.WatchAll(wctx)
@@ -742,9 +742,9 @@ var errHolderSilent = errors.New("natshost: the replica holding the runner's soc
 // three unanswered pings (errHolderSilent), not at its deadline.
 func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data []byte) ([]byte, nats.Header, error) {
 	token := nats.NewInbox()[len(nats.InboxPrefix):]
-	ch := make(chan *nats.Msg, 64)
+	w := &waiter{wake: make(chan struct{}, 1)}
 	h.mu.Lock()
-	h.waiting[token] = ch
+	h.waiting[token] = w
 	h.mu.Unlock()
 	probe := time.NewTimer(h.cfg.KeepAlive)
 	pong := make(chan bool, 1)
@@ -766,16 +766,22 @@ func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data 
 	var asm assembler
 	for {
 		select {
-		case m := <-ch:
-			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				return nil, nil, nats.ErrNoResponders
-			}
-			out, whole, err := asm.add(m)
+		case <-w.wake:
+			msgs, err := w.take()
 			if err != nil {
 				return nil, nil, err
 			}
-			if whole {
-				return out, m.Header, nil
+			for _, m := range msgs {
+				if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+					return nil, nil, nats.ErrNoResponders
+				}
+				out, whole, err := asm.add(m)
+				if err != nil {
+					return nil, nil, err
+				}
+				if whole {
+					return out, m.Header, nil
+				}
 			}
 		case <-probe.C:
 			probing = true
@@ -794,18 +800,54 @@ func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data 
 	}
 }
 
+// waiter holds the messages of one call's answer until its caller takes
+// them: an answer in parts can be hundreds of messages arriving faster
+// than the caller reassembles them (a fixed-size channel dropped the
+// excess, and the call waited for its deadline). What it holds is bounded
+// by maxAssembling bytes.
+type waiter struct {
+	mu    sync.Mutex
+	msgs  []*nats.Msg
+	bytes int
+	over  bool          // the bound was passed: the answer is lost
+	wake  chan struct{} // a token when msgs grew
+}
+
+var errAnswerTooLarge = errors.New("natshost: a relayed answer exceeded the reassembly bound")
+
+// take returns the messages held since the last take, or
+// errAnswerTooLarge once the bound was passed.
+func (w *waiter) take() ([]*nats.Msg, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.over {
+		return nil, errAnswerTooLarge
+	}
+	msgs := w.msgs
+	w.msgs, w.bytes = nil, 0
+	return msgs, nil
+}
+
 // onResponse hands an answer (or a part of one) to the call waiting for it.
 func (h *Host) onResponse(m *nats.Msg) {
 	token := m.Subject[len(h.respPrefix):]
 	h.mu.Lock()
-	ch := h.waiting[token]
+	w := h.waiting[token]
 	h.mu.Unlock()
-	if ch == nil {
+	if w == nil {
 		return // the caller gave up
 	}
+	w.mu.Lock()
+	if w.bytes+len(m.Data) > maxAssembling {
+		w.over = true
+	} else {
+		w.msgs = append(w.msgs, m)
+		w.bytes += len(m.Data)
+	}
+	w.mu.Unlock()
 	select {
-	case ch <- m:
-	default: // more parts than any answer has: the caller is gone or confused
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
