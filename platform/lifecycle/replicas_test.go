@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,5 +209,51 @@ func terminateLeaseHolders(t *testing.T, r *replicas) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDatabaseOutage (issue 19, bad input): while the database is down a
+// replica answers 503 (kind unavailable), a pass changes nothing and
+// returns, and the lease is not held; when the database is back, the same
+// replica answers again, takes the lease and parks what is idle, nothing
+// lost.
+func TestDatabaseOutage(t *testing.T) {
+	r := startReplicas(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.create("box")
+	r.later(20 * time.Minute)
+	h := r.a.Store.(*postgres.Store).Holder("lifecycle")
+	defer h.Close()
+	m := lifecycle.New(lifecycle.Config{Store: r.a.Store, API: r.a.API, Idle: 15 * time.Minute, Grace: 10 * time.Minute, Now: r.now})
+	r.pg.Stop()
+	if h.Held(ctx) {
+		t.Fatal("the lease is held with the database down")
+	}
+	if rep := m.Pass(ctx); rep.Parked+rep.Gone+rep.Updated+rep.Orphans+rep.Intents != 0 {
+		t.Fatalf("a pass with the database down did %+v", rep)
+	}
+	for _, path := range []string{"/v1/sandboxes", "/v1/sandboxes/box"} {
+		if code, body := r.call("GET", path, ""); code != 503 || !strings.Contains(body, `"unavailable"`) {
+			t.Fatalf("GET %s with the database down: %d %s, want 503 unavailable", path, code, body)
+		}
+	}
+	r.pg.Restart(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := r.call("GET", "/v1/sandboxes", "")
+		if code == 200 && strings.Contains(body, `"box"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the database came back: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !h.Held(ctx) {
+		t.Fatal("the lease was not taken once the database was back")
+	}
+	if rep := m.Pass(ctx); rep.Parked != 1 {
+		t.Fatalf("the first pass after the outage: %+v, want the idle sandbox parked", rep)
 	}
 }
