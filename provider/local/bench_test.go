@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/provider/local/supervisor"
 	"github.com/managoat/managoat/sandbox"
 )
@@ -35,11 +36,7 @@ func drain(b testing.TB, c *sandbox.Command) int64 {
 }
 
 func benchProviders(b *testing.B) map[string]*Provider {
-	ps := map[string]*Provider{"trusted": newTrusted(b)}
-	if os.Geteuid() == 0 {
-		ps["jail"] = newJail(b)
-	}
-	return ps
+	return trustedAndJail(b)
 }
 
 const throughputBytes = 256 << 20
@@ -255,7 +252,7 @@ func BenchmarkRunTrue(b *testing.B) {
 	unshare := func() time.Duration {
 		start := time.Now()
 		if err := exec.Command("unshare", "--mount", "--pid", "--net", "--fork", "true").Run(); err != nil {
-			b.Skip("unshare:", err)
+			testenv.Require(b, false, "unshare: "+err.Error())
 		}
 		return time.Since(start)
 	}
