@@ -58,3 +58,53 @@ func TestUncertainTerminationSettles(t *testing.T) {
 		t.Fatalf("terminate sent %d times", n)
 	}
 }
+
+// TestCrashedIntentsSettle: intents a crashed process left pending (its
+// call made or not, no outcome written) are left alone for the grace
+// period (the call may be under way), then settled by looking: the
+// create_new that went through is confirmed present and its record
+// running, the destroy_once that went through is confirmed absent and its
+// record dropped; neither write is made again.
+func TestCrashedIntentsSettle(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	now := e.now().UTC()
+	// The create_new went through, then the process died.
+	if err := e.pl.Store.InsertSandbox(ctx, store.Sandbox{AccountID: e.acct.ID, Name: "cn", Provider: "fake", ProviderName: "mgp-00000000000000000001",
+		State: store.StateCreating, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.f.Provider.CreateNew(ctx, "mgp-00000000000000000001", sandbox.CreateNewOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pl.Store.AddIntent(ctx, store.Intent{AccountID: e.acct.ID, Name: "cn", Op: store.OpCreateNew, Provider: "fake", ProviderName: "mgp-00000000000000000001"}); err != nil {
+		t.Fatal(err)
+	}
+	// The destroy_once went through, then the process died.
+	gone := e.create("gone")
+	if _, err := e.pl.Store.AddIntent(ctx, store.Intent{AccountID: e.acct.ID, Name: "gone", Op: store.OpDestroyOnce, Provider: "fake", ProviderName: gone.ProviderName}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.f.Provider.Destroy(ctx, sandbox.BuildHandle("fake", gone.ProviderName)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.m.Pass(ctx); r.Intents != 0 {
+		t.Fatalf("pending intents settled within their grace: %+v", r)
+	}
+	e.later(11 * time.Minute)
+	if r := e.m.Pass(ctx); r.Intents != 2 {
+		t.Fatalf("%+v, want both intents settled", r)
+	}
+	if open, _ := e.pl.Store.OpenIntents(ctx); len(open) != 0 {
+		t.Fatalf("left open: %+v", open)
+	}
+	if rec := e.rec("cn"); rec.State != store.StateRunning {
+		t.Fatalf("the created sandbox's record: %+v", rec)
+	}
+	if _, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "gone"); err == nil {
+		t.Fatal("the destroyed sandbox's record is still there")
+	}
+	if e.f.createNews.Load() != 0 || e.f.destroy.Load() != 0 {
+		t.Fatalf("writes repeated: %d create_new, %d destroy_once", e.f.createNews.Load(), e.f.destroy.Load())
+	}
+}
