@@ -268,3 +268,63 @@ func TestAnswerInManyParts(t *testing.T) {
 		}
 	}
 }
+
+// presenceLog records OnPresence notices as "online ID" / "offline ID".
+type presenceLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *presenceLog) on(info prov.Info, online bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if online {
+		l.events = append(l.events, "online "+info.ID)
+	} else {
+		l.events = append(l.events, "offline "+info.ID)
+	}
+}
+
+func (l *presenceLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.events, ", ")
+}
+
+// TestPresenceClusterWide: every replica hears every runner come and go,
+// wherever its socket is: a runner connecting to replica a is online on
+// a and b, closing its socket is offline on both, and a replica that
+// crashes holding it is offline on the other once its heartbeats are
+// older than the TTL (no removal ever comes from the dead replica).
+func TestPresenceClusterWide(t *testing.T) {
+	ns := startNATS(t)
+	var la, lb presenceLog
+	cfg := func(name string, l *presenceLog) natshost.Config {
+		return natshost.Config{Replica: name, TTL: 2 * time.Second, KeepAlive: 100 * time.Millisecond, Logger: quiet, OnPresence: l.on}
+	}
+	a, b := newReplicaWith(t, ns, cfg("a", &la)), newReplicaWith(t, ns, cfg("b", &lb))
+	id := prov.StableID("local", "laptop")
+	expect := func(l *presenceLog, where, want string) {
+		t.Helper()
+		waitFor(t, "presence on "+where+": "+want, 10*time.Second, func() bool { return l.String() == want })
+	}
+	ws, _, err := dialRunner(t, a, "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(&la, "a", "online "+id)
+	expect(&lb, "b", "online "+id)
+	_ = ws.CloseNow()
+	expect(&la, "a", "online "+id+", offline "+id)
+	expect(&lb, "b", "online "+id+", offline "+id)
+
+	if _, _, err := dialRunner(t, a, "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	expect(&lb, "b", "online "+id+", offline "+id+", online "+id)
+	a.crash()
+	expect(&lb, "b", "online "+id+", offline "+id+", online "+id+", offline "+id)
+	if n := len(b.host.Online()); n != 0 {
+		t.Fatalf("b lists %d runners after a's crash, want none", n)
+	}
+}

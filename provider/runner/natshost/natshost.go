@@ -12,7 +12,9 @@
 //   - Presence is a JetStream key-value bucket: one entry per connected
 //     runner (its Info and the replica holding its socket), created by the
 //     registering replica, refreshed by every heartbeat, and aged out by
-//     the bucket's TTL. Creating the entry is the cluster-wide claim, so a
+//     the bucket's TTL; Online on any replica lists every replica's
+//     runners, and Config.OnPresence on every replica hears each one come
+//     and go. Creating the entry is the cluster-wide claim, so a
 //     second connection for one runner id, on any replica, is refused
 //     (409 before the upgrade). A claim whose replica no longer answers,
 //     or answers that it does not hold the runner (its removal of the
@@ -92,7 +94,16 @@ type Config struct {
 	// (default 2 s); a relayed stream silent for three of them fails
 	// with runner_disconnected.
 	KeepAlive time.Duration
-	// OnPresence, if set, is called on this replica's presence changes.
+	// OnPresence, if set, is called on every replica for the presence
+	// changes of every runner of the platform, wherever it is connected:
+	// online when its entry appears (a registration on any replica, or a
+	// heartbeat after it was counted offline), offline when its entry is
+	// removed (the socket closed, the runner deleted) or its last
+	// heartbeat is older than the TTL (its replica died). It runs on the
+	// goroutine that keeps the presence cache, after the cache has the
+	// change (Online agrees with the notice); it must not block. The
+	// runners present when the Host joins get no notice (Online lists
+	// them).
 	OnPresence func(info runner.Info, online bool)
 	Logger     *slog.Logger
 }
@@ -236,34 +247,91 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	return h, nil
 }
 
-// watch keeps the presence cache until Close.
+// watch keeps the presence cache until Close, and tells OnPresence of
+// its changes. Each TTL/4 it looks for entries whose last heartbeat is
+// older than the TTL (a replica that died leaves its entries behind, and
+// the bucket's expiry may come without a word to watchers).
 func (h *Host) watch(w jetstream.KeyWatcher) {
 	defer h.wg.Done()
 	defer func() { _ = w.Stop() }()
 	synced := false
-	for upd := range w.Updates() {
-		if upd == nil {
+	gone := map[string]bool{} // entries counted offline while still in the bucket
+	sweep := time.NewTicker(h.cfg.TTL / 4)
+	defer sweep.Stop()
+	notify := func(info runner.Info, online bool) {
+		if h.cfg.OnPresence != nil {
+			h.cfg.OnPresence(info, online)
+		}
+	}
+	for {
+		select {
+		case <-sweep.C:
 			if !synced {
-				synced = true
-				close(h.synced)
+				continue
+			}
+			cutoff := time.Now().Add(-h.cfg.TTL)
+			var stale []runner.Info
+			h.mu.Lock()
+			for k, e := range h.cache {
+				if !gone[k] && !e.Stamp.IsZero() && e.Stamp.Before(cutoff) {
+					gone[k] = true
+					stale = append(stale, e.Info)
+				}
+			}
+			h.mu.Unlock()
+			for _, info := range stale {
+				notify(info, false)
 			}
 			continue
-		}
-		var e entry
-		put := upd.Operation() == jetstream.KeyValuePut
-		if put {
-			if err := json.Unmarshal(upd.Value(), &e); err != nil {
-				h.badMessage("presence "+upd.Key(), err)
-				put = false
+		case upd, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if upd == nil {
+				if !synced {
+					synced = true
+					// Entries already stale at the join are offline, without a notice.
+					cutoff := time.Now().Add(-h.cfg.TTL)
+					h.mu.Lock()
+					for k, e := range h.cache {
+						if !e.Stamp.IsZero() && e.Stamp.Before(cutoff) {
+							gone[k] = true
+						}
+					}
+					h.mu.Unlock()
+					close(h.synced)
+				}
+				continue
+			}
+			var e entry
+			put := upd.Operation() == jetstream.KeyValuePut
+			if put {
+				if err := json.Unmarshal(upd.Value(), &e); err != nil {
+					h.badMessage("presence "+upd.Key(), err)
+					put = false
+				}
+			}
+			k := upd.Key()
+			h.mu.Lock()
+			old, had := h.cache[k]
+			if put {
+				h.cache[k] = e
+			} else {
+				delete(h.cache, k)
+			}
+			h.mu.Unlock()
+			wasOnline := had && !gone[k]
+			delete(gone, k)
+			if !synced {
+				continue
+			}
+			switch {
+			case put && !wasOnline:
+				notify(e.Info, true)
+			case !put && wasOnline:
+				notify(old.Info, false)
 			}
 		}
-		h.mu.Lock()
-		if put {
-			h.cache[upd.Key()] = e
-		} else {
-			delete(h.cache, upd.Key())
-		}
-		h.mu.Unlock()
 	}
 }
 
@@ -620,12 +688,10 @@ func (h *Host) lose(id string, c *runner.Conn, other string) {
 	c.Close(wire.CloseDuplicate, "runner connected through another replica")
 }
 
-// Presence implements runner.Host.
-func (h *Host) Presence(info runner.Info, online bool) {
-	if h.cfg.OnPresence != nil {
-		h.cfg.OnPresence(info, online)
-	}
-}
+// Presence implements runner.Host. It does nothing: Config.OnPresence
+// hears this replica's changes from the presence bucket, as every other
+// replica does.
+func (h *Host) Presence(runner.Info, bool) {}
 
 // Runners implements runner.Caller.
 func (h *Host) Runners(ctx context.Context) ([]runner.Info, error) {
