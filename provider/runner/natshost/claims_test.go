@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/managoat/managoat/platform/api"
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/provider/runner/natshost"
 	"github.com/managoat/managoat/provider/runner/wire"
@@ -326,5 +327,39 @@ func TestPresenceClusterWide(t *testing.T) {
 	expect(&lb, "b", "online "+id+", offline "+id+", online "+id+", offline "+id)
 	if n := len(b.host.Online()); n != 0 {
 		t.Fatalf("b lists %d runners after a's crash, want none", n)
+	}
+}
+
+// TestAnotherAccountsRunnerAcrossReplicas: replica b, seen from an
+// account (as the platform's API sees it, api.AccountRunners over the
+// Host), never lists or serves a runner of another account connected to
+// replica a: a call is runner_offline and the runner is never reached;
+// its own account's view reaches it.
+func TestAnotherAccountsRunnerAcrossReplicas(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if acct, online := b.host.RunnerAccount(ctx, id); acct != "local" || !online {
+		t.Fatalf("RunnerAccount on b: %q %v, want local online", acct, online)
+	}
+	other := api.AccountRunners(b.host, "mallory")
+	if rs, err := other.Runners(ctx); err != nil || len(rs) != 0 {
+		t.Fatalf("another account's runners on b: %v %v, want none", rs, err)
+	}
+	p := prov.NewProvider(other, prov.ProviderOptions{})
+	_, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	var u *sandbox.UnavailableError
+	if !errors.As(err, &u) || u.Reason != prov.ReasonOffline {
+		t.Fatalf("another account's create on the runner through b: %v, want runner_offline", err)
+	}
+	if b.host.DeleteRunner(id, "mallory") {
+		t.Fatal("another account deleted the runner through b")
+	}
+	mine := prov.NewProvider(api.AccountRunners(b.host, "local"), prov.ProviderOptions{})
+	if _, err := mine.Create(ctx, namer(t, id)(), sandbox.CreateOptions{}); err != nil {
+		t.Fatalf("the runner's own account through b: %v", err)
 	}
 }
