@@ -39,6 +39,21 @@ type flaky struct {
 	uncertain           atomic.Bool
 	createNews, destroy atomic.Int32
 	terms               atomic.Int32
+	createDelay         atomic.Int64 // a Create or CreateNew takes this long first
+}
+
+func (f *flaky) delay(ctx context.Context) {
+	if d := time.Duration(f.createDelay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (f *flaky) Create(ctx context.Context, name string, o sandbox.CreateOptions) (*sandbox.Handle, error) {
+	f.delay(ctx)
+	return f.Provider.Create(ctx, name, o)
 }
 
 func unavailable() error {
@@ -72,6 +87,7 @@ func (f *flaky) ListAllNames(ctx context.Context) ([]string, error) {
 
 func (f *flaky) CreateNew(ctx context.Context, name string, o sandbox.CreateNewOptions) (*sandbox.Handle, error) {
 	f.createNews.Add(1)
+	f.delay(ctx)
 	h, err := f.Provider.CreateNew(ctx, name, o)
 	if err == nil && f.uncertain.Load() {
 		return nil, sandbox.Unavailable(sandbox.ReasonTimeout, nil)

@@ -2,7 +2,10 @@ package lifecycle_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -255,5 +258,70 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	if rep := m.Pass(ctx); rep.Parked != 1 {
 		t.Fatalf("the first pass after the outage: %+v, want the idle sandbox parked", rep)
+	}
+}
+
+// TestReplicasCreateOneNameOnPostgres (issue 19 item 1): creates of one
+// name sent at once to two replicas on one PostgreSQL database (each its
+// own pool) make one record and one sandbox: the winner answers 201, the
+// others adopt it (200); create_new instead refuses the losers with 409
+// already_exists and is sent to the provider once.
+func TestReplicasCreateOneNameOnPostgres(t *testing.T) {
+	r := startReplicas(t)
+	r.f.createDelay.Store(int64(200 * time.Millisecond)) // the creates overlap
+	for _, c := range []struct {
+		name, body string
+		loser      int
+	}{
+		{"shared", `{"name": "shared"}`, 200},
+		{"uniq", `{"name": "uniq", "create_new": true}`, 409},
+	} {
+		codes := make([]int, 8)
+		var wg sync.WaitGroup
+		for i := range codes {
+			pl := r.a
+			if i%2 == 1 {
+				pl = r.b
+			}
+			wg.Go(func() {
+				req, _ := http.NewRequest("POST", pl.URL+"/v1/sandboxes", strings.NewReader(c.body))
+				req.Header.Set("Authorization", "Bearer "+r.key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				codes[i] = resp.StatusCode
+				if resp.StatusCode == 409 && !strings.Contains(string(b), "already_exists") {
+					t.Errorf("a losing create_new: %s", b)
+				}
+			})
+		}
+		wg.Wait()
+		won := 0
+		for _, code := range codes {
+			switch code {
+			case 201:
+				won++
+			case c.loser:
+			default:
+				t.Errorf("%s: a create answered %d (all: %v)", c.name, code, codes)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%s: %d creates won (%v), want 1", c.name, won, codes)
+		}
+		if rec := r.rec(c.name); rec.State != store.StateRunning {
+			t.Fatalf("%s: record %+v", c.name, rec)
+		}
+	}
+	names, _ := r.f.Provider.ListAllNames(context.Background())
+	if len(names) != 2 {
+		t.Fatalf("the provider holds %v, want two sandboxes", names)
+	}
+	if n := r.f.createNews.Load(); n != 1 {
+		t.Fatalf("create_new sent to the provider %d times, want 1", n)
 	}
 }
