@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/managoat/managoat/platform/api"
 	prov "github.com/managoat/managoat/provider/runner"
@@ -361,5 +362,49 @@ func TestAnotherAccountsRunnerAcrossReplicas(t *testing.T) {
 	mine := prov.NewProvider(api.AccountRunners(b.host, "local"), prov.ProviderOptions{})
 	if _, err := mine.Create(ctx, namer(t, id)(), sandbox.CreateOptions{}); err != nil {
 		t.Fatalf("the runner's own account through b: %v", err)
+	}
+}
+
+// TestHolderSilentAfterReply: the replica holding a runner's socket
+// answers a spawn and then dies before its stream's first message or
+// keep-alive. The caller's stream ends with runner_disconnected after
+// three keep-alive intervals, not after an hour.
+func TestHolderSilentAfterReply(t *testing.T) {
+	ns := startNATS(t)
+	b := newReplica(t, ns, "b")
+	// Replica z is a NATS subscriber standing in for a replica: it
+	// answers a spawn as the runner would, then says nothing more.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("managoat.runners.call.z", func(m *nats.Msg) {
+		_ = nc.Publish(m.Reply, wire.AppendOK(nil, 1, []byte(`{"session_id":"s1"}`)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	id := prov.StableID("local", "laptop")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := natshost.PutPresence(ctx, b.host, "z", prov.Info{ID: id, Account: "local", Name: "laptop", ConnectedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see z's runner", 5*time.Second, func() bool { return len(b.host.Online()) == 1 })
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	cmd, err := p.Spawn(ctx, sandbox.BuildHandle(prov.Name, namer(t, id)()), fakeCmd("out:x"), sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-cmd.Events():
+		var u *sandbox.UnavailableError
+		if ev.Kind != sandbox.Error || !errors.As(ev.Err, &u) || u.Reason != prov.ReasonDisconnected {
+			t.Fatalf("a stream whose holder fell silent after its reply: %+v, want runner_disconnected", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stream whose holder fell silent after its reply still waits after 10 s")
 	}
 }

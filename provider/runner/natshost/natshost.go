@@ -789,8 +789,14 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		}
 		return nil, sandbox.Unavailable(runner.ReasonDisconnected, fmt.Errorf("natshost: bad reply relayed from replica %s", owner))
 	}
-	if rem != nil && !f.Reply.OK {
-		h.dropRemote(rem, false)
+	if rem != nil {
+		if !f.Reply.OK {
+			h.dropRemote(rem, false)
+		} else {
+			// The stream is installed and its holder sends a keep-alive
+			// each interval from now: silence for three ends it.
+			rem.timer.Reset(3 * h.cfg.KeepAlive)
+		}
 	}
 	return f.Reply, nil
 }
@@ -946,8 +952,9 @@ type remote struct {
 func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, error) {
 	r := &remote{id: nats.NewInbox()[len(nats.InboxPrefix):], owner: owner, sub: sub}
 	r.inbox = nats.NewInbox()
-	// Until the first frame or keep-alive, the call's own deadline bounds
-	// the wait; then silence for three keep-alives ends the stream.
+	// Until the call's reply, its own deadline bounds the wait (Call
+	// arms the timer then); from there, silence for three keep-alives
+	// ends the stream.
 	r.timer = time.AfterFunc(time.Hour, func() { h.endRemote(r, runner.ReasonDisconnected) })
 	// One handler at a time, in arrival order: frames stay in order.
 	ns, err := h.nc.Subscribe(r.inbox, func(m *nats.Msg) {
