@@ -301,3 +301,26 @@ func TestServeWithNothingEnabled(t *testing.T) {
 		t.Errorf("serve's start does not say nothing is enabled:\n%s", logs())
 	}
 }
+
+// TestServeKeepsPasswordsOutOfPs: a database or NATS URL with a password
+// is refused as a flag (ps shows flags), naming the variable to use; from
+// the variable it is taken, and an error about it shows no password.
+func TestServeKeepsPasswordsOutOfPs(t *testing.T) {
+	home := "MANAGOAT_HOME=" + t.TempDir()
+	for _, tc := range []struct {
+		flag, url, env string
+	}{
+		{"--db", "postgres://u:pw-e2e-secret@127.0.0.1:1/db", "MANAGOAT_DATABASE_URL"},
+		{"--nats", "nats://u:pw-e2e-secret@127.0.0.1:1", "MANAGOAT_NATS_URL"},
+	} {
+		_, e, code := managoatEnv(t, []string{home}, "serve", "--listen", "127.0.0.1:0", tc.flag, tc.url)
+		if code != exitUsage || !strings.Contains(e, tc.env) || strings.Contains(e, "pw-e2e-secret") {
+			t.Errorf("serve %s URL-with-password = exit %d %q, want a usage error naming %s, without the password", tc.flag, code, e, tc.env)
+		}
+		// From the variable: taken, and the server is not there.
+		_, e, code = managoatEnv(t, []string{home, tc.env + "=" + tc.url}, "serve", "--listen", "127.0.0.1:0")
+		if code == 0 || code == exitUsage || strings.Contains(e, "pw-e2e-secret") {
+			t.Errorf("serve with %s (nothing listening) = exit %d %q, want a failure to connect without the password", tc.env, code, e)
+		}
+	}
+}
