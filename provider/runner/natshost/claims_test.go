@@ -408,3 +408,43 @@ func TestHolderSilentAfterReply(t *testing.T) {
 		t.Fatal("a stream whose holder fell silent after its reply still waits after 10 s")
 	}
 }
+
+// TestCallerReplicaDies: the replica a session's caller is on crashes
+// while the replica holding the runner's socket relays it. Its
+// unsubscribe never comes; the holder finds the caller gone (three
+// unanswered pings) and ends the relay, instead of relaying a session
+// that never ends to nobody. The session itself goes on, attachable.
+func TestCallerReplicaDies(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	ctx := context.Background()
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	h, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := p.Spawn(ctx, h, fakeCmd("out:ready", "stay"), sandbox.SpawnOptions{Stdin: true, Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Stop() }()
+	if ev := <-cmd.Events(); string(ev.Data) != "ready" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if n := natshost.Relays(a.host); n != 1 {
+		t.Fatalf("a relays %d streams, want 1", n)
+	}
+	b.crash()
+	waitFor(t, "a to end the relay of a dead caller", 10*time.Second, func() bool { return natshost.Relays(a.host) == 0 })
+	pa := prov.NewProvider(a.host, prov.ProviderOptions{})
+	again, err := pa.Attach(ctx, h, cmd.SessionID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatalf("the session after its caller's replica died: %v", err)
+	}
+	defer func() { _ = again.Stop() }()
+	if ev := <-again.Events(); string(ev.Data) != "ready" {
+		t.Fatalf("the session attached again on a: %+v", ev)
+	}
+}

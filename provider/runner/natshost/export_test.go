@@ -50,3 +50,10 @@ func Holder(ctx context.Context, h *Host, id string) string {
 	_ = json.Unmarshal(kve.Value(), &e)
 	return e.Replica
 }
+
+// Relays is how many streams h relays for callers elsewhere.
+func Relays(h *Host) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.relays)
+}

@@ -41,7 +41,10 @@
 //     of its pings go unanswered, one per keep-alive interval; at the
 //     latest at the call's deadline; unavailable either way, never a
 //     hang. A stream relayed from it fails with runner_disconnected once
-//     its keep-alives stop (3 intervals). The runners reconnect to another
+//     its keep-alives stop (3 intervals). A replica whose caller of a
+//     relayed stream dies finds it so (three unanswered pings of the
+//     caller, one per interval) and stops relaying it; the session goes
+//     on on the runner, attachable. The runners reconnect to another
 //     replica and their sessions are attached again from there, replayed
 //     from byte zero by the daemon.
 //   - Deleting a runner is a message every replica hears; the one holding
@@ -165,6 +168,7 @@ const (
 	hdrDeadline = "Managoat-Deadline" // Unix nanoseconds
 	hdrInbox    = "Managoat-Inbox"
 	hdrRelay    = "Managoat-Relay"
+	hdrCaller   = "Managoat-Caller" // the calling replica, which the holder of a relayed stream pings
 	hdrCode     = "Managoat-Code"
 	hdrDetail   = "Managoat-Detail"
 )
@@ -761,6 +765,7 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		}
 		hdr.Set(hdrInbox, rem.inbox)
 		hdr.Set(hdrRelay, rem.id)
+		hdr.Set(hdrCaller, h.cfg.Replica)
 	}
 	data, ahdr, err := h.request(ctx, owner, hdr, body)
 	if err != nil {
@@ -1035,12 +1040,13 @@ func (h *Host) dropRemote(r *remote, tell bool) {
 // sends keep-alives. Merging made output across replicas about 2× faster
 // than a message per 32 KiB frame.
 type relay struct {
-	id    string
-	conn  *runner.Conn
-	sub   *runner.Subscription
-	inbox string
-	once  sync.Once
-	done  chan struct{} // closed at an unsubscribe, an overflow or Close
+	id     string
+	caller string // the calling replica ("" from a replica that does not say)
+	conn   *runner.Conn
+	sub    *runner.Subscription
+	inbox  string
+	once   sync.Once
+	done   chan struct{} // closed at an unsubscribe, an overflow or Close
 
 	mu     sync.Mutex
 	queue  []queued
@@ -1156,7 +1162,7 @@ func (h *Host) onCall(m *nats.Msg) {
 		}
 		var rl *relay
 		if inbox := m.Header.Get(hdrInbox); inbox != "" {
-			rl = &relay{id: m.Header.Get(hdrRelay), conn: c, inbox: inbox, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+			rl = &relay{id: m.Header.Get(hdrRelay), caller: m.Header.Get(hdrCaller), conn: c, inbox: inbox, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 			rl.sub = runner.NewFrameSubscription(func(f *wire.Stream) { h.relayFrame(rl, f) })
 			h.mu.Lock()
 			h.relays[rl.id] = rl
@@ -1221,18 +1227,44 @@ func (h *Host) endRelay(rl *relay) {
 // forward publishes a relayed stream's queued frames to its caller's
 // inbox, in order and numbered (hdrSeq), with keep-alives, until its end,
 // an unsubscribe, an overflow or Close; then it ends the relay. An
-// overflow ends the caller's stream the way a gap does.
+// overflow ends the caller's stream the way a gap does. Each keep-alive
+// interval it pings the calling replica: one that died (its unsubscribe
+// never comes) stops answering, and after three unanswered pings the
+// relay ends, its subscription removed from the runner's connection,
+// instead of relaying a session that never ends to nobody.
 func (h *Host) forward(rl *relay) {
 	defer h.wg.Done()
 	defer h.endRelay(rl)
 	tick := time.NewTicker(h.cfg.KeepAlive)
 	defer tick.Stop()
+	pong := make(chan bool, 1)
+	pctx, stopProbe := context.WithCancel(context.Background())
+	probing, misses := false, 0
+	defer func() {
+		stopProbe()
+		if probing {
+			<-pong
+		}
+	}()
 	for {
 		select {
 		case <-rl.done:
 			return
 		case <-tick.C:
 			_ = h.nc.Publish(rl.inbox, keepAliveMsg)
+			if rl.caller != "" && !probing {
+				probing = true
+				go func() { pong <- h.alive(pctx, rl.caller) }()
+			}
+			continue
+		case ok := <-pong:
+			probing = false
+			if ok {
+				misses = 0
+			} else if misses++; misses >= 3 {
+				h.log.Info("natshost: the caller of a relayed stream stopped answering; the relay ends", "relay", rl.id, "caller", rl.caller)
+				return
+			}
 			continue
 		case <-rl.wake:
 		}
