@@ -92,6 +92,9 @@ var migrations = []string{
 		updated_at INTEGER NOT NULL
 	);
 	CREATE INDEX intents_open ON intents(state) WHERE state IN ('pending', 'uncertain');`,
+	// 2: a sandbox's disk limit (sandbox.Limits.DiskBytes), which a wake
+	// from a park by destroy creates the sandbox with again.
+	`ALTER TABLE sandboxes ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Store is a store.Store on one SQLite file.
@@ -388,13 +391,13 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 }
 
 const sbCols = `account_id, name, provider, provider_name, instance_id, state, url, mem_bytes, pids, cpu_millis, wall_clock_ns,
-	created_at, last_activity, parked_at, parked_by, version`
+	created_at, last_activity, parked_at, parked_by, version, disk_bytes`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 	var b store.Sandbox
 	var c, la, pa, wc int64
 	err := sc.Scan(&b.AccountID, &b.Name, &b.Provider, &b.ProviderName, &b.InstanceID, &b.State, &b.URL,
-		&b.Limits.MemoryBytes, &b.Limits.Pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version)
+		&b.Limits.MemoryBytes, &b.Limits.Pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version, &b.Limits.DiskBytes)
 	b.Limits.WallClock = time.Duration(wc)
 	b.CreatedAt, b.LastActivity, b.ParkedAt = tm(c), tm(la), tm(pa)
 	return b, err
@@ -422,10 +425,10 @@ func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
 }
 
 func (s *Store) insertSQL(ctx context.Context, b store.Sandbox) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
 		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
 		b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
-		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy)
+		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes)
 	if isUnique(err) {
 		return fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
 	}
@@ -535,9 +538,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandb
 func (s *Store) updateSQL(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
 	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET provider_name = ?, instance_id = ?, state = ?, url = ?,
 		mem_bytes = ?, pids = ?, cpu_millis = ?, wall_clock_ns = ?, last_activity = max(last_activity, ?), parked_at = ?, parked_by = ?,
-		version = version + 1 WHERE account_id = ? AND name = ? AND version = ?`,
+		disk_bytes = ?, version = version + 1 WHERE account_id = ? AND name = ? AND version = ?`,
 		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
-		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.AccountID, b.Name, b.Version)
+		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes, b.AccountID, b.Name, b.Version)
 	if isUnique(err) {
 		return b, fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/platform/store/sqlite"
 	"github.com/managoat/managoat/platform/store/storetest"
+	"github.com/managoat/managoat/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,7 +42,10 @@ func TestReopenLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := s.InsertSandbox(ctx, store.Sandbox{AccountID: a.ID, Name: "x", Provider: "local", ProviderName: "px", State: store.StateRunning, CreatedAt: now, LastActivity: now}); err != nil {
+	want := store.Sandbox{AccountID: a.ID, Name: "x", Provider: "local", ProviderName: "px", InstanceID: "i-1", State: store.StateParked, URL: "https://x.example",
+		Limits:    sandbox.Limits{MemoryBytes: 1 << 30, Pids: 64, CPUMillis: 500, WallClock: time.Minute, DiskBytes: 1 << 34},
+		CreatedAt: now, LastActivity: now, ParkedAt: now, ParkedBy: store.ParkDestroy, Version: 1}
+	if err := s.InsertSandbox(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := s.AddIntent(ctx, store.Intent{AccountID: a.ID, Name: "x", Op: store.OpDestroyOnce, Provider: "local", ProviderName: "px"})
@@ -50,8 +54,8 @@ func TestReopenLosesNothing(t *testing.T) {
 	}
 	s = open(t, path)
 	defer s.Close()
-	if got, err := s.GetSandbox(ctx, a.ID, "x"); err != nil || got.ProviderName != "px" || !got.CreatedAt.Equal(now) {
-		t.Fatalf("after reopen: %+v, %v", got, err)
+	if got, err := s.GetSandbox(ctx, a.ID, "x"); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after reopen:\n got %+v, %v\nwant %+v", got, err, want)
 	}
 	if in, err := s.OpenIntents(ctx); err != nil || len(in) != 1 || in[0].ID != id {
 		t.Fatalf("intents after reopen: %+v, %v", in, err)

@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Accounts", accounts},
 		{"Keys", keys},
 		{"SandboxRoundTrip", roundTrip},
+		{"TextKeptExactly", oddText},
 		{"SandboxesAreAccountScoped", scoped},
 		{"ConcurrentInsertHasOneWinner", oneWinner},
 		{"ProviderNameIsUnique", providerNameUnique},
@@ -139,7 +140,7 @@ func roundTrip(t *testing.T, s store.Store) {
 	a := mustAccount(t, s, "alice")
 	in := sb(a, "box")
 	in.InstanceID, in.URL, in.State = "inst-1", "https://box.example", store.StateRunning
-	in.Limits = sandbox.Limits{MemoryBytes: 1 << 30, Pids: 64, CPUMillis: 500, WallClock: 3 * time.Second}
+	in.Limits = sandbox.Limits{MemoryBytes: 1 << 30, Pids: 64, CPUMillis: 500, WallClock: 3 * time.Second, DiskBytes: 1 << 34}
 	if err := s.InsertSandbox(c, in); err != nil {
 		t.Fatal(err)
 	}
@@ -155,16 +156,62 @@ func roundTrip(t *testing.T, s store.Store) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, in)
 	}
 	got.State, got.ParkedAt, got.ParkedBy = store.StateParked, now(), store.ParkSuspend
+	got.Limits.DiskBytes = 1 << 20
 	up, err := s.UpdateSandbox(c, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if up.Version != 2 || up.State != store.StateParked || !up.ParkedAt.Equal(got.ParkedAt) || up.ParkedBy != store.ParkSuspend {
+	if up.Version != 2 || up.State != store.StateParked || !up.ParkedAt.Equal(got.ParkedAt) || up.ParkedBy != store.ParkSuspend || up.Limits != got.Limits {
 		t.Fatalf("after update %+v", up)
+	}
+	// What every reader sees: the record read back and listed.
+	for _, read := range []func() (store.Sandbox, error){
+		func() (store.Sandbox, error) { return s.GetSandbox(c, a.ID, "box") },
+		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, a.ID); return one(l, err) },
+		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, ""); return one(l, err) },
+	} {
+		if r, err := read(); err != nil || fmt.Sprint(r) != fmt.Sprint(up) {
+			t.Fatalf("read back after the update:\n got %+v, %v\nwant %+v", r, err, up)
+		}
 	}
 	if _, err := s.GetSandbox(c, a.ID, "other"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetSandbox(other) = %v", err)
 	}
+}
+
+// oddText: text with the bytes a store may escape (tab, newline, carriage
+// return, backslash, a backslash before a letter, quotes, control bytes,
+// non-ASCII) reads back as written, from Get and from both listings.
+func oddText(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	in := sb(a, "odd")
+	in.InstanceID = `i\n-\t-\\-'"` + "\x01\x7f"
+	in.URL = "https://x.example/a\tb\\c\nd\re\bf\fg\vh/é😀"
+	in.State = store.StateRunning
+	if err := s.InsertSandbox(c, in); err != nil {
+		t.Fatal(err)
+	}
+	in.Version = 1
+	for _, read := range []func() (store.Sandbox, error){
+		func() (store.Sandbox, error) { return s.GetSandbox(c, a.ID, "odd") },
+		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, a.ID); return one(l, err) },
+		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, ""); return one(l, err) },
+	} {
+		if r, err := read(); err != nil || r != in {
+			t.Fatalf("read back:\n got %q, %v\nwant %q", fmt.Sprintf("%+v", r), err, fmt.Sprintf("%+v", in))
+		}
+	}
+}
+
+func one(l []store.Sandbox, err error) (store.Sandbox, error) {
+	if err == nil && len(l) != 1 {
+		err = fmt.Errorf("%d records listed, want 1", len(l))
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return l[0], nil
 }
 
 func scoped(t *testing.T, s store.Store) {
