@@ -40,6 +40,7 @@ type flaky struct {
 	createNews, destroy atomic.Int32
 	terms               atomic.Int32
 	createDelay         atomic.Int64 // a Create or CreateNew takes this long first
+	created             chan sandbox.CreateOptions // when set, gets every Create's options
 }
 
 func (f *flaky) delay(ctx context.Context) {
@@ -53,6 +54,9 @@ func (f *flaky) delay(ctx context.Context) {
 
 func (f *flaky) Create(ctx context.Context, name string, o sandbox.CreateOptions) (*sandbox.Handle, error) {
 	f.delay(ctx)
+	if f.created != nil {
+		f.created <- o
+	}
 	return f.Provider.Create(ctx, name, o)
 }
 

@@ -21,10 +21,11 @@ import (
 // account's key still works, every record is listed as it was (a parked
 // one parked, by the same method), the uncertain intent is still open and
 // is settled by the new process, and the parked sandbox wakes on its
-// provider.
+// provider, created again with the limits it was created with.
 func TestRestartLosesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state", "platform.db")
-	f := &flaky{Provider: fake.New(), noSuspend: true}
+	f := &flaky{Provider: fake.New(), noSuspend: true, created: make(chan sandbox.CreateOptions, 8)}
+	limits := sandbox.Limits{MemoryBytes: 1 << 30, Pids: 100, DiskBytes: 1 << 30}
 	t.Cleanup(func() { _ = f.Provider.Close() })
 	e := &env{t: t, f: f}
 	start := func(t *testing.T) {
@@ -44,12 +45,18 @@ func TestRestartLosesNothing(t *testing.T) {
 		start(t)
 		e.key = e.pl.Account(t, "alice")
 		e.acct, _ = e.pl.Store.AccountByName(context.Background(), "alice")
-		e.create("parked")
+		if code, body := e.call("POST", "/v1/sandboxes", `{"name": "parked", "limits": {"memory_bytes": 1073741824, "pids": 100, "disk_bytes": 1073741824}}`); code != 201 {
+			t.Fatalf("create: %d %s", code, body)
+		}
+		if o := <-f.created; o.Limits != limits {
+			t.Fatalf("created with %+v, want %+v", o.Limits, limits)
+		}
 		e.later(16 * time.Minute)
 		if r := e.m.Pass(context.Background()); r.Parked != 1 {
 			t.Fatalf("%+v", r)
 		}
 		e.create("kept")
+		<-f.created
 		f.uncertain.Store(true)
 		if code, body := e.call("POST", "/v1/sandboxes", `{"name": "cn", "create_new": true}`); code != 503 {
 			t.Fatalf("uncertain create_new: %d %s", code, body)
@@ -81,6 +88,9 @@ func TestRestartLosesNothing(t *testing.T) {
 			t.Fatalf("the new process's pass: %+v", r)
 		}
 		e.exec("parked", "awake")
+		if o := <-f.created; o.Limits != limits {
+			t.Fatalf("woken with %+v, want %+v (its limits when it was created)", o.Limits, limits)
+		}
 		if rec := e.rec("parked"); rec.State != store.StateRunning || rec.Provider != "fake" || rec.ProviderName != before[2].ProviderName {
 			t.Fatalf("after the wake: %+v (before %+v)", rec, before[2])
 		}
