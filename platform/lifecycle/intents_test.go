@@ -108,3 +108,44 @@ func TestCrashedIntentsSettle(t *testing.T) {
 		t.Fatalf("writes repeated: %d create_new, %d destroy_once", e.f.createNews.Load(), e.f.destroy.Load())
 	}
 }
+
+// CreateCheckpointOnce stands for a provider's bounded checkpoint: it
+// counts the calls, and reports a transport failure while uncertain.
+func (f *flaky) CreateCheckpointOnce(ctx context.Context, h *sandbox.Handle, o sandbox.CheckpointOnceOptions) (string, error) {
+	f.checkpoints.Add(1)
+	if _, err := f.Provider.Get(ctx, h); err != nil {
+		return "", err
+	}
+	if f.uncertain.Load() {
+		return "", sandbox.Unavailable(sandbox.ReasonTimeout, nil)
+	}
+	return "cp-" + o.OperationID, nil
+}
+
+// TestUncertainCheckpointIsNotRepeated: a create_checkpoint_once whose
+// outcome was uncertain cannot be looked at through the contract (no
+// listing of checkpoints): it is resolved as unverifiable, and never sent
+// again.
+func TestUncertainCheckpointIsNotRepeated(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	e.create("box")
+	e.f.uncertain.Store(true)
+	if code, body := e.call("POST", "/v1/sandboxes/box/checkpoints", `{"operation_id": "op-1"}`); code != 503 {
+		t.Fatalf("uncertain checkpoint: %d %s", code, body)
+	}
+	open, _ := e.pl.Store.OpenIntents(ctx)
+	if len(open) != 1 || open[0].Op != store.OpCheckpointOnce || open[0].Arg != "op-1" || open[0].State != store.IntentUncertain {
+		t.Fatalf("intents: %+v", open)
+	}
+	e.f.uncertain.Store(false)
+	if r := e.m.Pass(ctx); r.Intents != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if open, _ := e.pl.Store.OpenIntents(ctx); len(open) != 0 {
+		t.Fatalf("left open: %+v", open)
+	}
+	if n := e.f.checkpoints.Load(); n != 1 {
+		t.Fatalf("checkpoint sent %d times", n)
+	}
+}

@@ -8,16 +8,16 @@
 //
 // Idle parking: a sandbox with no call on it, no open stream (attached
 // client or streaming spawn), no running session and no session active
-// within Idle (15 min) is parked: suspended where its provider advertises suspend, else destroyed
-// (never a pretended park; the record says which). The next use wakes it
-// on the same provider (api.Server.Wake).
+// within Idle (15 min) is parked: suspended where its provider advertises
+// suspend, else destroyed (never a pretended park; the record says which).
+// The next use wakes it on the same provider (api.Server.Wake).
 //
 // Reconciliation, per enabled provider, each pass: ListAllNames; a
 // listing that fails or is truncated (ErrTruncated) reconciles nothing for
-// that provider. A record whose name is missing from the listing is asked
-// for with Get, and only ErrNotFound deletes it: any other error changes
-// nothing, so a provider answering 503 for minutes loses no parked
-// sandbox. A listed record gets the provider's status (running/suspended).
+// that provider. Each record is asked for with Get: one missing from the
+// listing is deleted only when Get says ErrNotFound, and any other error
+// changes nothing, so a provider answering 503 for minutes loses no parked
+// sandbox; one present gets the provider's status (running/suspended).
 // A platform-made name (api.NamePrefix) with no record, still unrecorded
 // Grace (10 min) after this process first saw it, is the orphan of a
 // crashed create and is destroyed. A runner's sandboxes are reconciled per
@@ -29,7 +29,7 @@
 // A create_checkpoint_once cannot be looked at through the contract, so it
 // is resolved as unverifiable rather than repeated.
 //
-// Several replicas: with Config.Lease (store/postgres's TryLease), a pass
+// Several replicas: with Config.Lease (store/postgres's Holder.Held), a pass
 // runs only on the replica holding the lease, so exactly one replica parks
 // and reaps at a time; when it dies its lease is freed with its database
 // connection and another replica, asking every LeaseRetry (15 s), takes

@@ -38,7 +38,7 @@ type flaky struct {
 	down, truncated     atomic.Bool
 	uncertain           atomic.Bool
 	createNews, destroy atomic.Int32
-	terms               atomic.Int32
+	terms, checkpoints  atomic.Int32
 	createDelay         atomic.Int64 // a Create or CreateNew takes this long first
 	created             chan sandbox.CreateOptions // when set, gets every Create's options
 }
@@ -65,7 +65,7 @@ func unavailable() error {
 }
 
 func (f *flaky) Capabilities() sandbox.Capabilities {
-	c := f.Provider.Capabilities().With(sandbox.CapDestroyOnce)
+	c := f.Provider.Capabilities().With(sandbox.CapDestroyOnce, sandbox.CapCreateCheckpointOnce)
 	if f.noSuspend {
 		c = c.Without(sandbox.CapSuspend)
 	}
