@@ -39,7 +39,7 @@ type flaky struct {
 	uncertain           atomic.Bool
 	createNews, destroy atomic.Int32
 	terms, checkpoints  atomic.Int32
-	createDelay         atomic.Int64 // a Create or CreateNew takes this long first
+	createDelay         atomic.Int64               // a Create or CreateNew takes this long first
 	created             chan sandbox.CreateOptions // when set, gets every Create's options
 }
 
