@@ -318,6 +318,11 @@ func TestOrphansAfterGrace(t *testing.T) {
 		t.Fatalf("within grace: %+v", r)
 	}
 	e.later(2 * time.Minute)
+	e.f.truncated.Store(true) // a listing that is not the whole view destroys nothing
+	if r := e.m.Pass(ctx); r.Orphans != 0 || len(r.Skipped) != 1 {
+		t.Fatalf("after grace, on a truncated listing: %+v", r)
+	}
+	e.f.truncated.Store(false)
 	if r := e.m.Pass(ctx); r.Orphans != 1 {
 		t.Fatalf("after grace: %+v", r)
 	}
