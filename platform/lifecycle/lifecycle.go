@@ -43,6 +43,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -312,7 +313,8 @@ func (m *Manager) reconcile(ctx context.Context, recs []store.Sandbox, r *Report
 			}
 		}
 	}
-	seen := map[string]bool{}
+	seen := map[string]bool{}   // provider\x00name of the unrecorded platform-made names listed now
+	listed := map[string]bool{} // the providers whose listing this pass had whole
 	for sc, list := range byScope {
 		if !pol.Enabled(sc.provider) {
 			continue
@@ -354,12 +356,17 @@ func (m *Manager) reconcile(ctx context.Context, recs []store.Sandbox, r *Report
 				orphans = append(orphans, n)
 			}
 		}
+		listed[sc.provider] = true
 		r.Orphans += m.reapOrphans(ctx, p, sc.provider, orphans, seen)
 	}
+	// Forget the names a whole listing no longer shows unrecorded (recorded
+	// since, or gone); a provider whose listing failed or was truncated
+	// keeps its names' first sight, so one bad answer does not restart
+	// their grace.
 	m.mu.Lock()
 	for k := range m.firstSeen {
-		if !seen[k] {
-			delete(m.firstSeen, k) // recorded since, or gone
+		if prov, _, _ := strings.Cut(k, "\x00"); listed[prov] && !seen[k] {
+			delete(m.firstSeen, k)
 		}
 	}
 	m.mu.Unlock()
