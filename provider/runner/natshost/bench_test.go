@@ -5,16 +5,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
 
 	"github.com/managoat/managoat/provider/local"
 	prov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/provider/runner/natshost"
+	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -203,30 +207,59 @@ func BenchmarkScriptOutputAcrossReplicas(b *testing.B) {
 	b.ReportMetric(100*mbps[1]/mbps[0], "pct-same")
 }
 
-// BenchmarkOnlineThousandRunners: 1,000 runners held by three replicas;
-// the time of one Online() on a replica (issue 19: under 50 ms).
+// BenchmarkOnlineThousandRunners: 1,000 runners connected (real
+// WebSocket handshakes, each registered cluster-wide) across three
+// replicas, with the default heartbeat (20 s) and TTL; the time of one
+// Online() on a replica (issue 19: under 50 ms).
 //
 //	go test -run '^$' -bench OnlineThousandRunners ./provider/runner/natshost/
 func BenchmarkOnlineThousandRunners(b *testing.B) {
 	ns := startNATS(b)
-	// The default TTL: entries written once stay listed for the whole
-	// run (the tests' 5 s left some out of a long run: "997 online").
 	var reps []*replica
 	for _, name := range []string{"a", "b", "c"} {
-		reps = append(reps, newReplicaWith(b, ns, natshost.Config{Replica: name, Logger: quiet}))
-	}
-	ctx := context.Background()
-	for i := range 1000 {
-		r := reps[i%3]
-		info := prov.Info{ID: fmt.Sprintf("00000000-0000-8000-8000-%012d", i), Account: "acme", Name: fmt.Sprintf("r%d", i), ConnectedAt: time.Now()}
-		if err := natshost.PutPresence(ctx, r.host, r.host.Replica(), info); err != nil {
+		nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
+		if err != nil {
 			b.Fatal(err)
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, Logger: quiet})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		reps = append(reps, wrapReplicaHB(b, nc, h, 20*time.Second))
 	}
-	waitFor(b, "1000 runners online on c", 30*time.Second, func() bool { return len(reps[2].host.Online()) == 1000 })
+	const n = 1000
+	sem := make(chan struct{}, 32)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r := reps[i%3]
+			u := strings.Replace(r.ts.URL, "http", "ws", 1) + wire.Path + "?" + url.Values{"name": {fmt.Sprintf("r%d", i)}}.Encode()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			b.Cleanup(func() { _ = ws.CloseNow() })
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("a runner's connection: %v", err)
+	}
+	waitFor(b, "1000 runners online on c", 30*time.Second, func() bool { return len(reps[2].host.Online()) == n })
 	b.ResetTimer()
-	for n := 0; n < b.N; n++ {
-		if got := len(reps[2].host.Online()); got != 1000 {
+	for range b.N {
+		if got := len(reps[2].host.Online()); got != n {
 			b.Fatalf("%d online", got)
 		}
 	}

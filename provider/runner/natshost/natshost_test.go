@@ -102,8 +102,13 @@ func newReplicaWith(t testing.TB, ns *server.Server, cfg natshost.Config) *repli
 
 // wrapReplica serves a replica's runner endpoint over HTTP.
 func wrapReplica(t testing.TB, nc *nats.Conn, h *natshost.Host) *replica {
+	return wrapReplicaHB(t, nc, h, time.Second)
+}
+
+// wrapReplicaHB is wrapReplica with the runners' heartbeat interval hb.
+func wrapReplicaHB(t testing.TB, nc *nats.Conn, h *natshost.Host, hb time.Duration) *replica {
 	r := &replica{nc: nc, host: h}
-	r.srv = prov.NewServer(prov.ServerConfig{Auth: prov.StaticToken(token), Host: h, Logger: quiet, HeartbeatInterval: time.Second})
+	r.srv = prov.NewServer(prov.ServerConfig{Auth: prov.StaticToken(token), Host: h, Logger: quiet, HeartbeatInterval: hb})
 	r.ts = httptest.NewServer(r.srv)
 	t.Cleanup(r.kill)
 	return r
