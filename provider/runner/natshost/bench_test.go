@@ -207,6 +207,36 @@ func BenchmarkScriptOutputAcrossReplicas(b *testing.B) {
 	b.ReportMetric(100*mbps[1]/mbps[0], "pct-same")
 }
 
+// BenchmarkWriteFileAcrossReplicas: a 16 MiB file written on a runner
+// (provider/fake) connected to another replica, against the same write
+// through the replica holding its socket, interleaved in one run. The
+// request travels in parts (max_payload) and is decoded and encoded again
+// by the holder.
+//
+//	go test -run '^$' -bench WriteFileAcrossReplicas ./provider/runner/natshost/
+func BenchmarkWriteFileAcrossReplicas(b *testing.B) {
+	same, across, h := pair(b)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20)
+	var took [2]time.Duration
+	for n := 0; n < b.N; n++ {
+		for i, p := range []*prov.Provider{same, across} {
+			start := time.Now()
+			if err := p.WriteFile(ctx, h, "/f", data, sandbox.WriteFileOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			took[i] += time.Since(start)
+		}
+	}
+	var mbps [2]float64
+	for i := range mbps {
+		mbps[i] = float64(len(data)*b.N) / took[i].Seconds() / (1 << 20)
+	}
+	b.ReportMetric(mbps[0], "MiB/s-same")
+	b.ReportMetric(mbps[1], "MiB/s-across")
+	b.ReportMetric(100*mbps[1]/mbps[0], "pct-same")
+}
+
 // BenchmarkOnlineThousandRunners: 1,000 runners connected (real
 // WebSocket handshakes, each registered cluster-wide) across three
 // replicas, with the default heartbeat (20 s) and TTL; the time of one
