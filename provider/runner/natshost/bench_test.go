@@ -210,8 +210,9 @@ func BenchmarkScriptOutputAcrossReplicas(b *testing.B) {
 // BenchmarkWriteFileAcrossReplicas: a 16 MiB file written on a runner
 // (provider/fake) connected to another replica, against the same write
 // through the replica holding its socket, interleaved in one run. The
-// request travels in parts (max_payload) and is decoded and encoded again
-// by the holder.
+// request travels in parts (max_payload), its data beside its JSON
+// (hdrDataAt): 97-98% of the same replica here (53-58% when the holder
+// decoded the data from JSON and encoded it again).
 //
 //	go test -run '^$' -bench WriteFileAcrossReplicas ./provider/runner/natshost/
 func BenchmarkWriteFileAcrossReplicas(b *testing.B) {

@@ -1,8 +1,10 @@
 package natshost_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -446,5 +448,44 @@ func TestCallerReplicaDies(t *testing.T) {
 	defer func() { _ = again.Stop() }()
 	if ev := <-again.Events(); string(ev.Data) != "ready" {
 		t.Fatalf("the session attached again on a: %+v", ev)
+	}
+}
+
+// TestRelayedDataIsBase64: a relayed call whose data travels beside its
+// JSON (Managoat-Data-At) is refused invalid when that data is not base64
+// text (it would go into the runner's frame as it is: a quote would add
+// fields of its own), and the replica goes on serving; a large file
+// written and read back across replicas arrives whole.
+func TestRelayedDataIsBase64(t *testing.T) {
+	ns := startNATS(t)
+	a, b := newReplica(t, ns, "a"), newReplica(t, ns, "b")
+	startDaemon(t, a.ts.URL, "laptop", newFake(t))
+	id := onlineID(t, b.host)
+	p := prov.NewProvider(b.host, prov.ProviderOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := p.Create(ctx, namer(t, id)(), sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	bare := []byte(`{"id":1,"op":"write_file","name":"` + h.Name + `","path":"/x"}`)
+	m := &nats.Msg{Subject: "managoat.runners.call.a", Data: append(bare, `aGk=","path":"/etc/evil`...),
+		Header: nats.Header{"Managoat-Runner": {id}, "Managoat-Data-At": {fmt.Sprint(len(bare))}}}
+	ans, err := nc.RequestMsg(m, 5*time.Second)
+	if err != nil || ans.Header.Get("Managoat-Code") != "invalid" {
+		t.Fatalf("a relayed call with data that is not base64: %v %+v", err, ans)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB: travels beside the JSON
+	if err := p.WriteFile(ctx, h, "/big", big, sandbox.WriteFileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.ReadFile(ctx, h, "/big")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the file read back across replicas: %d bytes, %v", len(got), err)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 )
 
@@ -183,6 +184,11 @@ type Request struct {
 	// Proxy extension (provider/runner's ProxyPath, never sent to a daemon):
 	// the runner a name-less op (list) goes to.
 	RunnerID string `json:"runner_id,omitempty"`
+
+	// rawData is Data as its base64 text (SetRawData), put into Encode's
+	// output as it is, without JSON encoding: a request relayed by another
+	// replica (provider/runner/natshost) carries its data beside the rest.
+	rawData []byte
 }
 
 // CapLimits is the capability a daemon reports in the handshake's caps
@@ -206,7 +212,37 @@ type Limits struct {
 }
 
 // Encode is the request's JSON text.
-func (r *Request) Encode() ([]byte, error) { return json.Marshal(r) }
+func (r *Request) Encode() ([]byte, error) {
+	if r.rawData == nil {
+		return json.Marshal(r)
+	}
+	c := *r
+	c.Data, c.rawData = nil, nil
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(b)+len(r.rawData)+12)
+	out = append(out, b[:len(b)-1]...) // without its closing brace
+	out = append(out, `,"data":"`...)
+	out = append(out, r.rawData...)
+	return append(out, `"}`...), nil
+}
+
+// SetRawData makes b, base64 text in the standard alphabet with padding,
+// the request's data, as Data would be but without a copy into a string
+// and without JSON encoding it again in Encode (a relayed write_file is
+// tens of MiB). Any byte outside that alphabet is refused: the text goes
+// into the JSON as it is.
+func (r *Request) SetRawData(b []byte) error {
+	for i, c := range b {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=') {
+			return fmt.Errorf("wire: data byte %d (%q) is not base64", i, c)
+		}
+	}
+	r.Data, r.rawData = nil, b
+	return nil
+}
 
 // DecodeRequest parses a request frame as the daemon does. A frame that is
 // not a JSON object with a string op is an error; when the frame still had

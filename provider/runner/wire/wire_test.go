@@ -227,3 +227,36 @@ func BenchmarkEncodeChunk(b *testing.B) {
 		buf = AppendStream(buf[:0], &Stream{Kind: StreamStdout, SessionID: "s-1", Data: d})
 	}
 }
+
+// TestSetRawData: a request whose data was set as its base64 text encodes
+// to a frame that decodes to the same request as one with Data set; text
+// outside the base64 alphabet (a quote would end the JSON string and
+// start fields of its own) is refused.
+func TestSetRawData(t *testing.T) {
+	data := EncodeData([]byte("hello, \x00\xff world"))
+	mode := int64(0o600)
+	plain := &Request{ID: 7, Op: OpWriteFile, Name: "runner-x", Path: "/a", Data: &data, Mode: &mode}
+	raw := &Request{ID: 7, Op: OpWriteFile, Name: "runner-x", Path: "/a", Mode: &mode}
+	if err := raw.SetRawData([]byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Request{plain, raw} {
+		b, err := r.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeRequest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got.ID != 7 || got.Op != OpWriteFile || got.Path != "/a" || got.Data == nil || *got.Data != data || got.Mode == nil || *got.Mode != mode {
+			t.Fatalf("%s decodes to %+v", b, got)
+		}
+	}
+	for _, bad := range []string{`aGk="`, `aGk=","op":"destroy`, "aGk=\\", "aGk=\n"} {
+		r := &Request{Op: OpWriteFile}
+		if err := r.SetRawData([]byte(bad)); err == nil {
+			t.Fatalf("SetRawData(%q) accepted", bad)
+		}
+	}
+}
