@@ -35,7 +35,9 @@
 //     attached again, the session is replayed from byte zero. On a NATS
 //     cluster, Config.BucketReplicas 3 keeps presence on three nodes.
 //     Messages larger than the server's max_payload (a file write, an
-//     exec's answer) travel in parts.
+//     exec's answer) travel in parts; a call's large data field travels
+//     beside its JSON and reaches the runner's frame as it is (checked to
+//     be base64), never decoded and encoded again on the way.
 //   - A replica that dies: a request to it fails at once (no responders)
 //     or, for a call already in flight there (a long exec), after three
 //     of its pings go unanswered, one per keep-alive interval; at the
