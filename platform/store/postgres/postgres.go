@@ -18,9 +18,11 @@
 // on a connection of its own, released when the holder lets go or its
 // connection dies, so another replica takes over at its next try. A holder
 // killed closes its connection with it; a holder whose machine died or was
-// cut off is noticed by the server's TCP keepalives, which Open sets to
-// about 25 s on every connection; a holder cut off from the database knows
-// within 5 s (Held pings with that bound) and stops.
+// cut off is noticed by the server's TCP keepalives, which TryLease sets to
+// about 25 s on the lease's connection; a holder cut off from the database
+// knows within 5 s (Held pings with that bound) and stops. (A session
+// advisory lock needs a session of its own: the DSN must reach PostgreSQL
+// itself or a pooler in session mode, never one in transaction mode.)
 package postgres
 
 import (
@@ -110,18 +112,22 @@ type Store struct {
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // held, released by Close
+
+	keepalive string // the SET statements of keepalives the DSN leaves unset
 }
 
 var _ store.Store = (*Store)(nil)
 
-// keepalives are the server's TCP keepalive settings for every connection
-// of the store (unless the DSN sets them): a replica whose machine died or
-// was cut off without closing its connections is noticed by the server in
+// keepalives are the server's TCP keepalive settings for a lease's
+// connection (unless the DSN sets them): a replica whose machine died or
+// was cut off without closing its connection is noticed by the server in
 // about 25 s (10 s idle, then 3 probes 5 s apart), and its backend ends,
-// freeing the leases it held; with the kernel's defaults that is two hours
-// and more. (The server ignores them on a Unix socket, where a dead peer's
-// connection is closed by the kernel at once.)
-var keepalives = map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"}
+// freeing the lease; with the kernel's defaults that is two hours and more.
+// (The server ignores them on a Unix socket, where a dead peer's
+// connection is closed by the kernel at once.) They are SET on the
+// connection rather than sent at startup, which a pooler in front of the
+// database may refuse.
+var keepalives = []struct{ name, value string }{{"tcp_keepalives_idle", "10"}, {"tcp_keepalives_interval", "5"}, {"tcp_keepalives_count", "3"}}
 
 // Open connects to the database at dsn (a URL or libpq keyword string)
 // and applies the migrations it lacks.
@@ -131,16 +137,17 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// The DSN may hold a password: never echo it.
 		return nil, errors.New("postgres: the connection string does not parse")
 	}
-	for k, v := range keepalives {
-		if _, set := cfg.ConnConfig.RuntimeParams[k]; !set {
-			cfg.ConnConfig.RuntimeParams[k] = v
+	var keep []string
+	for _, k := range keepalives {
+		if _, set := cfg.ConnConfig.RuntimeParams[k.name]; !set {
+			keep = append(keep, "SET "+k.name+" = "+k.value)
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	s := &Store{pool: pool, db: db{pool}, leases: map[*Lease]struct{}{}}
+	s := &Store{pool: pool, db: db{pool}, leases: map[*Lease]struct{}{}, keepalive: strings.Join(keep, "; ")}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -663,6 +670,11 @@ func (s *Store) TryLease(ctx context.Context, name string) (*Lease, bool, error)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
+	}
+	if s.keepalive != "" {
+		// Best effort: a server that refuses them still grants the lease,
+		// freed then when the kernel gives the dead peer up.
+		_, _ = conn.Exec(ctx, s.keepalive)
 	}
 	key := leaseKey(name)
 	var ok bool
