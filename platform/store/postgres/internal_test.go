@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/managoat/managoat/internal/pgtest"
 	"github.com/managoat/managoat/platform/store"
 )
@@ -194,4 +196,61 @@ func BenchmarkList10k(b *testing.B) {
 	b.ReportMetric(float64(tc.Microseconds())/1000/float64(b.N), "copy-ms")
 	b.ReportMetric(float64(tr.Microseconds())/1000/float64(b.N), "rows-ms")
 	b.ReportMetric(float64(tc)/float64(tr), "copy/rows")
+}
+
+// TestUpgradesADatabaseOfTheFirstSchema: a database written by replicas
+// of the first schema (no disk_bytes) is opened by this one: the missing
+// migrations are applied once, its records read as they were (no disk
+// limit), and a disk limit is kept from then on.
+func TestUpgradesADatabaseOfTheFirstSchema(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`,
+		migrations[0],
+		`INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1)`,
+		`INSERT INTO accounts (id, name, created_at) VALUES ('acct_1', 'alice', 1)`,
+		fmt.Sprintf(`INSERT INTO sandboxes (account_id, name, provider, provider_name, state, mem_bytes, created_at, last_activity, version)
+			VALUES ('acct_1', 'x', 'local', 'px', 'running', 1024, %d, %d, 3)`, now.UnixNano(), now.UnixNano()),
+	} {
+		if _, err := old.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Close(ctx)
+	migrated := func(s *Store) {
+		t.Helper()
+		var n, max int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*), max(version) FROM schema_migrations`).Scan(&n, &max); err != nil || n != len(migrations) || max != len(migrations) {
+			t.Fatalf("schema_migrations: %d rows up to %d (%v), want %d", n, max, err, len(migrations))
+		}
+	}
+	s, err := Open(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrated(s)
+	got, err := s.GetSandbox(ctx, "acct_1", "x")
+	if err != nil || got.Limits.MemoryBytes != 1024 || got.Limits.DiskBytes != 0 || got.Version != 3 || !got.CreatedAt.Equal(now) {
+		t.Fatalf("the first schema's record: %+v, %v", got, err)
+	}
+	got.Limits.DiskBytes = 1 << 30
+	if _, err := s.UpdateSandbox(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(ctx, srv.DSN("postgres")); err != nil { // applies nothing again
+		t.Fatal(err)
+	}
+	defer s.Close()
+	migrated(s)
+	if l, err := s.ListSandboxes(ctx, "acct_1"); err != nil || len(l) != 1 || l[0].Limits.DiskBytes != 1<<30 {
+		t.Fatalf("the disk limit after the upgrade: %+v, %v", l, err)
+	}
 }
