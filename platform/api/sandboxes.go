@@ -318,7 +318,13 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		reg := sandbox.NewRegistry(p)
 		var h *sandbox.Handle
 		if createNew {
-			id, _ := s.cfg.Store.AddIntent(ctx, store.Intent{AccountID: accountID, Name: name, Op: store.OpCreateNew, Provider: prov, ProviderName: pname})
+			id, ierr := s.intent(ctx, store.Intent{AccountID: accountID, Name: name, Op: store.OpCreateNew, Provider: prov, ProviderName: pname})
+			if ierr != nil {
+				// No intent, no bounded write: nothing was asked of the
+				// provider, so the record goes and the name is free again.
+				_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), accountID, name)
+				return rec, false, ierr
+			}
 			h, err = reg.CreateNew(ctx, prov, pname, sandbox.CreateNewOptions{Timeout: timeout})
 			s.outcome(ctx, id, err)
 			if err != nil && sandbox.Transient(err) {
@@ -341,6 +347,19 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		rec, err = s.cfg.Store.UpdateSandbox(ctx, rec)
 		return rec, true, err
 	}
+}
+
+// intent records a bounded write's intent before the write is made. A
+// store that cannot record it refuses the write: Unavailable{store} (503
+// unavailable), and the provider is not called, since an uncertain
+// outcome with no intent could never be reconciled.
+func (s *Server) intent(ctx context.Context, in store.Intent) (int64, error) {
+	id, err := s.cfg.Store.AddIntent(ctx, in)
+	if err != nil {
+		s.log.Warn("api: recording an intent", "op", in.Op, "account", in.AccountID, "sandbox", in.Name, "err", err)
+		return 0, sandbox.Unavailable("store", fmt.Errorf("recording the intent of %s: %w", in.Op, err))
+	}
+	return id, nil
 }
 
 // outcome records an intent's outcome: confirmed when the provider
@@ -515,8 +534,11 @@ func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, time
 	}
 	reg := sandbox.NewRegistry(p)
 	if once {
-		id, _ := s.cfg.Store.AddIntent(ctx, store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpDestroyOnce,
+		id, ierr := s.intent(ctx, store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpDestroyOnce,
 			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID})
+		if ierr != nil {
+			return ierr
+		}
 		err = reg.DestroyOnce(ctx, handleOf(rec), sandbox.DestroyOnceOptions{Timeout: timeout})
 		if errors.Is(err, sandbox.ErrNotSupported) {
 			_ = s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, store.IntentConfirmed, "not_supported")
@@ -628,9 +650,13 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 		writeErr(w, fieldErr(field, err))
 		return
 	}
-	id, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpTerminateSession,
+	id, err := s.intent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpTerminateSession,
 		Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: sid})
-	err := sandbox.NewRegistry(p).TerminateSession(r.Context(), handleOf(rec), sid, opts)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	err = sandbox.NewRegistry(p).TerminateSession(r.Context(), handleOf(rec), sid, opts)
 	if errors.Is(err, sandbox.ErrNotSupported) {
 		_ = s.cfg.Store.SetIntent(context.WithoutCancel(r.Context()), id, store.IntentConfirmed, "not_supported")
 	} else {
@@ -791,8 +817,12 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, k store.Key)
 	var id string
 	var err error
 	if req.OperationID != "" {
-		iid, _ := s.cfg.Store.AddIntent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpCheckpointOnce,
+		iid, ierr := s.intent(r.Context(), store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpCheckpointOnce,
 			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID, Arg: req.OperationID})
+		if ierr != nil {
+			writeErr(w, ierr)
+			return
+		}
 		id, err = reg.CreateCheckpointOnce(r.Context(), handleOf(rec), sandbox.CheckpointOnceOptions{OperationID: req.OperationID,
 			Timeout: time.Duration(req.TimeoutMS) * time.Millisecond})
 		s.outcome(r.Context(), iid, err)
