@@ -62,6 +62,14 @@
 // id s-<unix>-<n> (tagged too), which attaches only while the daemon
 // lives.
 //
+// list_sessions says each session's state (the extension field "state" of
+// wire.Session: running, exited or lost), as the provider's own listing
+// gives it (provider/local reads it from its supervisors' records, so it
+// holds across the daemon's restarts), else as this daemon saw a session
+// it holds; an exited session has its exit_code either way. The platform
+// keeps a sandbox with a running session from being parked however quiet
+// the session is.
+//
 // Two extension ops, network_policy and terminate_session, are served when
 // the provider advertises the capability; the daemon reports them in the
 // handshake's caps parameter so the platform can advertise them. An

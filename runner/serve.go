@@ -436,34 +436,45 @@ func (d *Daemon) listSessions(ctx context.Context, h *sandbox.Handle) ([]byte, e
 		return nil, err
 	}
 	sort.SliceStable(ss, func(i, j int) bool { return ss[i].CreatedAt.After(ss[j].CreatedAt) })
-	type entry struct {
-		ID             string `json:"id"`
-		Command        string `json:"command"`
-		CreatedAt      string `json:"created_at,omitempty"`
-		LastActivityAt string `json:"last_activity_at,omitempty"`
-		TTY            bool   `json:"tty"`
-		ExitCode       *int   `json:"exit_code,omitempty"`
-	}
 	ts := func(t time.Time) string {
 		if t.IsZero() {
 			return ""
 		}
 		return t.UTC().Format(time.RFC3339)
 	}
-	out := make([]entry, 0, len(ss))
+	out := make([]wire.Session, 0, len(ss))
 	for _, s := range ss {
 		id := wireID(h.Name, s.ID)
-		e := entry{ID: id, Command: s.Command, CreatedAt: ts(s.CreatedAt), LastActivityAt: ts(s.LastActivityAt), TTY: s.TTY}
-		d.mu.Lock()
-		if ds := d.sessions[id]; ds != nil {
-			ds.mu.Lock()
-			if ds.exited {
-				code := ds.code
-				e.ExitCode = &code
-			}
-			ds.mu.Unlock()
+		e := wire.Session{ID: id, Command: s.Command, CreatedAt: ts(s.CreatedAt), LastActivityAt: ts(s.LastActivityAt), TTY: s.TTY}
+		switch s.State {
+		case sandbox.SessionRunning:
+			e.State = wire.SessionRunning
+		case sandbox.SessionExited:
+			code := s.ExitCode
+			e.State, e.ExitCode = wire.SessionExited, &code
+		case sandbox.SessionLost:
+			e.State = wire.SessionLost
 		}
-		d.mu.Unlock()
+		if e.State == "" {
+			// The provider does not say: what this daemon saw of a
+			// session it holds, else nothing (an upstream that ended
+			// without an exit says nothing of the session; the platform
+			// reads a session with neither state nor exit_code as
+			// running).
+			d.mu.Lock()
+			if ds := d.sessions[id]; ds != nil {
+				ds.mu.Lock()
+				switch {
+				case ds.exited:
+					code := ds.code
+					e.State, e.ExitCode = wire.SessionExited, &code
+				case !ds.ended:
+					e.State = wire.SessionRunning
+				}
+				ds.mu.Unlock()
+			}
+			d.mu.Unlock()
+		}
 		out = append(out, e)
 	}
 	return marshal(map[string]any{"sessions": out})

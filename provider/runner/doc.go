@@ -62,4 +62,8 @@
 //     truncated, denied, rate_limited, restore_failed), and a terminal
 //     "error" stream frame carries a transport failure behind the daemon
 //     (closed_before_exit) instead of a made-up exit.
+//   - ListSessions gives each session its state: the daemon's "state"
+//     extension field, else (an original daemon) exited with its code when
+//     the entry has exit_code and running when it has none. The original
+//     platform read no state, so a quiet running session looked idle.
 package runner

@@ -490,20 +490,18 @@ func (p *Provider) StopCommand(c *sandbox.Command) error {
 	return nil
 }
 
-// ListSessions lists the sandbox's sessions, newest first.
+// ListSessions lists the sandbox's sessions, newest first. A session's
+// State is the daemon's (wire.Session.RunState): one that says neither its
+// state nor an exit code (an original daemon's running session) is
+// running, so the platform never parks a sandbox for a session it could
+// not see end. An exited session carries its exit code.
 func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox.Session, error) {
 	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpListSessions})
 	if err != nil {
 		return nil, err
 	}
 	var probe map[string]json.RawMessage
-	var rows []struct {
-		ID             string `json:"id"`
-		Command        string `json:"command"`
-		CreatedAt      string `json:"created_at"`
-		LastActivityAt string `json:"last_activity_at"`
-		TTY            bool   `json:"tty"`
-	}
+	var rows []wire.Session
 	if json.Unmarshal(res, &probe) != nil || json.Unmarshal(probe["sessions"], &rows) != nil || rows == nil {
 		return nil, malformed("sessions", res)
 	}
@@ -513,8 +511,20 @@ func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandb
 	}
 	out := make([]sandbox.Session, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, sandbox.Session{ID: r.ID, Command: r.Command, CreatedAt: ts(r.CreatedAt),
-			LastActivityAt: ts(r.LastActivityAt), TTY: r.TTY})
+		s := sandbox.Session{ID: r.ID, Command: r.Command, CreatedAt: ts(r.CreatedAt),
+			LastActivityAt: ts(r.LastActivityAt), TTY: r.TTY}
+		switch r.RunState() {
+		case wire.SessionRunning:
+			s.State = sandbox.SessionRunning
+		case wire.SessionExited:
+			s.State = sandbox.SessionExited
+			if r.ExitCode != nil {
+				s.ExitCode = *r.ExitCode
+			}
+		case wire.SessionLost:
+			s.State = sandbox.SessionLost
+		}
+		out = append(out, s)
 	}
 	return out, nil
 }

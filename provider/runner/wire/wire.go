@@ -27,7 +27,10 @@
 // "network_policy" and "terminate_session", which a runner only receives when
 // it advertised the matching capability in the handshake's caps parameter.
 // An original platform ignores unknown stream kinds and an original daemon
-// answers unknown ops not_supported, so both ends stay compatible.
+// answers unknown ops not_supported, so both ends stay compatible. Likewise
+// a list_sessions entry's "state" field (Session): an original platform
+// ignores it, and an entry of an original daemon, without it, is read by
+// its exit_code (Session.RunState).
 package wire
 
 import (
@@ -368,4 +371,47 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// Session is one entry of a list_sessions reply: id, command, created_at
+// and last_activity_at (RFC 3339 UTC, second precision), tty (always
+// false) and exit_code, present only once the session finished (spec
+// §1.5).
+//
+// State is an extension: SessionRunning, SessionExited or SessionLost
+// (ended with no exit status known), so that the platform can tell a
+// quiet running session (a detached `sleep 3600`) from an ended one
+// without guessing from exit_code. The original daemon omits it, and so
+// does a daemon whose provider does not know; RunState then reads the
+// state from exit_code as the spec defines it: finished when present,
+// running when absent. Running is the safe reading for the platform: it
+// keeps a sandbox from being parked, never parks one in use.
+type Session struct {
+	ID             string `json:"id"`
+	Command        string `json:"command"`
+	CreatedAt      string `json:"created_at,omitempty"`
+	LastActivityAt string `json:"last_activity_at,omitempty"`
+	TTY            bool   `json:"tty"`
+	ExitCode       *int   `json:"exit_code,omitempty"`
+	State          string `json:"state,omitempty"`
+}
+
+// The session states of Session.State.
+const (
+	SessionRunning = "running"
+	SessionExited  = "exited"
+	SessionLost    = "lost"
+)
+
+// RunState is the session's state: State when it is one of the three,
+// else SessionExited when ExitCode is present, else SessionRunning.
+func (s *Session) RunState() string {
+	switch s.State {
+	case SessionRunning, SessionExited, SessionLost:
+		return s.State
+	}
+	if s.ExitCode != nil {
+		return SessionExited
+	}
+	return SessionRunning
 }

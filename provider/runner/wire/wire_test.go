@@ -260,3 +260,35 @@ func TestSetRawData(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionRunState: an entry's state is its state field when it is one
+// of the three; else (an original daemon, or an unknown state) exited when
+// it has an exit code, running when it has none.
+func TestSessionRunState(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"id":"a","command":"sleep 9","tty":false}`:                          SessionRunning,
+		`{"id":"a","command":"true","tty":false,"exit_code":0}`:               SessionExited,
+		`{"id":"a","command":"x","tty":false,"state":"running"}`:              SessionRunning,
+		`{"id":"a","command":"x","tty":false,"state":"exited","exit_code":3}`: SessionExited,
+		`{"id":"a","command":"x","tty":false,"state":"lost"}`:                 SessionLost,
+		`{"id":"a","command":"x","tty":false,"state":"paused"}`:               SessionRunning,
+		`{"id":"a","command":"x","tty":false,"state":"paused","exit_code":1}`: SessionExited,
+	} {
+		var s Session
+		if err := json.Unmarshal([]byte(in), &s); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.RunState(); got != want {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
+	code := 0
+	b, _ := json.Marshal(Session{ID: "a", Command: "sleep 9"})
+	if string(b) != `{"id":"a","command":"sleep 9","tty":false}` {
+		t.Errorf("an entry without state or exit code encodes as %s", b)
+	}
+	b, _ = json.Marshal(Session{ID: "a", Command: "true", ExitCode: &code, State: SessionExited})
+	if string(b) != `{"id":"a","command":"true","tty":false,"exit_code":0,"state":"exited"}` {
+		t.Errorf("an exited entry encodes as %s", b)
+	}
+}
