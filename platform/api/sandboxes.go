@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -341,12 +343,78 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), accountID, name)
 			return rec, false, err
 		}
-		rec.InstanceID = h.InstanceID
-		rec.State = store.StateRunning
-		rec.URL = s.publicURL(ctx, p, h, name)
-		rec, err = s.cfg.Store.UpdateSandbox(ctx, rec)
+		rec, err = s.finish(ctx, rec, p, h, store.StateRunning)
 		return rec, true, err
 	}
+}
+
+// finish completes the record of a sandbox its provider has made: the
+// instance id of h (when it has one), state, and url by the one rule of
+// publicURL. A create, an adoption of a crashed create and the
+// reconciliation of an uncertain create (Settle) all end here, so a
+// record reads the same whichever made it. A record changed meanwhile
+// (ErrConflict) is read again and finished if it is still creating.
+func (s *Server) finish(ctx context.Context, rec store.Sandbox, p sandbox.Provider, h *sandbox.Handle, state string) (store.Sandbox, error) {
+	u := s.publicURL(ctx, p, h, rec.Name)
+	for attempt := 0; ; attempt++ {
+		if h.InstanceID != "" {
+			rec.InstanceID = h.InstanceID
+		}
+		rec.State, rec.URL = state, u
+		out, err := s.cfg.Store.UpdateSandbox(ctx, rec)
+		if !errors.Is(err, store.ErrConflict) || attempt == 2 {
+			return out, err
+		}
+		cur, gerr := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+		if gerr != nil {
+			return rec, gerr
+		}
+		if cur.State != store.StateCreating || cur.ProviderName != rec.ProviderName {
+			return cur, nil // finished (or replaced) by someone else
+		}
+		rec = cur
+	}
+}
+
+// Settle finishes the record of a create whose outcome was uncertain
+// (its create_new timed out, or its process died) once the provider says,
+// by Get's info, that the sandbox exists: the record gets what the create
+// would have given it, its instance id and url by the same rule, and the
+// provider's state (running, suspended, else unknown). The instance id is
+// that of info's raw object when it names the sandbox ({"name", "id"}, the
+// object a create_new answers with on the providers that have it), else the
+// record keeps what it had. A record no longer creating is returned as it
+// is. The url of a sandbox publishing ports through this platform needs
+// Config.BaseURL (the request that made it is gone).
+func (s *Server) Settle(ctx context.Context, rec store.Sandbox, info sandbox.Info) (store.Sandbox, error) {
+	if rec.State != store.StateCreating {
+		return rec, nil
+	}
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		return rec, err
+	}
+	h := handleOf(rec)
+	var raw struct {
+		Name string `json:"name"`
+		ID   any    `json:"id"`
+	}
+	if json.Unmarshal(info.Raw, &raw) == nil && raw.Name == rec.ProviderName {
+		if id, ok := raw.ID.(string); ok && id != "" {
+			h.InstanceID = id
+		}
+	}
+	state := store.StateUnknown
+	switch info.Status {
+	case sandbox.StatusRunning:
+		state = store.StateRunning
+	case sandbox.StatusSuspended:
+		state = store.StateSuspended
+	}
+	if _, ok := ctx.Value(baseKey{}).(string); !ok && s.cfg.BaseURL != "" {
+		ctx = context.WithValue(ctx, baseKey{}, strings.TrimRight(s.cfg.BaseURL, "/"))
+	}
+	return s.finish(ctx, rec, p, h, state)
 }
 
 // intent records a bounded write's intent before the write is made. A
@@ -432,12 +500,16 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 	if lim == (sandbox.Limits{}) {
 		lim = rec.Limits
 	}
-	if _, err := sandbox.NewRegistry(p).Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: lim}); err != nil {
+	h, err := sandbox.NewRegistry(p).Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: lim})
+	if err != nil {
 		return rec, false, err
 	}
 	if rec.State == store.StateCreating {
-		s.setState(ctx, rec, store.StateRunning)
-		rec.State = store.StateRunning
+		// The crashed create's record gets what its create would have
+		// given it.
+		if rec, err = s.finish(ctx, rec, p, h, store.StateRunning); err != nil {
+			return rec, false, err
+		}
 	}
 	s.activity(rec)
 	return rec, false, nil

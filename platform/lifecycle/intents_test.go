@@ -2,9 +2,11 @@ package lifecycle_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/sandbox"
@@ -147,5 +149,77 @@ func TestUncertainCheckpointIsNotRepeated(t *testing.T) {
 	}
 	if n := e.f.checkpoints.Load(); n != 1 {
 		t.Fatalf("checkpoint sent %d times", n)
+	}
+}
+
+// TestSettledCreateReadsAsCreated (issue 18 items 7 and 8): a create the
+// provider made but whose outcome the platform never heard (an uncertain
+// create_new settled by its intent; a plain create whose process died,
+// settled by reconciliation after the grace period) answers GET with the
+// url and instance id a create answers with: the provider's public URL,
+// and the instance id the provider gives the sandbox.
+func TestSettledCreateReadsAsCreated(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	view := func(name string) api.Sandbox {
+		t.Helper()
+		code, body := e.call("GET", "/v1/sandboxes/"+name, "")
+		var v api.Sandbox
+		if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %s", name, code, body)
+		}
+		return v
+	}
+	// want checks a view against what the provider says of the sandbox.
+	want := func(name string, createNew bool) {
+		t.Helper()
+		v, rec := view(name), e.rec(name)
+		h := sandbox.BuildHandle("fake", rec.ProviderName)
+		u, err := e.f.Provider.PublicURL(ctx, h)
+		if err != nil || u == "" {
+			t.Fatalf("the provider's url of %s: %q %v", name, u, err)
+		}
+		info, _ := e.f.Provider.Get(ctx, h)
+		var raw struct{ ID string }
+		_ = json.Unmarshal(info.Raw, &raw)
+		if createNew && raw.ID == "" {
+			t.Fatalf("the provider has no instance id for %s: %s", name, info.Raw)
+		}
+		if v.State != store.StateRunning || v.URL != u || v.InstanceID != raw.ID || rec.URL != u || rec.InstanceID != raw.ID {
+			t.Fatalf("%s reads state %q url %q instance %q (record %q %q), want running, %q, %q", name, v.State, v.URL, v.InstanceID, rec.URL, rec.InstanceID, u, raw.ID)
+		}
+	}
+	if code, body := e.call("POST", "/v1/sandboxes", `{"name": "made", "create_new": true}`); code != 201 {
+		t.Fatalf("create_new: %d %s", code, body)
+	}
+	want("made", true) // the rule the settled ones must meet
+	e.f.uncertain.Store(true)
+	if code, body := e.call("POST", "/v1/sandboxes", `{"name": "cn", "create_new": true}`); code != 503 {
+		t.Fatalf("uncertain create_new: %d %s", code, body)
+	}
+	e.f.uncertain.Store(false)
+	// A plain create that went through, then its process died.
+	now := e.now().UTC()
+	if err := e.pl.Store.InsertSandbox(ctx, store.Sandbox{AccountID: e.acct.ID, Name: "crashed", Provider: "fake", ProviderName: "mgp-00000000000000000002",
+		State: store.StateCreating, CreatedAt: now, LastActivity: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.f.Provider.Create(ctx, "mgp-00000000000000000002", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.m.Pass(ctx); r.Intents != 1 {
+		t.Fatalf("%+v, want the uncertain create_new settled", r)
+	}
+	want("cn", true)
+	if rec := e.rec("crashed"); rec.State != store.StateCreating {
+		t.Fatalf("a create within its grace period was settled: %+v", rec)
+	}
+	e.later(11 * time.Minute)
+	if r := e.m.Pass(ctx); r.Updated != 1 {
+		t.Fatalf("%+v, want the crashed create settled", r)
+	}
+	want("crashed", false)
+	if e.f.createNews.Load() != 2 {
+		t.Fatalf("create_new sent %d times, want 2", e.f.createNews.Load())
 	}
 }

@@ -26,6 +26,9 @@
 // Intents: an uncertain (or long-pending) create_new, destroy_once or
 // terminate_session is settled by looking, never by writing again: Get
 // says whether the sandbox exists, ListSessions whether the session does.
+// A create the provider did make gets its record finished by the API's own
+// rule (api.Server.Settle: instance id, url, state), so it reads as one
+// created normally.
 // A create_checkpoint_once cannot be looked at through the contract, so it
 // is resolved as unverifiable rather than repeated.
 //
@@ -399,6 +402,12 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 	case err != nil:
 		return false, false // transient: change nothing
 	}
+	if rec.State == store.StateCreating {
+		// A create cut short that the provider did make: the record gets
+		// what the create would have given it (instance id, url).
+		_, err := m.cfg.API.Settle(ctx, rec, info)
+		return false, err == nil
+	}
 	state := rec.State
 	switch info.Status {
 	case sandbox.StatusRunning:
@@ -407,9 +416,6 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 		if rec.State != store.StateParked {
 			state = store.StateSuspended
 		}
-	}
-	if rec.State == store.StateCreating && info.Status == sandbox.StatusUnknown {
-		state = store.StateUnknown
 	}
 	if state == rec.State {
 		return false, false
@@ -491,7 +497,7 @@ func (m *Manager) settle(ctx context.Context) int {
 		detail := ""
 		switch in.Op {
 		case store.OpCreateNew, store.OpDestroyOnce:
-			_, err := p.Get(ctx, h)
+			info, err := p.Get(ctx, h)
 			switch {
 			case errors.Is(err, sandbox.ErrNotFound):
 				detail = "absent"
@@ -503,8 +509,9 @@ func (m *Manager) settle(ctx context.Context) int {
 			default:
 				detail = "present"
 				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName && rec.State == store.StateCreating {
-					rec.State = store.StateRunning
-					_, _ = m.cfg.Store.UpdateSandbox(ctx, rec)
+					if _, err := m.cfg.API.Settle(ctx, rec, info); err != nil {
+						continue // not finished: settle it next pass
+					}
 				}
 			}
 		case store.OpTerminateSession:
