@@ -3,12 +3,14 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/managoat/managoat/provider/runner/wire"
+	"github.com/managoat/managoat/sandbox"
 )
 
 // ErrAlreadyRegistered is Host.Register's refusal of a second connection
@@ -69,6 +71,21 @@ type Deleter interface {
 type RunnerAccounter interface {
 	RunnerAccount(ctx context.Context, id string) (account string, online bool)
 }
+
+// AccountCaller is a Caller that calls a runner on behalf of an account:
+// a runner that is not that account's is refused with ErrNotAccounts
+// (sandbox.ErrNotFound: another account's sandbox is 404, never 403) by
+// whoever holds the runner's socket, so the check is made where the
+// runner's authenticated account is known, also when the call travels to
+// another replica of a cluster (provider/runner/natshost). An empty
+// account owns no runner.
+type AccountCaller interface {
+	CallAs(ctx context.Context, account, runnerID string, req *wire.Request, sub *Subscription) (*wire.Reply, error)
+}
+
+// ErrNotAccounts is an AccountCaller's refusal of a runner of another
+// account: it is sandbox.ErrNotFound.
+var ErrNotAccounts = fmt.Errorf("runner: no such runner in the caller's account: %w", sandbox.ErrNotFound)
 
 // LocalHost is a single-process Host: a map under a lock.
 type LocalHost struct {

@@ -411,6 +411,21 @@ func (s *Server) Call(ctx context.Context, runnerID string, req *wire.Request, s
 	return c.Call(ctx, req, sub)
 }
 
+var _ AccountCaller = (*Server)(nil)
+
+// CallAs implements AccountCaller: Call, when runnerID is account's
+// (ErrNotAccounts when it is another's; an empty account owns none).
+func (s *Server) CallAs(ctx context.Context, account, runnerID string, req *wire.Request, sub *Subscription) (*wire.Reply, error) {
+	c := s.cfg.Host.Whereis(runnerID)
+	if c == nil {
+		return nil, sandbox.Unavailable(ReasonOffline, nil)
+	}
+	if account == "" || c.Info().Account != account {
+		return nil, ErrNotAccounts
+	}
+	return c.Call(ctx, req, sub)
+}
+
 // RunnerAccount implements RunnerAccounter over the server's Host.
 func (s *Server) RunnerAccount(_ context.Context, id string) (string, bool) {
 	c := s.cfg.Host.Whereis(id)

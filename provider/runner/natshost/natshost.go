@@ -38,6 +38,14 @@
 //     exec's answer) travel in parts; a call's large data field travels
 //     beside its JSON and reaches the runner's frame as it is (checked to
 //     be base64), never decoded and encoded again on the way.
+//   - A call made with CallAs names its account (Managoat-Account), and
+//     the replica holding the runner's socket, which authenticated it,
+//     serves it only when the runner is that account's: another account's
+//     runner is not_found (as another account's sandbox is 404) and is
+//     never reached, whatever the calling replica checked or whoever
+//     published the call. A deletion names its account likewise. A call
+//     or deletion naming no account (Call, or a replica of an earlier
+//     version) is served unless Config.RequireAccount.
 //   - A replica that dies: a request to it fails at once (no responders)
 //     or, for a call already in flight there (a long exec), after three
 //     of its pings go unanswered, one per keep-alive interval; at the
@@ -110,7 +118,12 @@ type Config struct {
 	// runners present when the Host joins get no notice (Online lists
 	// them).
 	OnPresence func(info runner.Info, online bool)
-	Logger     *slog.Logger
+	// RequireAccount makes this replica refuse (not_found) a relayed
+	// call, and ignore a runner deletion, that names no account (one made
+	// by Call rather than CallAs, or by a replica of an earlier version).
+	// Set it once every replica's callers use CallAs.
+	RequireAccount bool
+	Logger         *slog.Logger
 }
 
 // Host is a runner.Host, runner.Caller and runner.Deleter over NATS.
@@ -147,6 +160,7 @@ var (
 	_ runner.Caller          = (*Host)(nil)
 	_ runner.Deleter         = (*Host)(nil)
 	_ runner.RunnerAccounter = (*Host)(nil)
+	_ runner.AccountCaller   = (*Host)(nil)
 )
 
 // entry is a presence record. Stamp is when its replica last wrote it
@@ -170,7 +184,8 @@ const (
 	hdrDeadline = "Managoat-Deadline" // Unix nanoseconds
 	hdrInbox    = "Managoat-Inbox"
 	hdrRelay    = "Managoat-Relay"
-	hdrCaller   = "Managoat-Caller" // the calling replica, which the holder of a relayed stream pings
+	hdrCaller   = "Managoat-Caller"  // the calling replica, which the holder of a relayed stream pings
+	hdrAccount  = "Managoat-Account" // the account a call is made for (CallAs); the holder refuses another's runner
 	hdrCode     = "Managoat-Code"
 	hdrDetail   = "Managoat-Detail"
 )
@@ -721,27 +736,55 @@ func (h *Host) DeleteRunner(id, account string) bool {
 	if json.Unmarshal(kve.Value(), &e) != nil || e.Info.Account != account {
 		return false
 	}
-	b, _ := json.Marshal(map[string]string{"runner": id})
+	b, _ := json.Marshal(map[string]string{"runner": id, "account": account})
 	return h.nc.Publish(h.subject("delete"), b) == nil && h.nc.FlushWithContext(ctx) == nil
 }
 
+// onDelete closes the socket of a deleted runner this replica holds, when
+// the deletion names the runner's account (or names none, from a replica
+// of an earlier version, unless RequireAccount).
 func (h *Host) onDelete(m *nats.Msg) {
 	var d struct {
-		Runner string `json:"runner"`
+		Runner  string  `json:"runner"`
+		Account *string `json:"account"`
 	}
 	if err := json.Unmarshal(m.Data, &d); err != nil {
 		h.badMessage(m.Subject, err)
 		return
 	}
-	if c := h.Whereis(d.Runner); c != nil {
-		c.Close(wire.CloseDeleted, "runner deleted")
+	c := h.Whereis(d.Runner)
+	if c == nil || (d.Account == nil && h.cfg.RequireAccount) || (d.Account != nil && *d.Account != c.Info().Account) {
+		return
 	}
+	c.Close(wire.CloseDeleted, "runner deleted")
 }
 
 // Call implements runner.Caller: on this replica's socket when it holds
-// the runner's, else relayed to the replica that does.
+// the runner's, else relayed to the replica that does. It names no
+// account: the caller has checked the runner's (CallAs has the holder
+// check it).
 func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub *runner.Subscription) (*wire.Reply, error) {
+	return h.call(ctx, nil, runnerID, req, sub)
+}
+
+// CallAs implements runner.AccountCaller: Call on behalf of account. The
+// replica holding the runner's socket checks that the runner is
+// account's, from the account its socket authenticated as, and refuses
+// another's with not_found (runner.ErrNotAccounts), never reaching the
+// runner; a relayed call carries the account for that check. An empty
+// account owns no runner.
+func (h *Host) CallAs(ctx context.Context, account, runnerID string, req *wire.Request, sub *runner.Subscription) (*wire.Reply, error) {
+	return h.call(ctx, &account, runnerID, req, sub)
+}
+
+func (h *Host) call(ctx context.Context, account *string, runnerID string, req *wire.Request, sub *runner.Subscription) (*wire.Reply, error) {
+	if account != nil && *account == "" {
+		return nil, runner.ErrNotAccounts // no account owns a runner for ""
+	}
 	if c := h.Whereis(runnerID); c != nil {
+		if account != nil && *account != c.Info().Account {
+			return nil, runner.ErrNotAccounts
+		}
 		return c.Call(ctx, req, sub)
 	}
 	owner, err := h.owner(ctx, runnerID)
@@ -752,6 +795,9 @@ func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub
 		return nil, sandbox.Unavailable(runner.ReasonOffline, nil)
 	}
 	hdr := nats.Header{hdrRunner: []string{runnerID}}
+	if account != nil {
+		hdr[hdrAccount] = []string{*account}
+	}
 	body, err := encodeCall(req, hdr)
 	if err != nil {
 		return nil, err
@@ -1154,6 +1200,13 @@ func (h *Host) onCall(m *nats.Msg) {
 		c := h.Whereis(m.Header.Get(hdrRunner))
 		if c == nil {
 			fail(wire.CodeUnavailable, runner.ReasonOffline)
+			return
+		}
+		// The caller's account, when the call names one, must be the
+		// runner's: this replica authenticated the runner's socket and
+		// does not take the calling replica's word that it checked.
+		if acct, named := m.Header[hdrAccount]; (named && (len(acct) != 1 || acct[0] != c.Info().Account)) || (!named && h.cfg.RequireAccount) {
+			fail(wire.CodeNotFound, "no such runner in the caller's account")
 			return
 		}
 		ctx := context.Background()
