@@ -35,6 +35,10 @@ func TestPerRecordStateIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
+	acct, err := st.CreateAccount(context.Background(), "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
 	const n = 5000
 	for i := range n {
 		name := fmt.Sprintf("sb-%d", i)
@@ -43,7 +47,10 @@ func TestPerRecordStateIsBounded(t *testing.T) {
 		go func() { other <- s.lock("acct", name) }() // waits for the first
 		unlock()
 		(<-other)()
-		s.activity(store.Sandbox{AccountID: "acct", Name: name})
+		if err := st.InsertSandbox(context.Background(), store.Sandbox{AccountID: acct.ID, Name: name, Provider: "fake", ProviderName: name, State: store.StateRunning}); err != nil {
+			t.Fatal(err)
+		}
+		s.activity(acct.ID, name)
 		clock.Lock()
 		now = now.Add(10 * time.Millisecond)
 		clock.Unlock()
@@ -56,6 +63,9 @@ func TestPerRecordStateIsBounded(t *testing.T) {
 	}
 	// 5,000 marks 10 ms apart: those of the last second, and those since
 	// the last sweep, at most a few hundred.
+	if touched == 0 {
+		t.Error("no activity mark kept: none was written")
+	}
 	if touched > 1024 {
 		t.Errorf("%d activity marks are kept, want at most 1024 (those newer than a second and the unswept)", touched)
 	}

@@ -97,18 +97,29 @@ func (s *Server) record(ctx context.Context, k store.Key, name string) (store.Sa
 // sweep of those older than a second.
 const minTouchedSweep = 512
 
-// Activity marks use of a record now; it is written at most once a second
-// per record.
-func (s *Server) activity(rec store.Sandbox) {
+// activity marks use of a record now in the store; it is written at most
+// once a second per record. A write is skipped only when one of this
+// process has been made (not merely begun) within the second, so the
+// store's mark is then at most a second old: a park, which re-reads the
+// record after claiming it (Park), cannot miss a use that marked
+// activity before reading the record (use).
+func (s *Server) activity(accountID, name string) {
 	now := s.cfg.Now()
-	key := recKey(rec.AccountID, rec.Name)
+	key := recKey(accountID, name)
 	s.mu.Lock()
-	last := s.touched[key]
-	if now.Sub(last) < time.Second {
-		s.mu.Unlock()
+	last, ok := s.touched[key]
+	s.mu.Unlock()
+	if ok && now.Sub(last) < time.Second && !now.Before(last) {
 		return
 	}
-	s.touched[key] = now
+	if err := s.cfg.Store.TouchSandbox(context.WithoutCancel(context.Background()), accountID, name, now.UTC()); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.After(s.touched[key]) {
+		s.touched[key] = now
+	}
 	if len(s.touched) > s.touchedSweep {
 		// A mark older than a second thins nothing: sweep them, at most
 		// once per doubling of the marks (amortised constant time).
@@ -119,8 +130,6 @@ func (s *Server) activity(rec store.Sandbox) {
 		}
 		s.touchedSweep = max(minTouchedSweep, 2*len(s.touched))
 	}
-	s.mu.Unlock()
-	_ = s.cfg.Store.TouchSandbox(context.WithoutCancel(context.Background()), rec.AccountID, rec.Name, now.UTC())
 }
 
 // busy counts a call in flight on the record as activity until it ends
@@ -136,7 +145,7 @@ func (s *Server) busy(rec store.Sandbox) func() {
 			delete(s.active, key)
 		}
 		s.mu.Unlock()
-		s.activity(rec)
+		s.activity(rec.AccountID, rec.Name)
 	}
 }
 
@@ -159,9 +168,20 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request, k store.Key) (rec 
 	return rec, p, s.busy(rec), true
 }
 
-// use loads a record for an operation on it: it is woken first when parked,
-// and its activity is recorded.
+// use loads a record for an operation on it, its activity recorded, woken
+// first when parked or being parked.
+//
+// The activity is marked before the record is read: a park claims the
+// record (state parking) and then reads it again (Park), so either the
+// park sees this mark and gives up, or this read sees its claim, waits
+// for the park to end and wakes the sandbox. Read first and marked after,
+// a call could start between a park's check and its suspend, on any
+// replica, and run on a sandbox being parked.
 func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandbox, sandbox.Provider, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return store.Sandbox{}, nil, fieldErr("name", err)
+	}
+	s.activity(k.AccountID, name)
 	rec, err := s.record(ctx, k, name)
 	if err != nil {
 		return rec, nil, err
@@ -170,21 +190,47 @@ func (s *Server) use(ctx context.Context, k store.Key, name string) (store.Sandb
 	if err != nil {
 		return rec, nil, err
 	}
-	if rec.State == store.StateParked {
+	if rec.State == store.StateParked || rec.State == store.StateParking {
 		if rec, err = s.Wake(ctx, rec); err != nil {
 			return rec, nil, err
 		}
 	}
-	s.activity(rec)
 	return rec, p, nil
+}
+
+// ParkingStale is how long a park's claim (state parking) may last: a
+// use waits for a park at most this long from its claim, a park's
+// provider call is bounded by half of it, and a claim older than it is
+// a dead park's, which lifecycle settles from the provider's state.
+const ParkingStale = 2 * time.Minute
+
+// parked reads the record again, waiting while a park has it (state
+// parking), at most until its claim is ParkingStale old: then
+// Unavailable{parking}.
+func (s *Server) parked(ctx context.Context, accountID, name string) (store.Sandbox, error) {
+	for {
+		rec, err := s.cfg.Store.GetSandbox(ctx, accountID, name)
+		if err != nil || rec.State != store.StateParking {
+			return rec, err
+		}
+		if s.cfg.Now().Sub(rec.ParkedAt) >= ParkingStale {
+			return rec, sandbox.Unavailable("parking", fmt.Errorf("sandbox %q is being parked since %s", name, rec.ParkedAt.Format(time.RFC3339)))
+		}
+		select {
+		case <-ctx.Done():
+			return rec, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Wake brings a parked sandbox back on the provider that made it: Resume
 // where it was suspended, a fresh Create of the same provider name where it
-// was destroyed for idleness. It is a no-op for a record not parked.
+// was destroyed for idleness. A park under way (here or on another
+// replica) is waited for first. It is a no-op for a record not parked.
 func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
 	defer s.lock(rec.AccountID, rec.Name)()
-	rec, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+	rec, err := s.parked(ctx, rec.AccountID, rec.Name)
 	if err != nil || rec.State != store.StateParked {
 		return rec, err
 	}
@@ -511,7 +557,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 			return rec, false, err
 		}
 	}
-	s.activity(rec)
+	s.activity(rec.AccountID, rec.Name)
 	return rec, false, nil
 }
 
@@ -541,7 +587,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	switch {
-	case rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy:
+	case (rec.State == store.StateParked || rec.State == store.StateParking) && rec.ParkedBy == store.ParkDestroy:
 		// Destroyed on the provider on purpose; the record is the truth.
 		v.Status = string(sandbox.StatusSuspended)
 	case rec.State == store.StateCreating && s.cfg.Now().Sub(rec.CreatedAt) < 10*time.Second:
@@ -960,16 +1006,24 @@ func (s *Server) Policy() *policy.Policy { return s.cfg.Policy }
 
 // Park parks an idle sandbox on its provider: Suspend where the sandbox
 // can suspend, otherwise Destroy (never a pretended park); the record
-// then says parked, and by which. It re-reads the record under the
-// record's lock and refuses (ErrConflict) when it was used after since or
-// has an open stream.
+// then says parked, and by which. It refuses (ErrConflict) a record used
+// after idleSince, parked or being parked, or with a call or stream open
+// in this process.
+//
+// Against a call starting meanwhile on any replica, the park first claims
+// the record (state parking, compare-and-set on its Version) and then
+// reads it again: a call marks its activity before it reads the record
+// (use), so either that mark is seen here and the claim is withdrawn, or
+// the call sees the claim and waits for the park to end, then wakes the
+// sandbox. The provider's call is bounded by ParkingStale/2; when it
+// fails the claim is withdrawn (state as it was).
 func (s *Server) Park(ctx context.Context, rec store.Sandbox, idleSince time.Time) (store.Sandbox, error) {
 	defer s.lock(rec.AccountID, rec.Name)()
 	cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
 	if err != nil {
 		return rec, err
 	}
-	if cur.State == store.StateParked || cur.LastActivity.After(idleSince) || s.Active(cur.AccountID, cur.Name) {
+	if cur.State == store.StateParked || cur.State == store.StateParking || cur.LastActivity.After(idleSince) || s.Active(cur.AccountID, cur.Name) {
 		return cur, store.ErrConflict
 	}
 	p, err := s.ProviderFor(cur.AccountID, cur.Provider)
@@ -983,15 +1037,56 @@ func (s *Server) Park(ctx context.Context, rec store.Sandbox, idleSince time.Tim
 		return cur, err
 	}
 	by := store.ParkSuspend
-	if caps.Has(sandbox.CapSuspend) {
-		err = reg.Suspend(ctx, h)
-	} else {
+	if !caps.Has(sandbox.CapSuspend) {
 		by = store.ParkDestroy
-		err = reg.Destroy(ctx, h)
 	}
+	prev := cur.State
+	claim := cur
+	claim.State, claim.ParkedAt, claim.ParkedBy = store.StateParking, s.cfg.Now().UTC(), by
+	claimed, err := s.cfg.Store.UpdateSandbox(ctx, claim)
 	if err != nil {
 		return cur, err
 	}
-	cur.State, cur.ParkedAt, cur.ParkedBy = store.StateParked, s.cfg.Now().UTC(), by
-	return s.cfg.Store.UpdateSandbox(ctx, cur)
+	again, err := s.cfg.Store.GetSandbox(ctx, cur.AccountID, cur.Name)
+	if err != nil || again.Version != claimed.Version || again.LastActivity.After(cur.LastActivity) || s.Active(cur.AccountID, cur.Name) {
+		// Used since the check (a call marked its activity before the
+		// claim, or during it), or the claim is in doubt: withdraw it.
+		s.unclaim(ctx, claimed, prev)
+		if err != nil {
+			return cur, err
+		}
+		return again, store.ErrConflict
+	}
+	pctx, cancel := context.WithTimeout(ctx, ParkingStale/2)
+	defer cancel()
+	if by == store.ParkSuspend {
+		err = reg.Suspend(pctx, h)
+	} else {
+		err = reg.Destroy(pctx, h)
+	}
+	if err != nil {
+		s.unclaim(ctx, claimed, prev)
+		return cur, err
+	}
+	claimed.State = store.StateParked
+	return s.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), claimed)
+}
+
+// unclaim withdraws a park's claim: the record goes back to state prev,
+// unless it is no longer that claim (changed, or gone).
+func (s *Server) unclaim(ctx context.Context, claimed store.Sandbox, prev string) {
+	ctx = context.WithoutCancel(ctx)
+	for range 3 {
+		rec := claimed
+		rec.State, rec.ParkedAt, rec.ParkedBy = prev, time.Time{}, ""
+		_, err := s.cfg.Store.UpdateSandbox(ctx, rec)
+		if !errors.Is(err, store.ErrConflict) {
+			return
+		}
+		cur, err := s.cfg.Store.GetSandbox(ctx, claimed.AccountID, claimed.Name)
+		if err != nil || cur.State != store.StateParking || !cur.ParkedAt.Equal(claimed.ParkedAt) {
+			return
+		}
+		claimed = cur
+	}
 }

@@ -60,7 +60,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 			delete(s.active, key)
 		}
 		s.mu.Unlock()
-		s.activity(rec)
+		s.activity(rec.AccountID, rec.Name)
 		_ = ws.CloseNow()
 	}()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -16,7 +16,7 @@ import (
 type Sandbox struct {
 	Name         string          `json:"name"`
 	Provider     string          `json:"provider"`
-	State        string          `json:"state"`            // the record's: creating, running, suspended, parked, unknown
+	State        string          `json:"state"`            // the record's: creating, running, suspended, parking, parked, unknown
 	Status       string          `json:"status,omitempty"` // the provider's, on a single get: running, suspended, unknown
 	URL          string          `json:"url,omitempty"`    // only where the provider has a real one (or the platform proxies one)
 	InstanceID   string          `json:"instance_id,omitempty"`

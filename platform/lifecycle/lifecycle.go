@@ -10,7 +10,11 @@
 // client or streaming spawn), no running session and no session active
 // within Idle (15 min) is parked: suspended where its provider advertises
 // suspend, else destroyed (never a pretended park; the record says which).
-// The next use wakes it on the same provider (api.Server.Wake).
+// The next use wakes it on the same provider (api.Server.Wake). A call
+// starting during a park, on any replica, either stops it or waits for it
+// and wakes the sandbox (api.Server.Park says how). A park that died
+// midway (its record "parking" for api.ParkingStale) is settled from the
+// provider's state: parked when suspended or destroyed, else running.
 //
 // Reconciliation, per enabled provider, each pass: ListAllNames; a
 // listing that fails or is truncated (ErrTruncated) reconciles nothing for
@@ -384,12 +388,22 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 	if rec.State == store.StateCreating && m.cfg.Now().Sub(rec.CreatedAt) < m.cfg.Grace {
 		return false, false // a create may be under way
 	}
+	parking := rec.State == store.StateParking
+	if parking && m.cfg.Now().Sub(rec.ParkedAt) < api.ParkingStale {
+		return false, false // a park is under way
+	}
 	_, present := slices.BinarySearch(listed, rec.ProviderName)
 	info, err := p.Get(ctx, handle(rec))
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		if present {
 			return false, false // listed yet not found: ask again next pass
+		}
+		if parking && rec.ParkedBy == store.ParkDestroy {
+			// A park by destroy that died after the destroy: parked.
+			rec.State = store.StateParked
+			_, err := m.cfg.Store.UpdateSandbox(ctx, rec)
+			return false, err == nil
 		}
 		if cur, err := m.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name); err != nil || cur.Version != rec.Version {
 			return false, false // changed since it was read (a park, a wake): next pass
@@ -413,9 +427,16 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 	case sandbox.StatusRunning:
 		state = store.StateRunning
 	case sandbox.StatusSuspended:
-		if rec.State != store.StateParked {
+		switch rec.State {
+		case store.StateParking:
+			state = store.StateParked // a park that died after its suspend
+		case store.StateParked:
+		default:
 			state = store.StateSuspended
 		}
+	}
+	if state == store.StateParking {
+		state = store.StateUnknown // a dead park, the provider's status unrecognised
 	}
 	if state == rec.State {
 		return false, false

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +42,14 @@ type flaky struct {
 	terms, checkpoints  atomic.Int32
 	createDelay         atomic.Int64               // a Create or CreateNew takes this long first
 	created             chan sandbox.CreateOptions // when set, gets every Create's options
+
+	// The park race's hooks (park_race_test.go): each set one is called
+	// once, by the first CapabilitiesOf, Suspend or Exec after it is set.
+	hookMu                    sync.Mutex
+	onCaps, onSuspend, onExec func()
+	suspending                atomic.Bool  // a Suspend is under way
+	execOnParked              atomic.Int32 // Execs that met a sandbox suspended or being suspended
+	suspends, resumes         atomic.Int32
 }
 
 func (f *flaky) delay(ctx context.Context) {

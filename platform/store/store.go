@@ -54,6 +54,7 @@ const (
 	StateRunning   = "running"   // the provider said so, or the last call on it succeeded
 	StateSuspended = "suspended" // suspended by its user
 	StateParked    = "parked"    // parked for idleness (ParkedBy says how); the next use wakes it
+	StateParking   = "parking"   // a park claimed the record (ParkedBy, ParkedAt) and is under way; a use waits, then wakes it
 	StateUnknown   = "unknown"   // the provider's status is unrecognised
 )
 
