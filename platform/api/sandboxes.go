@@ -330,6 +330,15 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 			if pin != "" && pin != rec.Provider {
 				return rec, false, fmt.Errorf("sandbox %q lives on provider %q, not %q: %w", name, rec.Provider, pin, sandbox.ErrAlreadyExists)
 			}
+			// An adoption is a use: marked before the record is read
+			// again, as use does, so a park under way is seen (waited
+			// for, the sandbox woken) or gives up.
+			s.activity(accountID, name)
+			if rec, err = s.cfg.Store.GetSandbox(ctx, accountID, name); errors.Is(err, store.ErrNotFound) && attempt < 3 {
+				continue
+			} else if err != nil {
+				return rec, false, err
+			}
 			return s.adopt(ctx, rec, lim)
 		case !errors.Is(err, store.ErrNotFound):
 			return rec, false, err
@@ -539,7 +548,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 	}
 	// Still "creating" after createWait: a create that crashed. The
 	// provider's create adopts whatever it left.
-	if rec.State == store.StateParked {
+	if rec.State == store.StateParked || rec.State == store.StateParking {
 		rec, err = s.Wake(ctx, rec)
 		return rec, false, err
 	}

@@ -112,11 +112,13 @@ func (e *env) execOn(pl *apitest.Platform, name string) <-chan string {
 //   - the exec starts between the park's check and its provider call: the
 //     park must see it and give up (not suspend a sandbox a call is in);
 //   - the exec starts while the park's suspend is under way: the exec must
-//     wait for the park and wake the sandbox, never run on it suspended.
+//     wait for the park and wake the sandbox, never run on it suspended;
+//   - so must a create that adopts the sandbox.
 func parkRace(t *testing.T, e *env, a, b *apitest.Platform) {
 	ctx := context.Background()
 	e.create("early")
 	e.create("late")
+	e.create("adopted")
 	e.later(20 * time.Minute)
 	idleSince := e.now().Add(-15 * time.Minute)
 	providerStatus := func(name string) sandbox.Status {
@@ -175,6 +177,41 @@ func parkRace(t *testing.T, e *env, a, b *apitest.Platform) {
 	}
 	if rec := e.rec("late"); rec.State != store.StateRunning || providerStatus("late") != sandbox.StatusRunning || e.f.resumes.Load() != 1 {
 		t.Fatalf("after the exec: record %s, provider %s, %d resumes; want running, running, 1 (woken)", rec.State, providerStatus("late"), e.f.resumes.Load())
+	}
+
+	// A create adopting the sandbox starts while the suspend is under way.
+	suspend = newGate(t)
+	e.f.setHook(&e.f.onSuspend, suspend.wait)
+	go func() { _, err := a.API.Park(ctx, e.rec("adopted"), idleSince); parked <- err }()
+	await(t, suspend.in, "the park never suspended")
+	adopt := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", b.URL+"/v1/sandboxes", strings.NewReader(`{"name": "adopted"}`))
+		req.Header.Set("Authorization", "Bearer "+e.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			adopt <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		adopt <- fmt.Sprint(resp.StatusCode, " ", string(body))
+	}()
+	for !e.rec("adopted").LastActivity.After(idleSince) {
+		if time.Now().After(deadline) {
+			t.Fatal("the create on b never marked its activity")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	suspend.open()
+	if err := await(t, parked, "the park never ended"); err != nil {
+		t.Fatalf("the park: %v", err)
+	}
+	if got := await(t, adopt, "the create never answered"); !strings.HasPrefix(got, "200 ") || !strings.Contains(got, `"state":"running"`) {
+		t.Fatalf("the adopting create on b: %s", got)
+	}
+	if rec := e.rec("adopted"); rec.State != store.StateRunning || providerStatus("adopted") != sandbox.StatusRunning || e.f.resumes.Load() != 2 {
+		t.Fatalf("after the adopting create: record %s, provider %s, %d resumes; want running, running, 2 (woken)", rec.State, providerStatus("adopted"), e.f.resumes.Load())
 	}
 }
 
