@@ -12,7 +12,12 @@
 // A create picks the provider by policy (a pin, or the default), inserts the
 // record first (the store arbitrates two creates of one name), then asks
 // the provider; every later call goes to the record's provider, and a
-// parked sandbox is woken there on its next use. An account sees only its
+// parked sandbox is woken there on its next use (a call that meets a park
+// under way, state parking, waits for it first: Park says why no call
+// slips between a park's check and its suspend). A bounded write
+// (create_new, destroy_once, create_checkpoint_once, terminate_session)
+// is made only once its intent is recorded, else refused 503
+// unavailable. An account sees only its
 // own records: another account's sandbox is 404, never 403. Runner
 // sandboxes go to the account's most recently connected online runner.
 //
