@@ -486,7 +486,9 @@ func (s *Server) intent(ctx context.Context, in store.Intent) (int64, error) {
 }
 
 // outcome records an intent's outcome: confirmed when the provider
-// answered (yes or a definitive no), uncertain on a transient failure.
+// answered (yes or a definitive no), uncertain on a transient failure. An
+// outcome the store cannot record leaves the intent pending, which
+// lifecycle settles by looking once its grace period is over.
 func (s *Server) outcome(ctx context.Context, id int64, err error) {
 	if id == 0 {
 		return
@@ -498,7 +500,9 @@ func (s *Server) outcome(ctx context.Context, id int64, err error) {
 			state = store.IntentUncertain
 		}
 	}
-	_ = s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, state, detail)
+	if serr := s.cfg.Store.SetIntent(context.WithoutCancel(ctx), id, state, detail); serr != nil {
+		s.log.Warn("api: recording an intent's outcome (left pending for lifecycle)", "intent", id, "state", state, "err", serr)
+	}
 }
 
 // publicURL is the sandbox's URL where the provider advertises one, else
