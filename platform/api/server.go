@@ -404,7 +404,18 @@ func (a accountRunners) Call(ctx context.Context, runnerID string, req *wire.Req
 	if !a.owns(ctx, runnerID) {
 		return nil, sandbox.Unavailable(runnerprov.ReasonOffline, nil)
 	}
-	return a.srv.Call(ctx, runnerID, req, sub)
+	ac, ok := a.srv.(runnerprov.AccountCaller)
+	if !ok {
+		return a.srv.Call(ctx, runnerID, req, sub)
+	}
+	// The call names its account, so the replica holding the runner's
+	// socket checks it too. Its refusal reads as owns' (offline), not as
+	// not_found: the reaper takes not_found for a sandbox that is gone.
+	rep, err := ac.CallAs(ctx, a.account, runnerID, req, sub)
+	if errors.Is(err, runnerprov.ErrNotAccounts) {
+		return nil, sandbox.Unavailable(runnerprov.ReasonOffline, errors.New("the replica holding the runner refused the account"))
+	}
+	return rep, err
 }
 
 // owns reports whether runnerID is online and the account's.

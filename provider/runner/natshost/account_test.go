@@ -87,6 +87,9 @@ func TestHolderChecksTheAccount(t *testing.T) {
 	if _, err := mallory.Create(ctx, namer(t, id)(), sandbox.CreateOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("another account's create through b: %v, want not_found", err)
 	}
+	if _, err := (accountView{b.host, "mallory"}).Call(ctx, id, &wire.Request{Op: wire.OpList}, nil); !errors.Is(err, prov.ErrNotAccounts) {
+		t.Fatalf("another account's call through b: %v, want the holder's refusal as ErrNotAccounts", err)
+	}
 	if _, err := (accountView{a.host, "mallory"}).Call(ctx, id, &wire.Request{Op: wire.OpList}, nil); !errors.Is(err, prov.ErrNotAccounts) {
 		t.Fatalf("another account's call on the holder itself: %v", err)
 	}

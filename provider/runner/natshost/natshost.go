@@ -833,6 +833,9 @@ func (h *Host) call(ctx context.Context, account *string, runnerID string, req *
 		if rem != nil {
 			h.dropRemote(rem, false)
 		}
+		if code == wire.CodeNotFound && ahdr.Get(hdrDetail) == detailNotAccounts {
+			return nil, runner.ErrNotAccounts // as a refusal on this replica reads
+		}
 		return nil, wire.ErrorFrom(code, ahdr.Get(hdrDetail))
 	}
 	f, err := wire.Decode(data)
@@ -853,6 +856,11 @@ func (h *Host) call(ctx context.Context, account *string, runnerID string, req *
 	}
 	return f.Reply, nil
 }
+
+// detailNotAccounts is the holder's refusal of a relayed call for
+// another account's runner; the calling replica returns it as
+// runner.ErrNotAccounts.
+const detailNotAccounts = "no such runner in the caller's account"
 
 // errHolderSilent fails a relayed call whose holder stopped answering
 // pings while the call waited.
@@ -1206,7 +1214,7 @@ func (h *Host) onCall(m *nats.Msg) {
 		// runner's: this replica authenticated the runner's socket and
 		// does not take the calling replica's word that it checked.
 		if acct, named := m.Header[hdrAccount]; (named && (len(acct) != 1 || acct[0] != c.Info().Account)) || (!named && h.cfg.RequireAccount) {
-			fail(wire.CodeNotFound, "no such runner in the caller's account")
+			fail(wire.CodeNotFound, detailNotAccounts)
 			return
 		}
 		ctx := context.Background()
