@@ -742,7 +742,11 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request, k store.Key) {
 	}
 	out := make([]Session, 0, len(ss))
 	for _, x := range ss {
-		v := Session{ID: x.ID, Command: x.Command, TTY: x.TTY}
+		v := Session{ID: x.ID, Command: x.Command, TTY: x.TTY, State: x.State}
+		if x.State == sandbox.SessionExited {
+			code := x.ExitCode
+			v.ExitCode = &code
+		}
 		if !x.CreatedAt.IsZero() {
 			t := x.CreatedAt
 			v.CreatedAt = &t

@@ -133,6 +133,11 @@ type Session struct {
 	CreatedAt      *time.Time `json:"created_at,omitempty"`
 	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
 	TTY            bool       `json:"tty,omitempty"`
+	// State is running, exited or lost, absent where the provider does not
+	// say (sandbox.Session.State).
+	State string `json:"state,omitempty"`
+	// ExitCode is an exited session's exit code (state exited).
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // TerminateRequest is POST .../sessions/{id}/terminate.

@@ -454,7 +454,10 @@ func (c *Client) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox
 	}
 	ss := make([]sandbox.Session, len(out.Data))
 	for i, s := range out.Data {
-		ss[i] = sandbox.Session{ID: s.ID, Command: s.Command, TTY: s.TTY}
+		ss[i] = sandbox.Session{ID: s.ID, Command: s.Command, TTY: s.TTY, State: s.State}
+		if s.ExitCode != nil {
+			ss[i].ExitCode = *s.ExitCode
+		}
 		if s.CreatedAt != nil {
 			ss[i].CreatedAt = *s.CreatedAt
 		}

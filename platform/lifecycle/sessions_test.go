@@ -70,6 +70,9 @@ func TestRunningSessionIsNotIdle(t *testing.T) {
 	if st := e.rec("quiet").State; st != store.StateRunning {
 		t.Fatalf("state %s", st)
 	}
+	if ss, err := c.ListSessions(ctx, h); err != nil || len(ss) != 1 || ss[0].State != sandbox.SessionRunning {
+		t.Fatalf("the API's sessions: %+v %v, want one running", ss, err)
+	}
 	if err := c.TerminateSession(ctx, h, cmd.SessionID, sandbox.TerminateOptions{Mode: sandbox.Force}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func TestRunningSessionIsNotIdle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ss) == 1 && ss[0].State != sandbox.SessionRunning {
+		if len(ss) == 1 && ss[0].State == sandbox.SessionExited {
 			break
 		}
 		if time.Now().After(deadline) {
