@@ -354,7 +354,11 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 		"metadata": map[string]string{MetaName: name, MetaMarker: "1",
 			MetaCreated: stamp.UTC().Format(time.RFC3339Nano)},
 	}
-	_, b, err := p.do(ctx, http.MethodPost, "/sandboxes", body)
+	// The server answers a create once the sandbox has started from its
+	// template, which can take longer than an ordinary request (E2B's SDK
+	// allows 60 s): a create cut short at RequestTimeout may still make a
+	// sandbox, which the next Create of the name then adopts.
+	_, b, err := p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes", body)
 	if isNotFound(err) || isBadTemplateRef(err) {
 		// E2B answers an unknown template with 404 "template '<id>' not
 		// found", an unknown tag of one with 404 "tag '<tag>' does not

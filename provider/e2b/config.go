@@ -22,6 +22,7 @@ const (
 	DefaultSandboxTimeout     = 1800 * time.Second
 	DefaultHeartbeat          = 240 * time.Second
 	DefaultKeepaliveInterval  = 50 * time.Second
+	DefaultKillTimeout        = 10 * time.Second
 	DefaultMaxPages           = 40
 	// EnvdPort is the port of envd inside every sandbox.
 	EnvdPort = 49983
@@ -57,10 +58,19 @@ type Config struct {
 	// RequestTimeout bounds every control-plane and unary envd request and
 	// spawn's wait for envd's start event; default 30 s.
 	RequestTimeout time.Duration
-	// LongRequestTimeout bounds pause and connect, which snapshot or
-	// restore a whole VM (memory included) and can take longer than an
-	// ordinary request; default 2 min, never less than RequestTimeout.
+	// LongRequestTimeout bounds create, pause and connect: create starts
+	// a VM from its template (E2B's SDK gives every request 60 s and the
+	// server holds a create until the sandbox has started), pause and
+	// connect snapshot or restore a whole VM (memory included); each can
+	// take longer than an ordinary request. Default 2 min, never less than
+	// RequestTimeout.
 	LongRequestTimeout time.Duration
+	// KillTimeout bounds the process-tree kill of an exec that outlived
+	// its deadline or was cancelled. The kill runs in the background: Exec
+	// returns its exec_timeout or its context's error at once, and the
+	// kill's outcome is logged. Close waits for kills still running.
+	// Default 10 s.
+	KillTimeout time.Duration
 	// TransitionBackoff paces the retries of idempotent calls that E2B
 	// answers 409 while the sandbox changes state (connect, timeout,
 	// network, envd's List, ListDir, file reads and uploads); its zero
@@ -144,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.LongRequestTimeout = DefaultLongRequestTimeout
 	}
 	c.LongRequestTimeout = max(c.LongRequestTimeout, c.RequestTimeout)
+	if c.KillTimeout <= 0 {
+		c.KillTimeout = DefaultKillTimeout
+	}
 	if c.TransitionBackoff.Attempts <= 0 {
 		c.TransitionBackoff.Attempts = 5
 	}

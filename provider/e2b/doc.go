@@ -62,7 +62,10 @@
 //     internal/services/process/handler), so an Exec that outlives its
 //     deadline, or whose caller cancels it, is killed with its whole
 //     process tree (KillTreeScript, run through envd), not just its top
-//     process.
+//     process. The kill runs in the background, bounded by
+//     Config.KillTimeout, with its outcome logged: Exec answers
+//     exec_timeout, or its context's error, at once, and Close waits for
+//     kills still running.
 //   - E2B caps every TTL at the plan's maximum instance length (Hobby: 1 h)
 //     without saying so, and once it has passed refuses the heartbeat (400
 //     "Max instance length exceeded"). Each heartbeat reads the sandbox's
@@ -82,8 +85,10 @@
 //     (the parameter, then the whole value, then each key and value). With
 //     names limited to letters, digits, '.', '_' and '-' no decoding changes
 //     them, so this matters only for the exact form on the wire.
-//   - Pause and connect snapshot or restore a whole VM and get
-//     Config.LongRequestTimeout (2 min), not the 30 s of other requests.
+//   - Create (the server answers once the VM has started from its
+//     template; E2B's SDK gives every request 60 s), pause and connect
+//     (which snapshot or restore a whole VM) get Config.LongRequestTimeout
+//     (2 min), not the 30 s of other requests.
 //
 // Where the sources leave it open, or the service cannot say, the
 // provider takes the safe side: a handle without an id (read back by

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -45,25 +46,53 @@ exit 0
 `
 }
 
-// killTree best-effort kills an exec that outlived its deadline: its whole
-// tree through KillTreeScript, then its pid through SendSignal in case the
-// script could not run.
+// killTree kills an exec that outlived its deadline or was cancelled, in
+// the background: its whole tree through KillTreeScript, then its pid
+// through SendSignal in case the script could not run. It is bounded by
+// Config.KillTimeout, logs its outcome, and Close waits for it; the exec
+// returns without waiting (a kill through envd can take as long as any
+// request, more on a busy sandbox).
 func (p *Provider) killTree(sandboxID string, srv *cmdServer) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	srv.mu.Lock()
 	pid := srv.pid
 	srv.mu.Unlock()
+	p.kills.Add(1)
+	go func() {
+		defer p.kills.Done()
+		start := time.Now()
+		err := p.killTreeNow(sandboxID, srv, pid)
+		if err != nil {
+			p.cfg.Logger.Warn("e2b: could not kill an exec's process tree", "sandbox", sandboxID,
+				"tag", srv.tag, "pid", pid, "took", time.Since(start), "err", err)
+			return
+		}
+		p.cfg.Logger.Debug("e2b: killed an exec's process tree", "sandbox", sandboxID,
+			"tag", srv.tag, "pid", pid, "took", time.Since(start))
+	}()
+}
+
+// killTreeNow is killTree's work. It fails only when neither the script
+// nor the signal reached envd.
+func (p *Provider) killTreeNow(sandboxID string, srv *cmdServer, pid uint32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.KillTimeout)
+	defer cancel()
+	var scriptErr error
 	if pid != 0 {
 		f := false
 		killer := &cmdServer{tag: newTag(execPrefix)}
-		if cmd, err := p.start(ctx, sandboxID, startRequest{
+		cmd, err := p.start(ctx, sandboxID, startRequest{
 			Process: processConfig{Cmd: "bash", Args: []string{"-c", KillTreeScript(int(pid))}},
 			Tag:     killer.tag, Stdin: &f,
-		}, killer); err == nil {
-			_, _ = sandbox.CollectExecMax(ctx, cmd, true, 10*time.Second, 64<<10, normalize)
+		}, killer)
+		if err == nil {
+			_, err = sandbox.CollectExecMax(ctx, cmd, true, p.cfg.KillTimeout, 64<<10, normalize)
 			_ = cmd.Stop()
 		}
+		scriptErr = err
 	}
-	_ = p.unary(ctx, sandboxID, "SendSignal", map[string]any{"process": srv.selector(), "signal": "SIGNAL_SIGKILL"}, nil)
+	sigErr := p.unary(ctx, sandboxID, "SendSignal", map[string]any{"process": srv.selector(), "signal": "SIGNAL_SIGKILL"}, nil)
+	if scriptErr != nil && sigErr != nil {
+		return errors.Join(scriptErr, sigErr)
+	}
+	return nil
 }

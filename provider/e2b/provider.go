@@ -22,8 +22,9 @@ const Name = "e2b"
 // Provider is a sandbox.Provider for E2B. It is safe for concurrent use.
 type Provider struct {
 	cfg      Config
-	domains  sync.Map // sandbox id → its envd domain ("" for Config.Domain)
-	versions sync.Map // sandbox id → its envd version
+	domains  sync.Map       // sandbox id → its envd domain ("" for Config.Domain)
+	versions sync.Map       // sandbox id → its envd version
+	kills    sync.WaitGroup // process-tree kills running in the background
 }
 
 var (
@@ -44,8 +45,11 @@ func New(cfg Config) (*Provider, error) {
 // NewFromEnv is New(ConfigFromEnv()).
 func NewFromEnv() (*Provider, error) { return New(ConfigFromEnv()) }
 
-// Close releases idle connections. Commands still running keep theirs.
+// Close waits for the process-tree kills of timed-out or cancelled execs
+// still running (each bounded by Config.KillTimeout) and releases idle
+// connections. Commands still running keep theirs.
 func (p *Provider) Close() error {
+	p.kills.Wait()
 	p.cfg.HTTPClient.CloseIdleConnections()
 	return nil
 }
@@ -376,7 +380,8 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		res, err := sandbox.CollectExecMax(ctx, cmd, opts.StderrToStdout, budget, opts.MaxOutput, normalize)
 		if sandbox.IsExecTimeout(err) || errors.Is(err, context.Canceled) {
 			// Past its deadline, or given up by its caller: the command
-			// and everything it started must not run on.
+			// and everything it started must not run on. The kill goes on
+			// in the background, so the caller hears at once.
 			p.killTree(id, srv)
 		}
 		return res, err

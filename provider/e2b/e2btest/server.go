@@ -152,6 +152,10 @@ type Fault struct {
 	// before it is answered, by Status or by the server, as a slow pause or
 	// resume of a large sandbox is.
 	Delay time.Duration
+	// Hold, when set, holds the request until it is closed (or the client
+	// gives up), then answers it as Delay does; Held counts the requests
+	// held meanwhile.
+	Hold chan struct{}
 }
 
 // Request is one request the server saw.
@@ -176,6 +180,7 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sbx
 	faults    []*Fault
+	held      int
 	requests  []Request
 	closing   chan struct{}
 	closed    bool
@@ -297,6 +302,25 @@ func (s *Server) takeFault(plane Plane, r *http.Request, body []byte) *Fault {
 
 // applyFault answers r per f; it reports whether the request is handled.
 func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault) bool {
+	if f != nil && f.Hold != nil {
+		s.mu.Lock()
+		s.held++
+		s.mu.Unlock()
+		var gone bool
+		select {
+		case <-f.Hold:
+		case <-r.Context().Done():
+			gone = true
+		case <-s.closing:
+			gone = true
+		}
+		s.mu.Lock()
+		s.held--
+		s.mu.Unlock()
+		if gone {
+			return true
+		}
+	}
 	if f != nil && f.Delay > 0 {
 		select {
 		case <-time.After(f.Delay):
@@ -325,6 +349,14 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f *Fault) bo
 		return true
 	}
 	return false
+}
+
+// Held is the number of requests a Fault's Hold is holding now: a client
+// that gave one up is no longer counted.
+func (s *Server) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
 }
 
 // Requests returns the requests seen so far.
