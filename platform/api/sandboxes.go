@@ -607,6 +607,13 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 		v.Status = string(sandbox.StatusUnknown)
 	default:
 		info, err := sandbox.NewRegistry(p).Get(r.Context(), handleOf(rec))
+		if errors.Is(err, sandbox.ErrNotFound) && rec.State == store.StateCreating {
+			// Its create may still be under way (a hosted provider's can
+			// take minutes), or was cut short: lifecycle settles that
+			// record after its grace period, never a GET.
+			v.Status = string(sandbox.StatusUnknown)
+			break
+		}
 		if errors.Is(err, sandbox.ErrNotFound) {
 			// The provider says it is surely gone: so is the record.
 			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(r.Context()), rec.AccountID, rec.Name)

@@ -47,6 +47,7 @@ type flaky struct {
 	// once, by the first CapabilitiesOf, Suspend or Exec after it is set.
 	hookMu                    sync.Mutex
 	onCaps, onSuspend, onExec func()
+	onCreate, onResume        func()       // review_test.go's: the first Create or Resume after it is set
 	suspending                atomic.Bool  // a Suspend is under way
 	execOnParked              atomic.Int32 // Execs that met a sandbox suspended or being suspended
 	suspends, resumes         atomic.Int32
@@ -66,6 +67,7 @@ func (f *flaky) Create(ctx context.Context, name string, o sandbox.CreateOptions
 	if f.created != nil {
 		f.created <- o
 	}
+	f.takeHook(&f.onCreate)
 	return f.Provider.Create(ctx, name, o)
 }
 

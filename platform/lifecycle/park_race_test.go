@@ -49,6 +49,7 @@ func (f *flaky) Suspend(ctx context.Context, h *sandbox.Handle) error {
 
 func (f *flaky) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
 	f.resumes.Add(1)
+	f.takeHook(&f.onResume)
 	return f.Provider.Resume(ctx, h)
 }
 
