@@ -246,14 +246,43 @@ func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, er
 		if err != nil {
 			return rec, err
 		}
-		rec.InstanceID = nh.InstanceID
+		rec.InstanceID, h = nh.InstanceID, nh
 	default:
 		if _, err := reg.Resume(ctx, h); err != nil {
 			return rec, err
 		}
 	}
-	rec.State, rec.ParkedAt, rec.ParkedBy, rec.LastActivity = store.StateRunning, time.Time{}, "", s.cfg.Now().UTC()
-	return s.cfg.Store.UpdateSandbox(ctx, rec)
+	return s.woken(ctx, rec, p, h)
+}
+
+// woken records a wake's outcome: the record running. Another replica
+// that woke the sandbox meanwhile (or a pass that found it running) wrote
+// the record first: its record is the outcome.
+func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provider, h *sandbox.Handle) (store.Sandbox, error) {
+	inst := rec.InstanceID
+	for attempt := 0; ; attempt++ {
+		next := rec
+		next.InstanceID = inst
+		next.State, next.ParkedAt, next.ParkedBy, next.LastActivity = store.StateRunning, time.Time{}, "", s.cfg.Now().UTC()
+		out, err := s.cfg.Store.UpdateSandbox(ctx, next)
+		if errors.Is(err, store.ErrConflict) && attempt < 3 {
+			cur, gerr := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+			switch {
+			case errors.Is(gerr, store.ErrNotFound):
+				err = gerr
+			case gerr != nil:
+				return rec, gerr
+			case cur.ProviderName != rec.ProviderName:
+				return cur, fmt.Errorf("sandbox %q was replaced while it woke: %w", rec.Name, store.ErrNotFound)
+			case cur.State != store.StateParked:
+				return cur, nil // woken (or changed) by someone else: theirs is the outcome
+			default:
+				rec = cur // still parked (another field changed): write again
+				continue
+			}
+		}
+		return out, err
+	}
 }
 
 func (s *Server) setState(ctx context.Context, rec store.Sandbox, state string) {

@@ -9,10 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/sandbox"
 )
+
+// replicaB starts a second API server on e's store (another replica, as
+// TestParkRaceSQLite does), over st when set.
+func (e *env) replicaB(st store.Store) *apitest.Platform {
+	if st == nil {
+		st = e.pl.Store
+	}
+	return apitest.Start(e.t, apitest.Options{Store: st, Providers: map[string]sandbox.Provider{"fake": e.f},
+		Env:       map[string]string{"SANDBOX_PROVIDER": "fake", "SANDBOX_RUNNERS_ENABLED": "false"},
+		Configure: func(c *api.Config) { c.Now = e.now }})
+}
 
 // callOn sends a request to the platform pl and sends its answer.
 func (e *env) callOn(pl *apitest.Platform, method, path, body string) <-chan string {
@@ -63,5 +75,31 @@ func TestGetDuringASlowCreateKeepsTheRecord(t *testing.T) {
 	rec := e.rec("slow")
 	if rec.State != store.StateRunning || !e.onProvider(rec.ProviderName) {
 		t.Fatalf("after the create: record %+v, on the provider %v", rec, e.onProvider(rec.ProviderName))
+	}
+}
+
+// TestWakeRaceAcrossReplicas: two replicas waking one parked sandbox at
+// once both resume it (harmless), and the one whose record write comes
+// second finds the other's: its call goes on, on the sandbox awake. It
+// was answered 502 (the store's conflict) though the sandbox was running.
+func TestWakeRaceAcrossReplicas(t *testing.T) {
+	e := setup(t, false)
+	b := e.replicaB(nil)
+	e.create("box")
+	e.later(20 * time.Minute)
+	if _, err := e.pl.API.Park(context.Background(), e.rec("box"), e.now().Add(-15*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t)
+	e.f.setHook(&e.f.onResume, g.wait)
+	res := e.execOn(b, "box")
+	await(t, g.in, "b's wake never resumed")
+	e.exec("box", "on-a") // a wakes it meanwhile
+	g.open()
+	if got := await(t, res, "the exec on b never answered"); !strings.HasPrefix(got, "200 ") {
+		t.Fatalf("the exec on b, whose wake a overtook: %s", got)
+	}
+	if rec := e.rec("box"); rec.State != store.StateRunning {
+		t.Fatalf("record %+v", rec)
 	}
 }
