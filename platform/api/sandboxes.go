@@ -257,9 +257,12 @@ func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, er
 
 // woken records a wake's outcome: the record running. Another replica
 // that woke the sandbox meanwhile (or a pass that found it running) wrote
-// the record first: its record is the outcome.
+// the record first: its record is the outcome. A record destroyed
+// meanwhile (its user's destroy, any replica) is not found, and what this
+// wake created is destroyed again: it has no record, and a runner's
+// sandbox is never reaped as an orphan.
 func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provider, h *sandbox.Handle) (store.Sandbox, error) {
-	inst := rec.InstanceID
+	by, inst := rec.ParkedBy, rec.InstanceID
 	for attempt := 0; ; attempt++ {
 		next := rec
 		next.InstanceID = inst
@@ -280,6 +283,13 @@ func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provide
 				rec = cur // still parked (another field changed): write again
 				continue
 			}
+		}
+		if errors.Is(err, store.ErrNotFound) && by == store.ParkDestroy {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ParkingStale/2)
+			if derr := sandbox.NewRegistry(p).Destroy(dctx, h); derr != nil {
+				s.log.Warn("api: destroying a sandbox woken after its record was destroyed", "account", rec.AccountID, "sandbox", rec.Name, "err", derr)
+			}
+			cancel()
 		}
 		return out, err
 	}
@@ -692,14 +702,26 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request, k store.Key) {
 // outcome keeps the record for the reconciler.
 func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, timeout time.Duration) error {
 	defer s.lock(rec.AccountID, rec.Name)()
-	if rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy {
-		return s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name)
-	}
 	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
 	if err != nil {
 		return err
 	}
 	reg := sandbox.NewRegistry(p)
+	if rec.State == store.StateParked && rec.ParkedBy == store.ParkDestroy {
+		// Nothing on the provider to destroy, unless a wake (any replica)
+		// created it again since rec was read: the record goes first, then
+		// its name on the provider (nil when absent). A wake that creates
+		// after this finds no record and destroys what it made (woken).
+		if err := s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name); err != nil {
+			return err
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ParkingStale/2)
+		defer cancel()
+		if err := reg.Destroy(dctx, handleOf(rec)); err != nil {
+			s.log.Warn("api: destroying the name of a sandbox parked by destroy", "account", rec.AccountID, "sandbox", rec.Name, "err", err)
+		}
+		return nil
+	}
 	if once {
 		id, ierr := s.intent(ctx, store.Intent{AccountID: rec.AccountID, Name: rec.Name, Op: store.OpDestroyOnce,
 			Provider: rec.Provider, ProviderName: rec.ProviderName, InstanceID: rec.InstanceID})

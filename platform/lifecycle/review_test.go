@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,24 @@ import (
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/sandbox"
 )
+
+// hookStore is a store with a one-shot hook run before a DeleteSandbox.
+type hookStore struct {
+	store.Store
+	mu       sync.Mutex
+	onDelete func()
+}
+
+func (s *hookStore) DeleteSandbox(ctx context.Context, accountID, name string) error {
+	s.mu.Lock()
+	fn := s.onDelete
+	s.onDelete = nil
+	s.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return s.Store.DeleteSandbox(ctx, accountID, name)
+}
 
 // replicaB starts a second API server on e's store (another replica, as
 // TestParkRaceSQLite does), over st when set.
@@ -101,5 +120,59 @@ func TestWakeRaceAcrossReplicas(t *testing.T) {
 	}
 	if rec := e.rec("box"); rec.State != store.StateRunning {
 		t.Fatalf("record %+v", rec)
+	}
+}
+
+// TestDestroyDuringAWake: a sandbox parked by destroy, destroyed by its
+// user while a wake (a call on another replica) creates it again, is not
+// left running on its provider with no record (a runner's sandbox is never
+// reaped as an orphan): whichever comes first, the sandbox ends destroyed.
+func TestDestroyDuringAWake(t *testing.T) {
+	// The destroy lands while the wake's create is under way.
+	e := setup(t, true) // no suspend: parks destroy
+	hs := &hookStore{Store: e.pl.Store}
+	b := e.replicaB(hs)
+	e.create("during")
+	e.create("before")
+	e.later(20 * time.Minute)
+	for _, n := range []string{"during", "before"} {
+		if _, err := e.pl.API.Park(context.Background(), e.rec(n), e.now().Add(-15*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pname := e.rec("during").ProviderName
+	g := newGate(t)
+	e.f.setHook(&e.f.onCreate, g.wait)
+	res := e.execOn(e.pl, "during")
+	await(t, g.in, "a's wake never created")
+	if got := await(t, e.callOn(b, "DELETE", "/v1/sandboxes/during", ""), "the destroy never answered"); !strings.HasPrefix(got, "204") {
+		t.Fatalf("the destroy on b: %s", got)
+	}
+	g.open()
+	if got := await(t, res, "the exec never answered"); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("the exec on a sandbox destroyed under its wake: %s", got)
+	}
+	if e.onProvider(pname) {
+		t.Error("a wake's sandbox, destroyed by its user meanwhile, lives on on the provider with no record")
+	}
+
+	// The wake ends between the destroy's read of the record (parked by
+	// destroy) and its delete.
+	pname = e.rec("before").ProviderName
+	woke := make(chan string, 1)
+	hs.mu.Lock()
+	hs.onDelete = func() { woke <- <-e.execOn(e.pl, "before") }
+	hs.mu.Unlock()
+	if got := await(t, e.callOn(b, "DELETE", "/v1/sandboxes/before", ""), "the destroy never answered"); !strings.HasPrefix(got, "204") {
+		t.Fatalf("the destroy on b: %s", got)
+	}
+	if got := await(t, woke, "the wake never answered"); !strings.HasPrefix(got, "200 ") {
+		t.Fatalf("the exec that woke it: %s", got)
+	}
+	if _, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, "before"); err == nil {
+		t.Fatal("the record outlived its destroy")
+	}
+	if e.onProvider(pname) {
+		t.Error("a sandbox woken as its destroy read the record lives on on the provider with no record")
 	}
 }
