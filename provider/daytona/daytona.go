@@ -675,7 +675,8 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 // cmdState is a Command's private state.
 type cmdState struct {
 	tb, session, cmdID, base string
-	stdin                    bool // false: spawned without stdin (attach: unknown, treated as wired)
+	name                     string // the sandbox's name: a toolbox refusal is checked against it
+	stdin                    bool   // false: spawned without stdin (attach: unknown, treated as wired)
 	ls                       *logStream
 }
 
@@ -721,14 +722,14 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	if cid == "" {
 		return nil, &sandbox.ProviderError{Provider: Name, Reason: "no_command_id", Err: fmt.Errorf("session exec answered %s", clip(string(r.body), 200))}
 	}
-	return p.stream(tb, tag, cid, base, opts.Stdin, true), nil
+	return p.stream(h.Name, tb, tag, cid, base, opts.Stdin, true), nil
 }
 
-func (p *Provider) stream(tb, session, cid, base string, stdin, files bool) *sandbox.Command {
-	st := &cmdState{tb: tb, session: session, cmdID: cid, base: base, stdin: stdin}
+func (p *Provider) stream(name, tb, session, cid, base string, stdin, files bool) *sandbox.Command {
+	st := &cmdState{name: name, tb: tb, session: session, cmdID: cid, base: base, stdin: stdin}
 	cmd, s := sandbox.NewCommand(p, "", st)
 	cmd.SessionID = session
-	st.ls = p.startLogStream(tb, session, cid, base, files, s)
+	st.ls = p.startLogStream(name, tb, session, cid, base, files, s)
 	return cmd
 }
 
@@ -758,9 +759,10 @@ func state(c *sandbox.Command) (*cmdState, error) {
 
 // WriteStdin appends data to the command's stdin file in one round trip
 // per 32 KiB (checking the exit sentinel first): ErrCommandExited once the
-// command ended; WriteFailed for any other failure, or for a command
-// spawned without stdin (the original let such writes land unread). No
-// newline is added.
+// command ended; ErrNotFound when the toolbox refuses the sandbox and a GET
+// by name finds it gone (deleted under the command); WriteFailed for any
+// other failure, or for a command spawned without stdin (the original let
+// such writes land unread). No newline is added.
 func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
 	st, err := state(c)
 	if err != nil {
@@ -777,6 +779,9 @@ func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []by
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if st.name != "" && p.refusedAsGone(ctx, st.name, err) {
+				return sandbox.ErrNotFound
+			}
 			return &sandbox.WriteFailedError{Err: err}
 		case code == 0 && strings.Contains(res, markExited):
 			return sandbox.ErrCommandExited
@@ -791,7 +796,8 @@ func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []by
 // CloseStdin delivers a real EOF (see closeScript): it is idempotent and
 // nil after the command exited. Unlike the original, which answered Ok even
 // when the toolbox failed, a failure is returned: the EOF was not
-// delivered, and the command would wait for it forever.
+// delivered, and the command would wait for it forever. A toolbox refusal
+// of a sandbox that a GET by name finds gone is ErrNotFound.
 func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 	st, err := state(c)
 	if err != nil {
@@ -802,6 +808,9 @@ func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 	}
 	_, code, err := p.execute(ctx, st.tb, closeScript(st.base), 30)
 	if err != nil {
+		if st.name != "" {
+			return p.toolboxGone(ctx, st.name, err)
+		}
 		return err
 	}
 	if code != 0 {
@@ -938,7 +947,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 		return nil, p.toolboxGone(ctx, h.Name, err)
 	}
 	if code == 0 && strings.Contains(res, markOK) {
-		return p.stream(tb, sessionID, "", base, opts.Stdin, true), nil
+		return p.stream(h.Name, tb, sessionID, "", base, opts.Stdin, true), nil
 	}
 	// A session of an older shim: its output is only the daemon's log.
 	recs, err := p.sessions(ctx, tb)
@@ -960,7 +969,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 		if cid == "" {
 			return nil, sandbox.ErrNotFound
 		}
-		return p.stream(tb, sessionID, cid, base, opts.Stdin, false), nil
+		return p.stream(h.Name, tb, sessionID, cid, base, opts.Stdin, false), nil
 	}
 	return nil, sandbox.ErrNotFound
 }
@@ -1031,18 +1040,25 @@ func (p *Provider) routeNotFound(ctx context.Context, name, op string, r *respon
 // GET by name that finds the sandbox gone makes it ErrNotFound; otherwise
 // err stands.
 func (p *Provider) toolboxGone(ctx context.Context, name string, err error) error {
-	switch statusOf(err) {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
-	default:
-		return err
-	}
-	if ctx.Err() != nil {
-		return err
-	}
-	if _, _, gerr := p.getSandbox(ctx, name); errors.Is(gerr, sandbox.ErrNotFound) {
+	if p.refusedAsGone(ctx, name, err) {
 		return sandbox.ErrNotFound
 	}
 	return err
+}
+
+// refusedAsGone reports whether err is a toolbox refusal (401, 403, 404)
+// of a sandbox that a GET by name then finds gone.
+func (p *Provider) refusedAsGone(ctx context.Context, name string, err error) bool {
+	switch statusOf(err) {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+	default:
+		return false
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	_, _, gerr := p.getSandbox(ctx, name)
+	return errors.Is(gerr, sandbox.ErrNotFound)
 }
 
 // ReadFile downloads a file through the toolbox (GET /files/download).

@@ -90,14 +90,15 @@
 // else Retry-After, else a retryAfter body field. The toolbox proxy checks
 // the bearer's access to the sandbox first and answers 401 for one that no
 // longer exists (apps/proxy pkg/proxy/auth.go): a toolbox 401, 403 or 404
-// in Exec, Spawn, ListSessions, Attach, WriteFile or ReadFile is confirmed
-// with a GET by name and is ErrNotFound when the sandbox is gone, the
-// original error otherwise — and WriteFile's 404 of a sandbox that exists
-// is a ProviderError (upload_route_not_found: a daemon without that
-// route), never ErrNotFound. (WriteStdin, CloseStdin and a LogStream know
-// no sandbox name: a sandbox deleted under them shows as their own
-// failure — WriteFailed, or Unavailable{log_stream_unreachable} after
-// the stream's tolerated failures.)
+// in Exec, Spawn, ListSessions, Attach, WriteFile, ReadFile, WriteStdin,
+// CloseStdin or a command's output stream (a Command carries its sandbox's
+// name from Spawn or Attach) is confirmed with a GET by name and is
+// ErrNotFound when the sandbox is gone — WriteStdin and CloseStdin return
+// it, the stream ends with it at once instead of
+// Unavailable{log_stream_unreachable} after its tolerated failures — and
+// the original error otherwise (WriteFailed for WriteStdin). WriteFile's
+// 404 of a sandbox that exists is a ProviderError (upload_route_not_found:
+// a daemon without that route), never ErrNotFound.
 //
 // # What the public sources do not settle
 //

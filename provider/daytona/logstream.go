@@ -118,6 +118,7 @@ func legacySegments(out, errs string, final bool) []segment {
 // terminal event — the real exit code, or an error; never a made-up code.
 type logStream struct {
 	p            *Provider
+	name         string // the sandbox's name, for gone
 	tb, sid, cid string
 	base         string
 	files        bool // read the shim's output files, not the daemon's log
@@ -143,9 +144,9 @@ var splitOutput = http.Header{"X-Daytona-Split-Output": {"true"}}
 // more ends the stream with Unavailable{log_stream_unreachable}.
 const maxLogFailures = 30
 
-func (p *Provider) startLogStream(tb, sid, cid, base string, files bool, s *sandbox.Stream) *logStream {
+func (p *Provider) startLogStream(name, tb, sid, cid, base string, files bool, s *sandbox.Stream) *logStream {
 	ctx, cancel := context.WithCancel(context.Background())
-	ls := &logStream{p: p, tb: tb, sid: sid, cid: cid, base: base, files: files, s: s, ctx: ctx, cancel: cancel,
+	ls := &logStream{p: p, name: name, tb: tb, sid: sid, cid: cid, base: base, files: files, s: s, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), maxFailures: maxLogFailures}
 	if files {
 		go ls.runFiles()
@@ -176,6 +177,10 @@ func (ls *logStream) runFiles() {
 			return
 		case err != nil:
 			if ls.ctx.Err() != nil {
+				return
+			}
+			if ls.gone(err) {
+				ls.s.Fail(sandbox.ErrNotFound)
 				return
 			}
 			failures++
@@ -275,6 +280,17 @@ func (ls *logStream) pollFiles() (fresh, done bool, err error) {
 	return fresh, false, nil
 }
 
+// gone reports whether err, a failed poll, is the toolbox refusing a
+// sandbox that no longer exists: a 401, 403 or 404 (the proxy answers 401
+// for a deleted sandbox) after which a GET by name finds it gone. Any
+// other failure counts towards maxFailures.
+func (ls *logStream) gone(err error) bool {
+	if ls.name == "" {
+		return false
+	}
+	return ls.p.refusedAsGone(ls.ctx, ls.name, err)
+}
+
 // endSession deletes the daemon's session of a finished command: each
 // session holds a shell in the sandbox, and the output and verdict live on
 // in the shim's files (ListSessions and Attach read them). Best effort.
@@ -305,6 +321,10 @@ func (ls *logStream) run() {
 		fresh, err := ls.fetch(false)
 		if err != nil {
 			if ls.ctx.Err() != nil {
+				return
+			}
+			if ls.gone(err) {
+				ls.s.Fail(sandbox.ErrNotFound)
 				return
 			}
 			failures++
