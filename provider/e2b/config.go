@@ -71,6 +71,11 @@ type Config struct {
 	// kill's outcome is logged. Close waits for kills still running.
 	// Default 10 s.
 	KillTimeout time.Duration
+	// ExecWaitsForKill makes Exec return only once that kill is over (at
+	// most KillTimeout later), for a process that may exit as soon as Exec
+	// returns without calling Close first (a CLI): a background kill dies
+	// with its process.
+	ExecWaitsForKill bool
 	// TransitionBackoff paces the retries of idempotent calls that E2B
 	// answers 409 while the sandbox changes state (connect, timeout,
 	// network, envd's List, ListDir, file reads and uploads); its zero

@@ -65,7 +65,8 @@
 //     process. The kill runs in the background, bounded by
 //     Config.KillTimeout, with its outcome logged: Exec answers
 //     exec_timeout, or its context's error, at once, and Close waits for
-//     kills still running.
+//     kills still running. A process that exits right after Exec without
+//     calling Close sets Config.ExecWaitsForKill, or the kill dies with it.
 //   - E2B caps every TTL at the plan's maximum instance length (Hobby: 1 h)
 //     without saying so, and once it has passed refuses the heartbeat (400
 //     "Max instance length exceeded"). Each heartbeat reads the sandbox's

@@ -106,3 +106,41 @@ func TestExecDoesNotWaitForTheTreeKill(t *testing.T) {
 		})
 	}
 }
+
+// With ExecWaitsForKill (a CLI that exits as soon as Exec returns), Exec
+// answers only once the kill is over, so the kill cannot die with the
+// process.
+func TestExecWaitsForKill(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, func(c *e2b.Config) {
+		c.KillTimeout = 30 * time.Second
+		c.ExecWaitsForKill = true
+	})
+	h := e.create("waitkill")
+	sb, _ := e.srv.Lookup(h.Private.(string))
+	pidFile := filepath.Join(sb.Dir, "home", "child.pid")
+	hold := make(chan struct{})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Match: "declare -A seen", Hold: hold})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.p.Exec(ctx(t), h, sandbox.Cmd{Name: "sh", Args: []string{"-c", "sleep 60 & echo $! > child.pid; sleep 60 & wait"}},
+			sandbox.ExecOptions{Timeout: time.Second})
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the kill's request to be held", func() bool { return e.srv.Held() == 1 })
+	select {
+	case err := <-done:
+		close(hold)
+		t.Fatalf("Exec returned (%v) while its kill was held", err)
+	default:
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid := strings.TrimSpace(string(b))
+	close(hold)
+	if err := <-done; !sandbox.IsExecTimeout(err) {
+		t.Fatalf("Exec = %v, want exec_timeout", err)
+	}
+	if pid == "" {
+		t.Fatal("the exec wrote no child pid")
+	}
+	eventually(t, 5*time.Second, "the exec's child "+pid+" to die", func() bool { return childGone(pid) })
+}

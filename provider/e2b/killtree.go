@@ -51,14 +51,18 @@ exit 0
 // through SendSignal in case the script could not run. It is bounded by
 // Config.KillTimeout, logs its outcome, and Close waits for it; the exec
 // returns without waiting (a kill through envd can take as long as any
-// request, more on a busy sandbox).
-func (p *Provider) killTree(sandboxID string, srv *cmdServer) {
+// request, more on a busy sandbox) unless Config.ExecWaitsForKill.
+//
+// The returned channel is closed when the kill is over.
+func (p *Provider) killTree(sandboxID string, srv *cmdServer) <-chan struct{} {
 	srv.mu.Lock()
 	pid := srv.pid
 	srv.mu.Unlock()
+	done := make(chan struct{})
 	p.kills.Add(1)
 	go func() {
 		defer p.kills.Done()
+		defer close(done)
 		start := time.Now()
 		err := p.killTreeNow(sandboxID, srv, pid)
 		if err != nil {
@@ -69,6 +73,7 @@ func (p *Provider) killTree(sandboxID string, srv *cmdServer) {
 		p.cfg.Logger.Debug("e2b: killed an exec's process tree", "sandbox", sandboxID,
 			"tag", srv.tag, "pid", pid, "took", time.Since(start))
 	}()
+	return done
 }
 
 // killTreeNow is killTree's work. It fails only when neither the script

@@ -381,8 +381,11 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 		if sandbox.IsExecTimeout(err) || errors.Is(err, context.Canceled) {
 			// Past its deadline, or given up by its caller: the command
 			// and everything it started must not run on. The kill goes on
-			// in the background, so the caller hears at once.
-			p.killTree(id, srv)
+			// in the background, so the caller hears at once, unless the
+			// caller's process may exit as soon as Exec returns.
+			if done := p.killTree(id, srv); p.cfg.ExecWaitsForKill {
+				<-done
+			}
 		}
 		return res, err
 	})
