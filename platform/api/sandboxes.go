@@ -285,11 +285,7 @@ func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provide
 			}
 		}
 		if errors.Is(err, store.ErrNotFound) && by == store.ParkDestroy {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ParkingStale/2)
-			if derr := sandbox.NewRegistry(p).Destroy(dctx, h); derr != nil {
-				s.log.Warn("api: destroying a sandbox woken after its record was destroyed", "account", rec.AccountID, "sandbox", rec.Name, "err", derr)
-			}
-			cancel()
+			s.unrecorded(ctx, p, h, rec)
 		}
 		return out, err
 	}
@@ -438,7 +434,22 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 			return rec, false, err
 		}
 		rec, err = s.finish(ctx, rec, p, h, store.StateRunning)
+		if errors.Is(err, store.ErrNotFound) {
+			s.unrecorded(ctx, p, h, rec)
+		}
 		return rec, true, err
+	}
+}
+
+// unrecorded destroys a sandbox that a create or a wake made while its
+// record was destroyed (its user's destroy, any replica): nothing would
+// ever reach it again, and a runner's sandbox is never reaped as an
+// orphan. Best effort, bounded by ParkingStale/2; a failure is logged.
+func (s *Server) unrecorded(ctx context.Context, p sandbox.Provider, h *sandbox.Handle, rec store.Sandbox) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ParkingStale/2)
+	defer cancel()
+	if err := sandbox.NewRegistry(p).Destroy(dctx, h); err != nil {
+		s.log.Warn("api: destroying a sandbox made after its record was destroyed", "account", rec.AccountID, "sandbox", rec.Name, "err", err)
 	}
 }
 
@@ -447,7 +458,9 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 // publicURL. A create, an adoption of a crashed create and the
 // reconciliation of an uncertain create (Settle) all end here, so a
 // record reads the same whichever made it. A record changed meanwhile
-// (ErrConflict) is read again and finished if it is still creating.
+// (ErrConflict) is read again and finished if it is still creating. A
+// record destroyed meanwhile (gone, or made again under another provider
+// name) is ErrNotFound: the caller's sandbox has no record (unrecorded).
 func (s *Server) finish(ctx context.Context, rec store.Sandbox, p sandbox.Provider, h *sandbox.Handle, state string) (store.Sandbox, error) {
 	u := s.publicURL(ctx, p, h, rec.Name)
 	for attempt := 0; ; attempt++ {
@@ -463,8 +476,13 @@ func (s *Server) finish(ctx context.Context, rec store.Sandbox, p sandbox.Provid
 		if gerr != nil {
 			return rec, gerr
 		}
-		if cur.State != store.StateCreating || cur.ProviderName != rec.ProviderName {
-			return cur, nil // finished (or replaced) by someone else
+		if cur.ProviderName != rec.ProviderName {
+			// Destroyed and made again by another create meanwhile: this
+			// sandbox has no record.
+			return cur, fmt.Errorf("sandbox %q was destroyed while it was created: %w", rec.Name, store.ErrNotFound)
+		}
+		if cur.State != store.StateCreating {
+			return cur, nil // finished by someone else
 		}
 		rec = cur
 	}
@@ -606,6 +624,9 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 		// The crashed create's record gets what its create would have
 		// given it.
 		if rec, err = s.finish(ctx, rec, p, h, store.StateRunning); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				s.unrecorded(ctx, p, h, rec)
+			}
 			return rec, false, err
 		}
 	}

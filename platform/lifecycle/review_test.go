@@ -176,3 +176,30 @@ func TestDestroyDuringAWake(t *testing.T) {
 		t.Error("a sandbox woken as its destroy read the record lives on on the provider with no record")
 	}
 }
+
+// TestDestroyDuringACreate: a sandbox destroyed by its user while its
+// create is under way on the provider is not left there with no record
+// once the create lands: the create, finding its record gone, destroys
+// what it made and answers not_found. It lived on (a runner's for good:
+// runner names are never reaped as orphans).
+func TestDestroyDuringACreate(t *testing.T) {
+	e := setup(t, false)
+	g := newGate(t)
+	e.f.setHook(&e.f.onCreate, g.wait)
+	created := e.callOn(e.pl, "POST", "/v1/sandboxes", `{"name": "brief"}`)
+	await(t, g.in, "the create never reached its provider")
+	pname := e.rec("brief").ProviderName
+	if code, body := e.call("DELETE", "/v1/sandboxes/brief", ""); code != 204 {
+		t.Fatalf("the destroy during the create: %d %s", code, body)
+	}
+	g.open()
+	if got := await(t, created, "the create never answered"); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("the create whose sandbox was destroyed under it: %s; want 404", got)
+	}
+	if e.onProvider(pname) {
+		t.Error("the sandbox of a create destroyed under it lives on on the provider with no record")
+	}
+	if _, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, "brief"); err == nil {
+		t.Error("a record came back")
+	}
+}
