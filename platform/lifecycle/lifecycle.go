@@ -405,8 +405,8 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 			_, err := m.cfg.Store.UpdateSandbox(ctx, rec)
 			return false, err == nil
 		}
-		if cur, err := m.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name); err != nil || cur.Version != rec.Version {
-			return false, false // changed since it was read (a park, a wake): next pass
+		if cur, err := m.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name); err != nil || cur.Version != rec.Version || cur.ProviderName != rec.ProviderName {
+			return false, false // changed since it was read (a park, a wake, a new sandbox of the name): next pass
 		}
 		if err := m.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name); err != nil {
 			return false, false

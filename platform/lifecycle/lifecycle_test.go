@@ -47,7 +47,8 @@ type flaky struct {
 	// once, by the first CapabilitiesOf, Suspend or Exec after it is set.
 	hookMu                    sync.Mutex
 	onCaps, onSuspend, onExec func()
-	onCreate, onResume        func()       // review_test.go's: the first Create or Resume after it is set
+	onCreate, onResume, onGet func() // review_test.go's: the first Create or Resume after it is set, or Get of onGetOf after its answer
+	onGetOf                   string
 	suspending                atomic.Bool  // a Suspend is under way
 	execOnParked              atomic.Int32 // Execs that met a sandbox suspended or being suspended
 	suspends, resumes         atomic.Int32
@@ -87,7 +88,14 @@ func (f *flaky) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error
 	if f.down.Load() {
 		return sandbox.Info{}, unavailable()
 	}
-	return f.Provider.Get(ctx, h)
+	info, err := f.Provider.Get(ctx, h)
+	f.hookMu.Lock()
+	mine := f.onGetOf == h.Name
+	f.hookMu.Unlock()
+	if mine {
+		f.takeHook(&f.onGet)
+	}
+	return info, err
 }
 
 func (f *flaky) ListAllNames(ctx context.Context) ([]string, error) {

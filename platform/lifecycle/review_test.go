@@ -63,6 +63,14 @@ func (e *env) callOn(pl *apitest.Platform, method, path, body string) <-chan str
 	return ch
 }
 
+// setGetHook sets f's one-shot hook run after the answer of a Get of
+// the sandbox of provider name pname.
+func (f *flaky) setGetHook(pname string, fn func()) {
+	f.hookMu.Lock()
+	defer f.hookMu.Unlock()
+	f.onGetOf, f.onGet = pname, fn
+}
+
 // onProvider reports whether the fake provider holds the sandbox of
 // provider name pname.
 func (e *env) onProvider(pname string) bool {
@@ -201,5 +209,55 @@ func TestDestroyDuringACreate(t *testing.T) {
 	}
 	if _, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, "brief"); err == nil {
 		t.Error("a record came back")
+	}
+}
+
+// TestReapMeetsANewIncarnation: a pass that finds a sandbox gone from its
+// provider, while its user destroys it and creates the name again (a new
+// sandbox, a new record at the same Version), neither deletes nor
+// rewrites the new record. The record's Version starts again at 1 with
+// each insert, so the pass's check (same Version) took the new record for
+// the one it read and deleted it, leaving the new sandbox running with no
+// record (an orphan, destroyed after the grace period).
+func TestReapMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	for _, n := range []string{"gone", "moved"} {
+		e.create(n)
+		e.exec(n, "x") // a second version, as the new one will have
+	}
+	// gone: its sandbox vanished from the provider; the pass asks Get.
+	if err := e.f.Provider.Destroy(ctx, sandbox.BuildHandle("fake", e.rec("gone").ProviderName)); err != nil {
+		t.Fatal(err)
+	}
+	e.f.setGetHook(e.rec("gone").ProviderName, func() {
+		if code, body := e.call("DELETE", "/v1/sandboxes/gone", ""); code != 204 {
+			t.Errorf("destroy: %d %s", code, body)
+		}
+		e.create("gone")
+	})
+	old := e.rec("gone").ProviderName
+	e.m.Pass(ctx)
+	rec, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "gone")
+	if err != nil || rec.ProviderName == old || !e.onProvider(rec.ProviderName) {
+		t.Fatalf("the new sandbox's record after the pass: %+v, %v (old provider name %s)", rec, err, old)
+	}
+
+	// moved: suspended on its provider behind the platform's back; the
+	// pass would record that state over whatever record it finds.
+	if err := e.f.Provider.Suspend(ctx, sandbox.BuildHandle("fake", e.rec("moved").ProviderName)); err != nil {
+		t.Fatal(err)
+	}
+	e.f.setGetHook(e.rec("moved").ProviderName, func() {
+		if code, body := e.call("DELETE", "/v1/sandboxes/moved", ""); code != 204 {
+			t.Errorf("destroy: %d %s", code, body)
+		}
+		e.create("moved")
+	})
+	old = e.rec("moved").ProviderName
+	e.m.Pass(ctx)
+	rec = e.rec("moved")
+	if rec.ProviderName == old || rec.State != store.StateRunning || !e.onProvider(rec.ProviderName) {
+		t.Fatalf("the new sandbox's record after the pass: %+v (old provider name %s)", rec, old)
 	}
 }

@@ -8,7 +8,8 @@
 // The interface is shaped for several replicas on one database: InsertSandbox
 // is the one arbiter of a name (two replicas creating the same name: one
 // insert wins, the other gets ErrAlreadyExists and adopts the winner's
-// record), and UpdateSandbox is compare-and-set on Version, so a replica
+// record), and UpdateSandbox is compare-and-set on Version (and the
+// provider name, which tells a name's sandboxes apart), so a replica
 // never overwrites what another wrote after it read (ErrConflict: read
 // again). Every method is safe for concurrent use.
 package store
@@ -134,9 +135,13 @@ type Store interface {
 	// ListSandboxes lists an account's records ("" lists every account's),
 	// ordered by account then name.
 	ListSandboxes(ctx context.Context, accountID string) ([]Sandbox, error)
-	// UpdateSandbox writes s if the stored Version is s.Version, and
+	// UpdateSandbox writes s if the stored record is the same sandbox
+	// (its ProviderName, which an update never changes) at s.Version, and
 	// returns the record with its new Version; ErrConflict otherwise,
-	// ErrNotFound when it is gone.
+	// ErrNotFound when it is gone. The ProviderName is matched because
+	// Version starts again at 1 with each insert: a record destroyed and
+	// made again (a new ProviderName) may be at the Version a stale copy of
+	// the old one has.
 	UpdateSandbox(ctx context.Context, s Sandbox) (Sandbox, error)
 	// TouchSandbox moves LastActivity forward to at (never back), without
 	// a version check: activity is not a state change.

@@ -569,7 +569,7 @@ func (s *Store) queryList(ctx context.Context, accountID string) ([]store.Sandbo
 func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
 	row := s.db.QueryRow(ctx, `UPDATE sandboxes SET provider_name = $1, instance_id = $2, state = $3, url = $4,
 		mem_bytes = $5, pids = $6, cpu_millis = $7, wall_clock_ns = $8, last_activity = greatest(last_activity, $9), parked_at = $10, parked_by = $11,
-		disk_bytes = $15, version = version + 1 WHERE account_id = $12 AND name = $13 AND version = $14 RETURNING `+sbCols,
+		disk_bytes = $15, version = version + 1 WHERE account_id = $12 AND name = $13 AND version = $14 AND provider_name = $1 RETURNING `+sbCols,
 		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
 		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.AccountID, b.Name, b.Version, b.Limits.DiskBytes)
 	nb, err := scanSandbox(row)

@@ -517,7 +517,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandb
 	if !ok {
 		return b, store.ErrNotFound
 	}
-	if old.Version != b.Version {
+	if old.Version != b.Version || old.ProviderName != b.ProviderName {
 		return b, store.ErrConflict
 	}
 	if _, err := s.updateSQL(ctx, b); err != nil {
@@ -538,9 +538,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, b store.Sandbox) (store.Sandb
 func (s *Store) updateSQL(ctx context.Context, b store.Sandbox) (store.Sandbox, error) {
 	r, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET provider_name = ?, instance_id = ?, state = ?, url = ?,
 		mem_bytes = ?, pids = ?, cpu_millis = ?, wall_clock_ns = ?, last_activity = max(last_activity, ?), parked_at = ?, parked_by = ?,
-		disk_bytes = ?, version = version + 1 WHERE account_id = ? AND name = ? AND version = ?`,
+		disk_bytes = ?, version = version + 1 WHERE account_id = ? AND name = ? AND version = ? AND provider_name = ?`,
 		b.ProviderName, b.InstanceID, b.State, b.URL, b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
-		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes, b.AccountID, b.Name, b.Version)
+		ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes, b.AccountID, b.Name, b.Version, b.ProviderName)
 	if isUnique(err) {
 		return b, fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
 	}

@@ -340,6 +340,21 @@ func compareAndSet(t *testing.T, s store.Store) {
 	if _, err := s.UpdateSandbox(c, base); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a deleted record = %v, want ErrNotFound", err)
 	}
+	// A copy of a destroyed record does not write over the name's next
+	// sandbox, whose record starts again at Version 1.
+	again := sb(a, "x")
+	again.ProviderName = base.ProviderName + "-next"
+	if err := s.InsertSandbox(c, again); err != nil {
+		t.Fatal(err)
+	}
+	stale := base
+	stale.Version, stale.State = 1, store.StateSuspended
+	if _, err := s.UpdateSandbox(c, stale); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("an update of the name's earlier sandbox at the new record's Version = %v, want ErrConflict", err)
+	}
+	if got, _ := s.GetSandbox(c, a.ID, "x"); got.ProviderName != again.ProviderName || got.State != again.State {
+		t.Fatalf("an earlier sandbox's update wrote over the name's next: %+v", got)
+	}
 }
 
 func touch(t *testing.T, s store.Store) {
