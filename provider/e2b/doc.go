@@ -82,6 +82,17 @@
 //     (argv, environment and status its own), and CloseStdin is
 //     ErrNotSupported rather than a nil that never delivers the EOF. An
 //     unknown version takes the workaround.
+//   - A sandbox being resumed (a connect of a paused one, from this
+//     process or another) is not yet among E2B's live sandboxes: the
+//     listing and its record show it paused (from its snapshot), envd
+//     answers 502, and a connect joins the resume under way (the start
+//     reservation; e2b-dev/infra packages/api/internal/handlers/
+//     sandbox_connect.go, orchestrator/create_instance.go) and answers
+//     201 once it has started, without a second resume. So Get says
+//     suspended until the resume completes, and Exec and Resume (which
+//     connect a sandbox listed paused) wait for that resume rather than
+//     start another; the routing entry is written before the resume
+//     answers (sandbox/store.go), so envd serves it from then on.
 //   - The listing's metadata filter is encoded as the API decodes it
 //     (the parameter, then the whole value, then each key and value). With
 //     names limited to letters, digits, '.', '_' and '-' no decoding changes
@@ -101,7 +112,13 @@
 // stdin workaround; a command
 // stream that dies at a capped end is reported as the cap only when the
 // heartbeat saw the cap; and the process-tree kill cannot find a process
-// that left the tree (a daemon reparented to init).
+// that left the tree (a daemon reparented to init). While a sandbox is
+// being resumed nothing tells it from a paused one, so two things are
+// left open: Suspend succeeds (pause answers "already paused" and the
+// record says paused) and the sandbox then runs; and Destroy's kill finds
+// no live sandbox, deletes its snapshot record and answers 204 while the
+// resume goes on (sandbox_kill.go), so the sandbox may come back running,
+// to be listed (ListAllNames) and destroyed again.
 //
 // # Identity, TTL and suspend
 //

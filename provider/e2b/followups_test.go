@@ -144,3 +144,71 @@ func TestExecWaitsForKill(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the exec's child "+pid+" to die", func() bool { return childGone(pid) })
 }
+
+// A sandbox being resumed (by a connect from elsewhere) is, as E2B shows
+// it, paused in the listing and in its record, refused by envd (502) and
+// joined by another connect. Get, Exec and Resume of it behave: never
+// ErrNotFound, and one resume only.
+func TestResumingSandbox(t *testing.T) {
+	e := newEnv(t, e2btest.Options{}, nil)
+	h := e.create("resuming")
+	id := h.Private.(string)
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	for _, hh := range []*sandbox.Handle{h, sandbox.BuildHandle(e2b.Name, h.Name)} {
+		if !e.srv.Transition(id, "resuming", "running", 1500*time.Millisecond) {
+			t.Fatal("could not start a resume")
+		}
+		before, _ := e.srv.Lookup(id)
+		info, err := e.p.Get(ctx(t), hh)
+		if err != nil || info.Status != sandbox.StatusSuspended {
+			t.Fatalf("Get of a resuming sandbox = %v, %v; want suspended (E2B shows it paused)", info.Status, err)
+		}
+		res, err := e.p.Exec(ctx(t), hh, sandbox.Cmd{Name: "echo", Args: []string{"hi"}}, sandbox.ExecOptions{StderrToStdout: true})
+		if err != nil || string(res.Output) != "hi\n" {
+			t.Fatalf("Exec on a resuming sandbox = %q, %v", res.Output, err)
+		}
+		if _, err := e.p.Resume(ctx(t), hh); err != nil {
+			t.Fatalf("Resume of a resumed sandbox = %v", err)
+		}
+		after, _ := e.srv.Lookup(id)
+		if after.Resumes != before.Resumes+1 || after.State != "running" {
+			t.Fatalf("resumes %d → %d (state %s), want exactly one more", before.Resumes, after.Resumes, after.State)
+		}
+		if err := e.p.Suspend(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Two processes resume the same paused sandbox at once: the second connect
+// joins the first's resume, each gets the sandbox, and it resumes once.
+func TestConcurrentResumesJoin(t *testing.T) {
+	e := newEnv(t, e2btest.Options{ResumeDelay: time.Second}, nil)
+	h := e.create("joined")
+	id := h.Private.(string)
+	if err := e.p.Suspend(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e2b.New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	errs := make(chan error, 2)
+	for _, p := range []*e2b.Provider{e.p, other} {
+		go func() {
+			_, err := p.Exec(ctx(t), sandbox.BuildHandle(e2b.Name, h.Name), sandbox.Cmd{Name: "true"}, sandbox.ExecOptions{})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Exec on a sandbox resumed meanwhile = %v", err)
+		}
+	}
+	if sb, _ := e.srv.Lookup(id); sb.Resumes != 1 || sb.State != "running" {
+		t.Fatalf("resumes %d, state %s; want one resume, running", sb.Resumes, sb.State)
+	}
+}

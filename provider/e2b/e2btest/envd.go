@@ -50,11 +50,15 @@ type sbx struct {
 	// listing shows a sandbox that is neither running nor pausing (being
 	// snapshotted or killed) as paused from that record.
 	snapshotted bool
+	// resumeTimeout is the TTL (E2B seconds) a resume in progress gives
+	// the sandbox when it completes; resumes counts completed resumes.
+	resumeTimeout int
+	resumes       int
 }
 
 func (sb *sbx) snapshot() Sandbox {
 	out := Sandbox{ID: sb.id, State: sb.state, Metadata: map[string]string{}, AutoPause: sb.autoPause,
-		EndAt: sb.endAt, Processes: len(sb.procs), Dir: sb.dir}
+		EndAt: sb.endAt, Processes: len(sb.procs), Dir: sb.dir, Transition: sb.transition, Resumes: sb.resumes}
 	for k, v := range sb.metadata {
 		out.Metadata[k] = v
 	}
@@ -233,7 +237,7 @@ func (s *Server) sandboxFor(w http.ResponseWriter, r *http.Request) (*sbx, bool)
 	s.mu.Lock()
 	sb, ok := s.sandboxes[id]
 	running := ok && sb.state == "running"
-	transitioning := ok && sb.transition != ""
+	transitioning := ok && sb.transition != "" && sb.transition != "resuming"
 	s.mu.Unlock()
 	if transitioning {
 		// The client proxy's answer while a sandbox changes state.
@@ -242,7 +246,11 @@ func (s *Server) sandboxFor(w http.ResponseWriter, r *http.Request) (*sbx, bool)
 		return nil, false
 	}
 	if !running {
-		// E2B's edge answers 502 for a sandbox it cannot route to.
+		// E2B's edge answers 502 for a sandbox it cannot route to: one
+		// that is paused, or being resumed (it joins the catalog only once
+		// started; the client proxy resumes a paused sandbox itself only
+		// under an autoResume policy, which this provider never sets:
+		// e2b-dev/infra packages/client-proxy/internal/proxy/proxy.go).
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": 502, "message": "The sandbox was not found", "sandboxId": id})
 		return nil, false
 	}

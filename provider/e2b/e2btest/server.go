@@ -30,7 +30,10 @@
 // a sandbox changing state (Transition) makes timeout, network and the
 // envd proxy answer 409 while connect and pause wait (pause answers 409
 // to a sandbox being killed or already paused), and the listing and GET
-// /sandboxes/{id} show it as E2B's do (Transition says how); timeout and
+// /sandboxes/{id} show it as E2B's do (Transition says how); a resume
+// takes Options.ResumeDelay, and a sandbox resuming is shown paused, joined
+// by another connect, refused by envd (502) and, killed meanwhile, resumed
+// all the same, as E2B's handlers do (Transition "resuming"); timeout and
 // network answer 404 for a paused sandbox; TTLs are capped at the
 // maximum instance length (Options.MaxInstanceLength), past which
 // /timeout and connect answer 400, and a resume restarts startedAt; an
@@ -101,6 +104,10 @@ type Options struct {
 	// infra packages/api/internal/orchestrator/keep_alive.go); a resume
 	// (connect of a paused sandbox) restarts startedAt.
 	MaxInstanceLength int
+	// ResumeDelay is how long a resume (a connect of a paused sandbox)
+	// takes; default none. Meanwhile the sandbox is resuming, as E2B
+	// shows it (see Transition).
+	ResumeDelay time.Duration
 	// EnvdVersion is the envd version every sandbox reports, default
 	// "0.6.13". Below 0.3.0 envd ignores Start's stdin field (stdin is
 	// always open); below 0.5.2 it has no CloseStdin (Connect
@@ -392,6 +399,11 @@ type Sandbox struct {
 	Processes int
 	// Dir is the sandbox's scratch directory.
 	Dir string
+	// Transition is the state change under way ("" for none): pausing,
+	// snapshotting, killing or resuming.
+	Transition string
+	// Resumes is the number of resumes the sandbox went through.
+	Resumes int
 }
 
 // Network is a sandbox's egress configuration.
@@ -453,6 +465,7 @@ func (s *Server) Resume(id string) bool {
 		return false
 	}
 	sb.resume()
+	sb.resumes++
 	sb.startedAt = time.Now()
 	sb.endAt = s.capEnd(sb, sb.startedAt.Add(s.secs(300)))
 	return true
@@ -827,8 +840,22 @@ func changingStateMsg(id, state string) string {
 }
 
 // Transition puts a sandbox into a state change (pausing, snapshotting,
-// killing) for d, after which it is in state to ("paused", "running", or
-// "" for removed). Meanwhile, as E2B does: timeout and network answer 409;
+// killing, resuming) for d, after which it is in state to ("paused",
+// "running", or "" for removed).
+//
+// A paused sandbox "resuming" (to "running", as a connect from elsewhere
+// resumes it) is, as E2B shows it: not yet in the store of live sandboxes,
+// so the listing and GET /sandboxes/{id} show it paused from its snapshot
+// record; a connect joins the resume under way (the start reservation,
+// Reserve in e2b-dev/infra packages/api/internal/orchestrator/
+// create_instance.go) and answers 201 when it completes, without a second
+// resume; pause answers 409 "already paused" (it finds the snapshot);
+// timeout and network 404; envd 502 (not in the proxy's catalog yet); and
+// a kill finds no live sandbox, deletes the snapshot record and answers
+// 204 while the resume goes on to a running sandbox (sandbox_kill.go).
+// When it completes, startedAt restarts.
+//
+// For the other changes, as E2B does: timeout and network answer 409;
 // pause answers 409 to a sandbox being killed and otherwise waits for the
 // change to end (joining a pause in progress, pausing after a snapshot);
 // connect answers 409 to a sandbox being killed and otherwise waits;
@@ -843,6 +870,12 @@ func (s *Server) Transition(id, state, to string, d time.Duration) bool {
 	sb, ok := s.sandboxes[id]
 	if !ok {
 		return false
+	}
+	if state == "resuming" && (sb.state != "paused" || sb.transition != "" || to != "running") {
+		return false
+	}
+	if state == "resuming" {
+		sb.resumeTimeout = 300
 	}
 	sb.transition, sb.transitionTo, sb.transitionEnd = state, to, time.Now().Add(d)
 	if to == "paused" {
@@ -859,6 +892,7 @@ func (s *Server) endTransitionsLocked(now time.Time) {
 		if sb.transition == "" || now.Before(sb.transitionEnd) {
 			continue
 		}
+		was := sb.transition
 		sb.transition = ""
 		switch sb.transitionTo {
 		case "":
@@ -867,6 +901,13 @@ func (s *Server) endTransitionsLocked(now time.Time) {
 			sb.pause()
 		case "running":
 			sb.resume()
+			if was == "resuming" {
+				// A resume starts a new instance: startedAt (and the clock
+				// of the maximum instance length) restarts.
+				sb.resumes++
+				sb.startedAt = now
+				sb.endAt = s.capEnd(sb, now.Add(s.secs(sb.resumeTimeout)))
+			}
 		}
 	}
 }
@@ -876,12 +917,39 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[id]
 	joined := false // a pause that waited out a pause in progress
+	if ok && sb.transition == "resuming" {
+		switch {
+		case action == "pause":
+			apiError(w, http.StatusConflict, "Error pausing sandbox - sandbox '"+id+"' is already paused")
+			return
+		case action == "timeout" || action == "network":
+			apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+			return
+		case action == "" && r.Method == http.MethodDelete:
+			// No live sandbox to kill: the snapshot record goes, the
+			// resume under way goes on.
+			if !sb.snapshotted {
+				apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+				return
+			}
+			sb.snapshotted = false
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case action == "" && r.Method == http.MethodGet && !sb.snapshotted:
+			apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+			return
+		case action == "connect" && r.Method == http.MethodPost && !sb.snapshotted:
+			apiError(w, http.StatusNotFound, "Sandbox \""+id+"\" doesn't exist or you don't have access to it")
+			return
+		}
+	}
 	if ok && sb.transition != "" && sb.transition != "killing" && r.Method == http.MethodPost &&
 		(action == "connect" || action == "pause") {
 		// Connect and pause wait for the change to end, as E2B's handlers
 		// do (a pause joins a pause in progress; one that meets a snapshot
 		// pauses after it).
-		joined = action == "pause" && sb.transition == "pausing"
+		joined = action == "pause" && sb.transition == "pausing" ||
+			action == "connect" && sb.transition == "resuming"
 		for ok && sb.transition != "" {
 			s.mu.Unlock()
 			select {
@@ -920,6 +988,12 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if joined && action == "connect" && sb.state == "running" {
+		// A connect that joined a resume answers as the resume does.
+		writeJSON(w, http.StatusCreated, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
+			"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
+		return
+	}
 	var t struct {
 		Timeout *int `json:"timeout"`
 	}
@@ -948,10 +1022,36 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		}
 		now := time.Now()
 		status := http.StatusOK
+		if sb.state == "paused" && s.opts.ResumeDelay > 0 {
+			// The resume takes a while; connects meanwhile join it.
+			sb.resumeTimeout = *t.Timeout
+			sb.transition, sb.transitionTo, sb.transitionEnd = "resuming", "running", now.Add(s.opts.ResumeDelay)
+			for ok && sb.transition != "" {
+				s.mu.Unlock()
+				select {
+				case <-r.Context().Done():
+				case <-s.closing:
+				case <-time.After(s.opts.TTLCheck):
+				}
+				s.mu.Lock()
+				if r.Context().Err() != nil || s.closed {
+					return // the resume goes on without its caller
+				}
+				sb, ok = s.sandboxes[id]
+			}
+			if !ok || sb.state != "running" {
+				apiError(w, http.StatusInternalServerError, "Error resuming sandbox")
+				return
+			}
+			writeJSON(w, http.StatusCreated, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
+				"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
+			return
+		}
 		if sb.state == "paused" {
 			// A resume starts a new instance: startedAt (and the clock of
 			// the maximum instance length) restarts.
 			sb.resume()
+			sb.resumes++
 			sb.startedAt = now
 			sb.endAt = s.capEnd(sb, now.Add(s.secs(*t.Timeout)))
 			status = http.StatusCreated
