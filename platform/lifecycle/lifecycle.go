@@ -522,7 +522,11 @@ func (m *Manager) settle(ctx context.Context) int {
 			switch {
 			case errors.Is(err, sandbox.ErrNotFound):
 				detail = "absent"
-				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName {
+				// A create_new's record goes only while it is still
+				// creating: one finished since (the intent's outcome
+				// unrecorded) may be parked by destroy, absent on purpose.
+				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName &&
+					(in.Op == store.OpDestroyOnce || rec.State == store.StateCreating) {
 					_ = m.cfg.Store.DeleteSandbox(ctx, in.AccountID, in.Name)
 				}
 			case err != nil:

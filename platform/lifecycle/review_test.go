@@ -261,3 +261,32 @@ func TestReapMeetsANewIncarnation(t *testing.T) {
 		t.Fatalf("the new sandbox's record after the pass: %+v (old provider name %s)", rec, old)
 	}
 }
+
+// TestCreateIntentLeavesAParkedRecord: a create_new's intent still open
+// when its sandbox has since been created, recorded and parked by destroy
+// (its outcome never recorded: a store error leaves it pending; an idle
+// bound shorter than the grace parks first) is settled as absent without
+// dropping the parked record: the sandbox is absent from its provider on
+// purpose. The record was deleted, and the sandbox with it.
+func TestCreateIntentLeavesAParkedRecord(t *testing.T) {
+	e := setup(t, true) // no suspend: parks destroy
+	ctx := context.Background()
+	rec := e.create("kept")
+	if _, err := e.pl.Store.AddIntent(ctx, store.Intent{AccountID: e.acct.ID, Name: "kept", Op: store.OpCreateNew,
+		Provider: "fake", ProviderName: rec.ProviderName}); err != nil {
+		t.Fatal(err)
+	}
+	e.later(20 * time.Minute)
+	if r := e.m.Pass(ctx); r.Parked != 1 || r.Intents != 1 {
+		t.Fatalf("%+v, want the idle sandbox parked and the intent, past its grace, settled", r)
+	}
+	ins, err := e.pl.Store.OpenIntents(ctx)
+	if err != nil || len(ins) != 0 {
+		t.Fatalf("open intents after the pass: %v, %v", ins, err)
+	}
+	got, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "kept")
+	if err != nil || got.State != store.StateParked {
+		t.Fatalf("the parked record after its create's intent was settled: %+v, %v", got, err)
+	}
+	e.exec("kept", "woken")
+}
