@@ -675,8 +675,13 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 			break
 		}
 		if errors.Is(err, sandbox.ErrNotFound) {
-			// The provider says it is surely gone: so is the record.
-			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(r.Context()), rec.AccountID, rec.Name)
+			// The provider says it is surely gone: so is the record, if
+			// it is still the one read (not woken, parked or made again
+			// under the name since).
+			dctx := context.WithoutCancel(r.Context())
+			if cur, gerr := s.cfg.Store.GetSandbox(dctx, rec.AccountID, rec.Name); gerr == nil && cur.Version == rec.Version && cur.ProviderName == rec.ProviderName {
+				_ = s.cfg.Store.DeleteSandbox(dctx, rec.AccountID, rec.Name)
+			}
 			writeErr(w, err)
 			return
 		}

@@ -290,3 +290,28 @@ func TestCreateIntentLeavesAParkedRecord(t *testing.T) {
 	}
 	e.exec("kept", "woken")
 }
+
+// TestGetMeetsANewIncarnation: a GET that finds its sandbox gone from the
+// provider drops that record only, not the record of a sandbox its user
+// made again under the name since the GET read it.
+func TestGetMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	old := e.create("again").ProviderName
+	if err := e.f.Provider.Destroy(ctx, sandbox.BuildHandle("fake", old)); err != nil {
+		t.Fatal(err)
+	}
+	e.f.setGetHook(old, func() {
+		if code, body := e.call("DELETE", "/v1/sandboxes/again", ""); code != 204 {
+			t.Errorf("destroy: %d %s", code, body)
+		}
+		e.create("again")
+	})
+	if code, body := e.call("GET", "/v1/sandboxes/again", ""); code != 404 {
+		t.Fatalf("GET of the gone sandbox: %d %s", code, body)
+	}
+	rec, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "again")
+	if err != nil || rec.ProviderName == old || !e.onProvider(rec.ProviderName) {
+		t.Fatalf("the new sandbox's record after the GET: %+v, %v", rec, err)
+	}
+}
