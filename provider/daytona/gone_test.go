@@ -68,3 +68,29 @@ func TestStdinAndStreamOfADeletedSandboxAreNotFound(t *testing.T) {
 		t.Fatalf("the stream of a deleted sandbox ended %v %v, want ErrNotFound", term.Kind, term.Err)
 	}
 }
+
+// An attached command carries the name too: its stream ends ErrNotFound
+// when the sandbox is deleted under it.
+func TestAttachedStreamOfADeletedSandboxIsNotFound(t *testing.T) {
+	_, p := fakeProvider(t, nil)
+	h := mustCreate(t, p, "goes-attached")
+	c, err := p.Spawn(ctxT(t), h, sandbox.Cmd{Name: "sleep", Args: []string{"60"}}, sandbox.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	a, err := p.Attach(ctxT(t), h, c.SessionID, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if err := p.Destroy(ctxT(t), h); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []*sandbox.Command{a, c} {
+		_, _, term := collect(t, cmd)
+		if term.Kind != sandbox.Error || !errors.Is(term.Err, sandbox.ErrNotFound) {
+			t.Fatalf("the stream of a deleted sandbox ended %v %v, want ErrNotFound", term.Kind, term.Err)
+		}
+	}
+}
