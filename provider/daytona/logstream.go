@@ -141,7 +141,9 @@ type logStream struct {
 var splitOutput = http.Header{"X-Daytona-Split-Output": {"true"}}
 
 // maxLogFailures is the number of consecutive failed polls tolerated; one
-// more ends the stream with Unavailable{log_stream_unreachable}.
+// more ends the stream with Unavailable{log_stream_unreachable}. A poll the
+// toolbox refuses for a sandbox that is gone (see gone) ends it at once
+// with ErrNotFound.
 const maxLogFailures = 30
 
 func (p *Provider) startLogStream(name, tb, sid, cid, base string, files bool, s *sandbox.Stream) *logStream {
