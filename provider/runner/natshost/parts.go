@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 )
@@ -16,8 +17,9 @@ import (
 // wire.MaxWriteFile, an exec's answer up to wire.MaxExecOutput. Such a
 // message is sent as numbered parts on the same subject, each with the
 // headers below, and put back together by the receiver, which holds at
-// most maxAssembling bytes of unfinished messages and forgets a message
-// whose parts stop coming for partTimeout.
+// most maxAssembling bytes of unfinished messages (their data, and a slot
+// per announced part) and forgets a message whose parts stop coming for
+// partTimeout.
 const (
 	hdrMsg  = "Managoat-Msg"  // the message's id, shared by its parts
 	hdrPart = "Managoat-Part" // "i/n", 1-based
@@ -66,9 +68,12 @@ type assembler struct {
 type partial struct {
 	got   [][]byte
 	n     int
-	size  int
+	size  int // bytes held: its data and its slots
 	begun time.Time
 }
+
+// slotSize is the memory of one part's slot in a partial.
+const slotSize = int(unsafe.Sizeof([]byte(nil)))
 
 var errTooLarge = errors.New("natshost: parted messages in flight exceed the bound")
 
@@ -97,7 +102,14 @@ func (a *assembler) add(m *nats.Msg) (data []byte, whole bool, err error) {
 	}
 	p := a.parts[id]
 	if p == nil {
-		p = &partial{got: make([][]byte, n), n: n, begun: now}
+		// Its slots count toward the bound as its data does: a first
+		// part announcing 65,536 parts holds 1.5 MB before any data.
+		slots := n * slotSize
+		if a.held+slots > maxAssembling {
+			return nil, false, errTooLarge
+		}
+		p = &partial{got: make([][]byte, n), n: n, begun: now, size: slots}
+		a.held += slots
 		a.parts[id] = p
 	}
 	if p.n != n || p.got[i-1] != nil {
@@ -118,7 +130,7 @@ func (a *assembler) add(m *nats.Msg) (data []byte, whole bool, err error) {
 	}
 	a.held -= p.size
 	delete(a.parts, id)
-	out := make([]byte, 0, p.size)
+	out := make([]byte, 0, p.size-n*slotSize)
 	for _, g := range p.got {
 		out = append(out, g...)
 	}
