@@ -59,10 +59,19 @@ func (p *Provider) killTree(sandboxID string, srv *cmdServer) <-chan struct{} {
 	pid := srv.pid
 	srv.mu.Unlock()
 	done := make(chan struct{})
-	p.kills.Add(1)
+	p.killMu.Lock()
+	if p.kills == nil {
+		p.kills = map[chan struct{}]struct{}{}
+	}
+	p.kills[done] = struct{}{}
+	p.killMu.Unlock()
 	go func() {
-		defer p.kills.Done()
-		defer close(done)
+		defer func() {
+			p.killMu.Lock()
+			delete(p.kills, done)
+			p.killMu.Unlock()
+			close(done)
+		}()
 		start := time.Now()
 		err := p.killTreeNow(sandboxID, srv, pid)
 		if err != nil {

@@ -22,9 +22,10 @@ const Name = "e2b"
 // Provider is a sandbox.Provider for E2B. It is safe for concurrent use.
 type Provider struct {
 	cfg      Config
-	domains  sync.Map       // sandbox id → its envd domain ("" for Config.Domain)
-	versions sync.Map       // sandbox id → its envd version
-	kills    sync.WaitGroup // process-tree kills running in the background
+	domains  sync.Map // sandbox id → its envd domain ("" for Config.Domain)
+	versions sync.Map // sandbox id → its envd version
+	killMu   sync.Mutex
+	kills    map[chan struct{}]struct{} // process-tree kills running in the background
 }
 
 var (
@@ -49,7 +50,15 @@ func NewFromEnv() (*Provider, error) { return New(ConfigFromEnv()) }
 // still running (each bounded by Config.KillTimeout) and releases idle
 // connections. Commands still running keep theirs.
 func (p *Provider) Close() error {
-	p.kills.Wait()
+	p.killMu.Lock()
+	kills := make([]chan struct{}, 0, len(p.kills))
+	for k := range p.kills {
+		kills = append(kills, k)
+	}
+	p.killMu.Unlock()
+	for _, k := range kills {
+		<-k
+	}
 	p.cfg.HTTPClient.CloseIdleConnections()
 	return nil
 }
