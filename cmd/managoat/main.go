@@ -239,6 +239,7 @@ func run(args []string) int {
 	ctx, stop := notifyContext(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	err := act(ctx, args[1:])
+	closeProviders()
 	if errors.Is(err, flag.ErrHelp) {
 		c.help(os.Stdout, cfs)
 		return 0

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -56,5 +57,30 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 	if signalsReady != nil {
 		<-signalsReady // Ctrl-C is caught before the command acts
 	}
+	if c, ok := p.(io.Closer); ok {
+		openedMu.Lock()
+		opened = append(opened, c)
+		openedMu.Unlock()
+	}
 	return sandbox.NewRegistry(p), p, nil
+}
+
+// opened are the providers a command opened that have a Close; run closes
+// them when the command ends, before the process exits: a provider may
+// finish work there that the command started (E2B kills a timed-out
+// exec's process tree in the background, and its Close waits for that).
+var (
+	openedMu sync.Mutex
+	opened   []io.Closer
+)
+
+// closeProviders closes what openProvider opened and forgets it.
+func closeProviders() {
+	openedMu.Lock()
+	cs := opened
+	opened = nil
+	openedMu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
 }
