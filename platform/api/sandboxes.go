@@ -1117,7 +1117,10 @@ func (s *Server) Policy() *policy.Policy { return s.cfg.Policy }
 // (use), so either that mark is seen here and the claim is withdrawn, or
 // the call sees the claim and waits for the park to end, then wakes the
 // sandbox. The provider's call is bounded by ParkingStale/2; when it
-// fails the claim is withdrawn (state as it was).
+// fails the claim is withdrawn (state as it was), unless the failure is
+// transient (unavailable, timed out): then the provider is asked whether
+// the park was made all the same (parked), the sandbox runs (withdrawn),
+// or it cannot say (the claim stays, for lifecycle to settle).
 func (s *Server) Park(ctx context.Context, rec store.Sandbox, idleSince time.Time) (store.Sandbox, error) {
 	defer s.lock(rec.AccountID, rec.Name)()
 	cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
@@ -1165,12 +1168,52 @@ func (s *Server) Park(ctx context.Context, rec store.Sandbox, idleSince time.Tim
 	} else {
 		err = reg.Destroy(pctx, h)
 	}
+	if err != nil && sandbox.Transient(err) {
+		// Unavailable or timed out: the park may have been made (a
+		// pause of a large sandbox can outlast the bound). Look before
+		// withdrawing the claim: withdrawn over a suspended sandbox, the
+		// record would say running and no call would wake it.
+		switch s.parkMade(ctx, reg, h, by) {
+		case parkDone:
+			err = nil
+		case parkInDoubt:
+			// The claim stays: calls wait for it (at most ParkingStale
+			// from the claim) and lifecycle settles it from the provider.
+			return cur, err
+		}
+	}
 	if err != nil {
 		s.unclaim(ctx, claimed, prev)
 		return cur, err
 	}
 	claimed.State = store.StateParked
 	return s.cfg.Store.UpdateSandbox(context.WithoutCancel(ctx), claimed)
+}
+
+// What a look at the provider says of a park whose call failed.
+const (
+	parkNotMade = iota // the sandbox runs as before: withdraw the claim
+	parkDone           // suspended, or destroyed: the park was made
+	parkInDoubt        // the provider could not say
+)
+
+// parkMade looks (Get, bounded by 10 s) whether a park whose provider call
+// failed was made all the same.
+func (s *Server) parkMade(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, by string) int {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	info, err := reg.Get(gctx, h)
+	switch {
+	case by == store.ParkDestroy && errors.Is(err, sandbox.ErrNotFound):
+		return parkDone
+	case err != nil:
+		return parkInDoubt
+	case by == store.ParkSuspend && info.Status == sandbox.StatusSuspended:
+		return parkDone
+	case info.Status == sandbox.StatusRunning:
+		return parkNotMade
+	}
+	return parkInDoubt
 }
 
 // unclaim withdraws a park's claim: the record goes back to state prev,

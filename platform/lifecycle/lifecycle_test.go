@@ -37,7 +37,8 @@ type flaky struct {
 	*fake.Provider
 	noSuspend           bool
 	down, truncated     atomic.Bool
-	uncertain           atomic.Bool
+	uncertain           atomic.Bool // also: a Suspend is made, then answers a timeout
+	suspendLost         atomic.Bool // a Suspend answers a timeout without suspending
 	createNews, destroy atomic.Int32
 	terms, checkpoints  atomic.Int32
 	createDelay         atomic.Int64               // a Create or CreateNew takes this long first

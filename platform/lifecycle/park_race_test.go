@@ -44,7 +44,14 @@ func (f *flaky) Suspend(ctx context.Context, h *sandbox.Handle) error {
 	f.suspending.Store(true)
 	defer f.suspending.Store(false)
 	f.takeHook(&f.onSuspend)
-	return f.Provider.Suspend(ctx, h)
+	if f.suspendLost.Load() {
+		return sandbox.Unavailable(sandbox.ReasonTimeout, nil) // timed out before it reached the sandbox
+	}
+	err := f.Provider.Suspend(ctx, h)
+	if err == nil && f.uncertain.Load() {
+		return sandbox.Unavailable(sandbox.ReasonTimeout, nil) // done, but the answer timed out
+	}
+	return err
 }
 
 func (f *flaky) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {

@@ -315,3 +315,38 @@ func TestGetMeetsANewIncarnation(t *testing.T) {
 		t.Fatalf("the new sandbox's record after the GET: %+v, %v", rec, err)
 	}
 }
+
+// TestParkWithAnUncertainSuspend: a park whose suspend the provider made
+// but whose answer timed out (a pause of a large sandbox can outlast the
+// park's bound) looks before it withdraws its claim: the sandbox is
+// suspended, so the record is parked and the next call wakes it. The
+// claim was withdrawn: the record said running on a suspended sandbox,
+// and calls went to it as it was (or, once a pass saw it, it read as
+// suspended by its user, which no call wakes).
+func TestParkWithAnUncertainSuspend(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	e.create("paused")
+	e.create("refused")
+	e.later(20 * time.Minute)
+	e.f.uncertain.Store(true)
+	rec, err := e.pl.API.Park(ctx, e.rec("paused"), e.now().Add(-15*time.Minute))
+	e.f.uncertain.Store(false)
+	if err != nil || rec.State != store.StateParked || e.rec("paused").State != store.StateParked || e.rec("paused").ParkedBy != store.ParkSuspend {
+		t.Fatalf("a park whose suspend was made but timed out: %+v, %v; record %+v; want parked by suspend", rec, err, e.rec("paused"))
+	}
+	e.exec("paused", "woken")
+	if e.f.resumes.Load() != 1 || e.f.execOnParked.Load() != 0 {
+		t.Fatalf("%d resumes, %d execs on a suspended sandbox; want 1 (the exec woke it), 0", e.f.resumes.Load(), e.f.execOnParked.Load())
+	}
+
+	// A suspend that timed out before it reached the sandbox (still
+	// running) is withdrawn at once: the record is running again.
+	e.f.suspendLost.Store(true)
+	_, err = e.pl.API.Park(ctx, e.rec("refused"), e.now().Add(-15*time.Minute))
+	e.f.suspendLost.Store(false)
+	if rec := e.rec("refused"); err == nil || rec.State != store.StateRunning || rec.ParkedBy != "" {
+		t.Fatalf("a park whose suspend timed out unmade: %v; record %+v; want an error, running", err, rec)
+	}
+	e.exec("refused", "fine")
+}
