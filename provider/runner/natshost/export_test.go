@@ -57,3 +57,11 @@ func Relays(h *Host) int {
 	defer h.mu.Unlock()
 	return len(h.relays)
 }
+
+// SetHeartbeatHook sets fn to run in h's next Heartbeat, after it found
+// the runner's socket held here and before it writes the claim.
+func SetHeartbeatHook(h *Host, fn func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.heartbeatHook = fn
+}

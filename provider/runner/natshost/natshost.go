@@ -153,6 +153,8 @@ type Host struct {
 	relays  map[string]*relay                // streams this replica relays for callers elsewhere, by relay id
 	remotes map[*runner.Subscription]*remote // this replica's callers' streams relayed from elsewhere
 	wg      sync.WaitGroup
+
+	heartbeatHook func() // tests: run once by the next Heartbeat before its write
 }
 
 var (
@@ -646,7 +648,8 @@ func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
 // replica took meanwhile (this one looked dead to it) is never written
 // back; this replica closes its socket with 4409 and lets the runner go.
 // A claim that vanished (aged out while NATS was unreachable, or lost with
-// a node) is made again.
+// a node) is made again; one written after the socket closed meanwhile is
+// removed again.
 func (h *Host) Heartbeat(id string) {
 	c := h.Whereis(id)
 	if c == nil {
@@ -658,8 +661,12 @@ func (h *Host) Heartbeat(id string) {
 	ctx, cancel := opCtx()
 	defer cancel()
 	h.mu.Lock()
-	rev := h.revs[id]
+	rev, hook := h.revs[id], h.heartbeatHook
+	h.heartbeatHook = nil
 	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	nrev, err := h.kv.Update(ctx, key(id), val, rev)
 	if err != nil {
 		// Not the revision this replica wrote: see what the bucket holds.
@@ -687,10 +694,17 @@ func (h *Host) Heartbeat(id string) {
 		return
 	}
 	h.mu.Lock()
-	if h.local[id] == c {
+	held := h.local[id] == c
+	if held {
 		h.revs[id] = nrev
 	}
 	h.mu.Unlock()
+	if !held {
+		// The socket closed while this heartbeat wrote, and its release
+		// came first: the claim written here would list a gone runner
+		// online until the TTL. Remove it, unless someone wrote since.
+		_ = h.kv.Delete(ctx, key(id), jetstream.LastRevision(nrev))
+	}
 }
 
 // lose lets go of a local runner whose claim another replica holds: the
