@@ -14,7 +14,8 @@
 //     mount lives in the host's mount namespace, so it outlives the
 //     process that made it (a manager that restarts finds it); Ensure
 //     mounts it again after a reboot, Release unmounts it and removes the
-//     image. The host gives the home at most the image's size; the home
+//     image, and Recover gives the home back the files Apply moved into
+//     an image no one recorded (recover.go) before it does. The host gives the home at most the image's size; the home
 //     holds a little less (ext4's own metadata: about 4% of 1 GiB, 15% of
 //     64 MiB).
 //   - Without root neither is possible: Probe says so, and why.
@@ -227,7 +228,11 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 		// makes one again if it ever needs it).
 		_ = os.Remove(filepath.Join(home, "lost+found"))
 		if err := moveUnder(ctx, under, home); err != nil {
-			_ = q.Release(home)
+			// Back to the home what its removal from under took, if it
+			// began (a copy that failed left the home whole).
+			if rerr := Recover(context.WithoutCancel(ctx), home, o.Image); rerr != nil {
+				return nil, fmt.Errorf("%w; and giving its files back: %v", err, rerr)
+			}
 			return nil, err
 		}
 		return q, nil
