@@ -77,8 +77,14 @@
 // TCP connection to the proxy, the forbidden destinations refused at
 // connect) and a policy is enforced by the proxy alone, with the same
 // checks: a connection it does not allow is accepted and reset at once,
-// before a byte leaves, rather than refused at connect. Publish stays
-// root's (it enters the namespace for each connection).
+// before a byte leaves, rather than refused at connect. Publish and
+// PublishPorts, which as root enter the namespace for each connection,
+// use a second helper nsenter starts there: it stays, makes an
+// unconnected TCP socket of the namespace on each request and hands it
+// over (a socket keeps the namespace it was made in), and the manager
+// connects it to the sandbox's 127.0.0.1:PORT itself; the helper serves
+// one request at a time and exits when the manager closes the ports (or
+// dies) or when the sandbox's init exits (publish_rootless.go).
 // RootlessSupported says whether nsenter is there.
 //
 // # The guarantee of a policy

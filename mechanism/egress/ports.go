@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -14,6 +15,8 @@ import (
 // find them while the sandbox runs.
 type Ports struct {
 	pubs []*Published
+	d    portDialer // shared by pubs
+	once sync.Once
 }
 
 // portsRecord is what a Ports' record file holds: where each published
@@ -25,12 +28,24 @@ type portsRecord struct {
 
 // PublishPorts publishes each of ports of the sandbox whose init is pid
 // on a free port of 127.0.0.1 (Publish) and writes where to file. On an
-// error nothing stays published. The caller must be root.
+// error nothing stays published. As root it enters the sandbox's network
+// namespace for each connection; otherwise one socket helper in the
+// sandbox's namespaces serves all of ports and ends with Close or with
+// the sandbox's init.
 func PublishPorts(pid int, ports []int, file string) (*Ports, error) {
-	ps := &Ports{}
+	for _, port := range ports {
+		if err := checkPort(port); err != nil {
+			return nil, fmt.Errorf("publish port %d: %w", port, err)
+		}
+	}
+	d, err := newPortDialer(pid)
+	if err != nil {
+		return nil, fmt.Errorf("publish ports of %d: %w", pid, err)
+	}
+	ps := &Ports{d: d}
 	rec := portsRecord{Pid: pid, Ports: map[int]string{}}
 	for _, port := range ports {
-		p, err := Publish(pid, port)
+		p, err := publishWith(d, port)
 		if err != nil {
 			ps.Close()
 			return nil, fmt.Errorf("publish port %d: %w", port, err)
@@ -51,9 +66,12 @@ func (ps *Ports) Close() {
 	if ps == nil {
 		return
 	}
-	for _, p := range ps.pubs {
-		p.Close()
-	}
+	ps.once.Do(func() {
+		for _, p := range ps.pubs {
+			p.Close()
+		}
+		ps.d.close()
+	})
 }
 
 // PublishedAddr is the host's loopback address of port in the record file

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +18,8 @@ import (
 // sandbox is reached from this machine.
 type Published struct {
 	ln    *net.TCPListener
-	nsfd  int
+	d     portDialer
+	ownsD bool // Close closes d (Publish's; PublishPorts' Ports close theirs)
 	port  int
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -25,22 +28,78 @@ type Published struct {
 }
 
 // Publish publishes port of the sandbox whose init is pid on a free port
-// of 127.0.0.1. The caller must be root (it enters the sandbox's network
-// namespace for each connection).
+// of 127.0.0.1. As root it enters the sandbox's network namespace for
+// each connection; as another user pid must be in a user namespace this
+// user owns (a rootless sandbox), where a helper makes the sockets (see
+// the package doc's Rootless).
 func Publish(pid, port int) (*Published, error) {
+	if err := checkPort(port); err != nil {
+		return nil, err
+	}
+	d, err := newPortDialer(pid)
+	if err != nil {
+		return nil, err
+	}
+	p, err := publishWith(d, port)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	p.ownsD = true
+	return p, nil
+}
+
+func checkPort(port int) error {
 	if port < 1 || port > 65535 {
-		return nil, fmt.Errorf("port %d is not 1 to 65535", port)
+		return fmt.Errorf("port %d is not 1 to 65535", port)
+	}
+	return nil
+}
+
+// dialTimeout bounds a connection to a published port inside the sandbox.
+const dialTimeout = 5 * time.Second
+
+// portDialer connects to a port on a sandbox's loopback.
+type portDialer interface {
+	dialPort(port int) (net.Conn, error)
+	close()
+}
+
+// newPortDialer is the portDialer for the sandbox whose init is pid: as
+// root its network namespace, entered per connection; otherwise a socket
+// helper in its namespaces (publish_rootless.go).
+func newPortDialer(pid int) (portDialer, error) {
+	if os.Geteuid() != 0 {
+		return startSocketFactory(pid)
 	}
 	fd, err := openPidNetns(pid)
 	if err != nil {
 		return nil, err
 	}
+	return netnsDialer(fd), nil
+}
+
+// netnsDialer is a network namespace's descriptor (root).
+type netnsDialer int
+
+func (d netnsDialer) dialPort(port int) (c net.Conn, err error) {
+	err = onThreadIn(int(d), func() (err error) {
+		c, err = net.DialTimeout("tcp4", "127.0.0.1:"+strconv.Itoa(port), dialTimeout)
+		return
+	})
+	return c, err
+}
+
+func (d netnsDialer) close() { unix.Close(int(d)) }
+
+// publishWith listens on a free port of 127.0.0.1 and relays each
+// connection to port through d.
+func publishWith(d portDialer, port int) (*Published, error) {
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
-	p := &Published{ln: ln, nsfd: fd, port: port, conns: map[net.Conn]struct{}{}}
+	p := &Published{ln: ln, d: d, port: port, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	return p, nil
@@ -84,11 +143,7 @@ func (p *Published) serve() {
 		go func() {
 			defer p.wg.Done()
 			defer p.untrack(c)
-			var in net.Conn
-			err := onThreadIn(p.nsfd, func() (err error) {
-				in, err = net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(p.port))
-				return
-			})
+			in, err := p.d.dialPort(p.port)
 			if err != nil {
 				return
 			}
@@ -119,5 +174,7 @@ func (p *Published) Close() {
 		c.Close()
 	}
 	p.wg.Wait()
-	unix.Close(p.nsfd)
+	if p.ownsD {
+		p.d.close()
+	}
 }

@@ -1,0 +1,220 @@
+package egress_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism/egress"
+	"github.com/managoat/managoat/mechanism/egress/egresstest"
+)
+
+// serveLines answers each connection to ln with who, then echoes one
+// line, until ln is closed.
+func serveLines(t *testing.T, ln net.Listener, who string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				io.WriteString(c, who+"\n")
+				buf := make([]byte, 64)
+				n, _ := c.Read(buf)
+				c.Write(buf[:n])
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+}
+
+// ask connects to addr and returns the first line it is sent and the
+// echo of "ping", or what went wrong.
+func ask(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp4", addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// socketHelpers are this process's descendants that are egress socket
+// helpers.
+func socketHelpers(t *testing.T) []int {
+	t.Helper()
+	var found []int
+	var walk func(pid string)
+	walk = func(pid string) {
+		tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				env, _ := os.ReadFile("/proc/" + c + "/environ")
+				if strings.Contains(string(env), "MANAGOAT_EGRESS_SOCKET_HELPER=") {
+					n, _ := strconv.Atoi(c)
+					found = append(found, n)
+				}
+				walk(c)
+			}
+		}
+	}
+	walk(strconv.Itoa(os.Getpid()))
+	return found
+}
+
+// waitNoHelpers fails the test unless every socket helper is gone
+// within 10 s.
+func waitNoHelpers(t *testing.T, when string) {
+	t.Helper()
+	var left []int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if left = socketHelpers(t); len(left) == 0 {
+			return
+		}
+	}
+	t.Errorf("%s: socket helpers %v still run", when, left)
+}
+
+// TestRootlessPublish: a manager that is not root (uid 65534) publishes
+// ports of a sandbox in a user namespace it made: a server on the
+// sandbox's loopback is reached at 127.0.0.1:PORT of the host (never the
+// host's own server on that port number), many connections at once, a
+// published port nobody serves inside gives a connection closed at once,
+// PublishedAddr says "" for a port not published; Close leaves nothing
+// listening and no helper; the sandbox's end alone ends the helper.
+func TestRootlessPublish(t *testing.T) {
+	in := egresstest.Unprivileged(t, "")
+	if in == nil {
+		return // ran as uid 65534
+	}
+	if ok, why := egress.RootlessSupported(); !ok {
+		testenv.Require(t, false, why)
+	}
+	if os.Geteuid() == 0 {
+		t.Fatal("running as root")
+	}
+	b := rootlessBox(t, in, nil) // lo up in the sandbox
+	// The host serves on the same port numbers: a published port that
+	// reached them would not be the sandbox's.
+	served, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveLines(t, served, "host")
+	idle, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveLines(t, idle, "host")
+	port, idlePort := served.Addr().(*net.TCPAddr).Port, idle.Addr().(*net.TCPAddr).Port
+	inside, err := b.agent.listen("127.0.0.1:" + strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveLines(t, inside, "sandbox")
+	pid := b.agent.cmd.Process.Pid
+	file := filepath.Join(t.TempDir(), "published.json")
+	ps, err := egress.PublishPorts(pid, []int{port, idlePort}, file)
+	if err != nil {
+		t.Fatalf("rootless PublishPorts: %v", err)
+	}
+	defer ps.Close()
+	addr := egress.PublishedAddr(file, pid, port)
+	if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
+		t.Fatalf("PublishedAddr = %q, want 127.0.0.1:PORT", addr)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got, err := ask(addr); err != nil || got != "sandbox\nping" {
+				errs <- fmt.Errorf("through the published port: %q, %v", got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if h := socketHelpers(t); len(h) != 1 {
+		t.Errorf("socket helpers = %v, want one for the sandbox", h)
+	}
+	idleAddr := egress.PublishedAddr(file, pid, idlePort)
+	if got, err := ask(idleAddr); got != "" {
+		t.Errorf("BREACHED: a published port nobody serves in the sandbox answered %q (%v)", got, err)
+	}
+	if a := egress.PublishedAddr(file, pid, port+1); a != "" && port+1 != idlePort {
+		t.Errorf("a port not published gave %q", a)
+	}
+	ps.Close()
+	if egress.Listening(addr) || egress.Listening(idleAddr) {
+		t.Errorf("a published port still answers after Close")
+	}
+	waitNoHelpers(t, "after Close")
+
+	t.Run("SandboxEnds", func(t *testing.T) {
+		b := rootlessBox(t, in, nil)
+		ln, err := b.agent.listen("127.0.0.1:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveLines(t, ln, "sandbox")
+		pid := b.agent.cmd.Process.Pid
+		file := filepath.Join(t.TempDir(), "published.json")
+		ps, err := egress.PublishPorts(pid, []int{8080}, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ps.Close()
+		addr := egress.PublishedAddr(file, pid, 8080)
+		if got, err := ask(addr); got != "sandbox\nping" {
+			t.Fatalf("through the published port: %q, %v", got, err)
+		}
+		ln.Close() // the sandbox's server: its last socket in there
+		if err := b.agent.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitNoHelpers(t, "after the sandbox's init died")
+		if got, err := ask(addr); got != "" {
+			t.Errorf("a dead sandbox's published port answered %q (%v)", got, err)
+		}
+	})
+	t.Run("NotASandboxOfOurs", func(t *testing.T) {
+		// Another user's process (pid 1, root's): no helper can enter it.
+		file := filepath.Join(t.TempDir(), "published.json")
+		if ps, err := egress.PublishPorts(1, []int{80}, file); err == nil {
+			ps.Close()
+			t.Fatal("published a port of pid 1 without root")
+		} else {
+			t.Log(err)
+		}
+		waitNoHelpers(t, "after a refused publish")
+	})
+}
