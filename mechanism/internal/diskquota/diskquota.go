@@ -220,6 +220,7 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 			_ = os.Remove(o.Image)
 			return nil, unavailable(err.Error())
 		}
+		markImage(o.Image, home)
 		if err := attachAndMount(o.Image, home); err != nil {
 			_ = os.Remove(o.Image)
 			return nil, unavailable(err.Error())

@@ -38,13 +38,19 @@ const recoverTemp = ".diskquota-recover.tmp"
 // under home is the original and is kept: Apply removes one only after
 // its copy is complete, and a copy cut short may be partial.
 //
-// The image may be mounted on home (an Apply or a Provision cut short) or
+// The home is the one the image was made for, as Apply recorded it on
+// the image (an extended attribute), where that is not home (a retry
+// that gives another); home where none is recorded. The image may be
+// mounted on it (an Apply or a Provision cut short) or
 // not (a reboot since). An image that holds no file system (made, not
 // formatted: nothing was moved into it) is removed; one whose file system
 // cannot be mounted is left, and is an error. No image, mounted or not,
 // is nil. A Recover cut short is finished by another: the image is
 // removed only once everything is back.
 func Recover(ctx context.Context, home, image string) error {
+	if made := madeFor(image); made != "" {
+		home = made
+	}
 	onHome, err := Mounted(home, image)
 	if err != nil {
 		return err
@@ -80,11 +86,18 @@ func Recover(ctx context.Context, home, image string) error {
 			return fmt.Errorf("bind %s on %s: %w", home, mnt, err)
 		}
 	default:
+		if attached(image) {
+			// Mounted elsewhere: a second device on it would corrupt it.
+			return fmt.Errorf("the image %s of %s is attached to a loop device, and not mounted on the home", image, home)
+		}
 		if err := attachAndMount(image, mnt); err != nil {
 			return fmt.Errorf("the image %s may hold the files of %s and cannot be mounted (it is left): %w", image, home, err)
 		}
 	}
 	if err := unmountAll(home, image); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil { // removed since
 		return err
 	}
 	// The image's lost+found, if an Apply was cut short before it removed
@@ -163,4 +176,42 @@ func restoreMissing(ctx context.Context, src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// homeAttr is the extended attribute of a loop image that names the home
+// it was made for (Apply sets it; Recover reads it). trusted.*: only
+// root, which a loop quota needs, sets or reads it.
+const homeAttr = "trusted.diskquota.home"
+
+// markImage records home on image, where its file system takes extended
+// attributes (Recover falls back to the home it is given).
+func markImage(image, home string) {
+	if abs, err := filepath.Abs(home); err == nil {
+		_ = unix.Setxattr(image, homeAttr, []byte(abs), 0)
+	}
+}
+
+// madeFor is the home recorded on image, or "".
+func madeFor(image string) string {
+	b := make([]byte, unix.PathMax)
+	n, err := unix.Getxattr(image, homeAttr, b)
+	if err != nil || n <= 0 {
+		return ""
+	}
+	return string(b[:n])
+}
+
+// attached reports whether a loop device is backed by image.
+func attached(image string) bool {
+	path, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return false
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range backing {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == path {
+			return true
+		}
+	}
+	return false
 }

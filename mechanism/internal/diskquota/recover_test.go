@@ -177,3 +177,42 @@ func TestRecoverHalfMadeImage(t *testing.T) {
 	}
 	checkSeeded(t, home, image)
 }
+
+// An image recovered with another home than the one it was made for (a
+// retry that gives another) gives the files back to the home they came
+// from; the other is left alone. One whose home is not recorded, mounted
+// elsewhere, is refused: a second loop device on it would corrupt it.
+func TestRecoverTheHomeItWasMadeFor(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seedHome(t, home)
+	if _, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = (&Quota{Method: Loop, Image: image}).Release(home) })
+	if got := madeFor(image); got != home {
+		t.Fatalf("the image records %q, want %q", got, home)
+	}
+	if err := unix.Removexattr(image, homeAttr); err != nil {
+		t.Fatal(err)
+	}
+	if err := Recover(context.Background(), other, image); err == nil {
+		t.Fatal("Recover of an image mounted elsewhere, its home not recorded: nil")
+	}
+	if !mountedAt(t, home) {
+		t.Fatal("the home was unmounted by a refused Recover")
+	}
+	markImage(image, home)
+	if err := Recover(context.Background(), other, image); err != nil {
+		t.Fatal(err)
+	}
+	checkSeeded(t, home, image)
+	if ents, _ := os.ReadDir(other); len(ents) != 0 {
+		t.Errorf("the other home got %v", ents)
+	}
+}
