@@ -34,7 +34,8 @@
 // rule (api.Server.Settle: instance id, url, state), so it reads as one
 // created normally.
 // A create_checkpoint_once cannot be looked at through the contract, so it
-// is resolved as unverifiable rather than repeated.
+// is resolved as unverifiable rather than repeated. Settled intents are
+// removed after IntentRetention (24 h); open ones never.
 //
 // Several replicas: with Config.Lease (store/postgres's Holder.Held), a pass
 // runs only on the replica holding the lease, so exactly one replica parks
@@ -75,6 +76,10 @@ type Config struct {
 	Grace time.Duration
 	// Parallel bounds concurrent provider calls of a pass (default 8).
 	Parallel int
+	// IntentRetention is how long a settled intent is kept (default 24 h;
+	// negative: for ever). Every bounded write adds one, so a client
+	// sending them grew the intents table without end.
+	IntentRetention time.Duration
 	// Lease, when set, is asked before every pass; a pass runs only when
 	// it reports held. With several replicas on one database it is
 	// store/postgres's lease, so one replica works at a time. Unset, every
@@ -94,6 +99,7 @@ type Manager struct {
 
 	mu        sync.Mutex
 	firstSeen map[string]time.Time // provider\x00name of unrecorded platform-made sandboxes
+	pruned    time.Time            // when settled intents were last pruned (at most hourly)
 }
 
 // New returns a Manager.
@@ -112,6 +118,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 8
+	}
+	if cfg.IntentRetention == 0 {
+		cfg.IntentRetention = 24 * time.Hour
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -189,6 +198,7 @@ func (m *Manager) touchActive(ctx context.Context) {
 // Report counts what a pass did.
 type Report struct {
 	Parked, Gone, Updated, Orphans, Intents int
+	Pruned                                  int64    // settled intents removed (past IntentRetention)
 	Skipped                                 []string // providers whose listing failed or was truncated
 }
 
@@ -209,7 +219,28 @@ func (m *Manager) Pass(ctx context.Context) Report {
 	}
 	m.reconcile(ctx, recs, &r)
 	r.Intents = m.settle(ctx)
+	r.Pruned = m.prune(ctx)
 	return r
+}
+
+// prune removes the settled intents older than IntentRetention, at most
+// once an hour (a delete over the whole table).
+func (m *Manager) prune(ctx context.Context) int64 {
+	now := m.cfg.Now()
+	m.mu.Lock()
+	due := m.cfg.IntentRetention > 0 && (m.pruned.IsZero() || now.Sub(m.pruned) >= time.Hour)
+	if due {
+		m.pruned = now
+	}
+	m.mu.Unlock()
+	if !due {
+		return 0
+	}
+	n, err := m.cfg.Store.PruneIntents(ctx, now.Add(-m.cfg.IntentRetention))
+	if err != nil {
+		m.log.Warn("lifecycle: pruning settled intents", "err", err)
+	}
+	return n
 }
 
 // each runs f over items with at most Parallel at once.

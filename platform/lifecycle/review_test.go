@@ -350,3 +350,45 @@ func TestParkWithAnUncertainSuspend(t *testing.T) {
 	}
 	e.exec("refused", "fine")
 }
+
+// TestSettledIntentsArePruned: every bounded write adds an intent, so a
+// client sending terminations of sessions that do not exist grew the
+// intents table for as long as the platform ran. A pass removes the
+// settled ones older than IntentRetention (24 h), at most once an hour,
+// and never an open one.
+func TestSettledIntentsArePruned(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	e.create("box")
+	for range 3 {
+		if code, body := e.call("POST", "/v1/sandboxes/box/sessions/nosuch/terminate", `{}`); code != 204 && code != 404 {
+			t.Fatalf("terminate: %d %s", code, body)
+		}
+	}
+	// An intent that stays open (its provider is no longer enabled: it
+	// cannot be settled) is kept however old.
+	if _, err := e.pl.Store.AddIntent(ctx, store.Intent{AccountID: e.acct.ID, Name: "old", Op: store.OpCreateNew,
+		Provider: "retired", ProviderName: "mgp-old", State: store.IntentUncertain}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.m.Pass(ctx); r.Pruned != 0 {
+		t.Fatalf("%+v: pruned intents younger than the retention", r)
+	}
+	e.later(25 * time.Hour)
+	if r := e.m.Pass(ctx); r.Pruned != 3 {
+		t.Fatalf("%+v, want the 3 settled terminations pruned", r)
+	}
+	if open, err := e.pl.Store.OpenIntents(ctx); err != nil || len(open) != 1 || open[0].Provider != "retired" {
+		t.Fatalf("open intents after the prune: %+v, %v; want the open one kept", open, err)
+	}
+	if code, body := e.call("POST", "/v1/sandboxes/box/sessions/nosuch/terminate", `{}`); code != 204 && code != 404 {
+		t.Fatalf("terminate: %d %s", code, body)
+	}
+	if r := e.m.Pass(ctx); r.Pruned != 0 {
+		t.Fatalf("%+v: a prune within the hour of the last", r)
+	}
+	e.later(time.Hour) // the test's clock is a day ahead of the store's: the new one counts as old
+	if r := e.m.Pass(ctx); r.Pruned != 1 {
+		t.Fatalf("%+v: want the next hour's prune", r)
+	}
+}

@@ -155,6 +155,11 @@ type Store interface {
 	SetIntent(ctx context.Context, id int64, state, detail string) error
 	// OpenIntents lists the intents still pending or uncertain, oldest first.
 	OpenIntents(ctx context.Context) ([]Intent, error)
+	// PruneIntents removes the settled intents (confirmed, resolved) last
+	// updated before before, and says how many; an open one (pending,
+	// uncertain) is never removed. Every bounded write adds an intent, so
+	// without it the table grows for as long as the platform runs.
+	PruneIntents(ctx context.Context, before time.Time) (int64, error)
 
 	Close() error
 }

@@ -647,6 +647,25 @@ func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
 	return out, dbErr(err)
 }
 
+// pruneBatch is how many intents one statement of PruneIntents removes.
+const pruneBatch = 10000
+
+// PruneIntents implements store.Store.
+func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	for {
+		tag, err := s.db.Exec(ctx, `DELETE FROM intents WHERE id IN (SELECT id FROM intents
+			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < $1 LIMIT $2)`, ns(before), pruneBatch)
+		if err != nil {
+			return n, dbErr(err)
+		}
+		k := tag.RowsAffected()
+		if n += k; k < pruneBatch {
+			return n, nil
+		}
+	}
+}
+
 // Lease is one replica's hold on a named piece of work.
 type Lease struct {
 	s    *Store

@@ -657,4 +657,24 @@ func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
 	return out, rows.Err()
 }
 
+// pruneBatch is how many intents one statement of PruneIntents removes
+// (a long delete would hold the database's write lock).
+const pruneBatch = 10000
+
+// PruneIntents implements store.Store.
+func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	for {
+		r, err := s.db.ExecContext(ctx, `DELETE FROM intents WHERE id IN (SELECT id FROM intents
+			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < ? LIMIT ?)`, ns(before), pruneBatch)
+		if err != nil {
+			return n, err
+		}
+		k, _ := r.RowsAffected()
+		if n += k; k < pruneBatch {
+			return n, nil
+		}
+	}
+}
+
 func newID(prefix string) string { return prefix + "_" + strings.ToLower(sandbox.NewRef()) }

@@ -430,4 +430,21 @@ func intents(t *testing.T, s store.Store) {
 	if err := s.SetIntent(c, 999999, store.IntentResolved, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("SetIntent(unknown) = %v", err)
 	}
+	// Settled intents go once older than the bound; open ones never.
+	id4, _ := s.AddIntent(c, store.Intent{AccountID: "a", Name: "z", Op: store.OpDestroyOnce, Provider: "sprites", ProviderName: "pz"})
+	if err := s.SetIntent(c, id4, store.IntentResolved, "absent"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneIntents(c, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("PruneIntents(an hour ago) = %d, %v; want 0 (every intent is newer)", n, err)
+	}
+	if n, err := s.PruneIntents(c, time.Now().Add(time.Second)); err != nil || n != 2 {
+		t.Fatalf("PruneIntents(now) = %d, %v; want 2 (the confirmed and the resolved)", n, err)
+	}
+	if open, err := s.OpenIntents(c); err != nil || len(open) != 2 || open[0].ID != id2 || open[1].ID != id3 {
+		t.Fatalf("OpenIntents after a prune = %+v, %v; want the uncertain and the pending kept", open, err)
+	}
+	if err := s.SetIntent(c, id1, store.IntentResolved, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SetIntent of a pruned intent = %v, want ErrNotFound", err)
+	}
 }
