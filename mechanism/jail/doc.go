@@ -77,10 +77,12 @@
 // user and network namespaces by mechanism/egress's helper, which
 // nsenter starts there), except that the packet filter does not change
 // with the policy, so a connection the list denies is reset by the
-// proxy at once rather than refused at connect, and that ports are not
-// published (egress.Publish enters the namespace for each connection);
-// where nsenter is missing a rootless sandbox has only lo and an egress
-// network is refused naming egress_allowlist.
+// proxy at once rather than refused at connect; published ports reach
+// the sandbox through sockets another helper of mechanism/egress makes in
+// its namespaces, one per connection (it ends with the sandbox's stop or
+// its init); where nsenter is missing a rootless sandbox has only lo, an
+// egress network is refused naming egress_allowlist and published ports
+// naming network_restriction.
 //
 // As root, on a kernel whose procfs takes the pidns mount option (6.18+),
 // the init is born restricted: the manager starts it from a locked OS
@@ -291,10 +293,9 @@
 // Without root the jail refuses, naming the capability, a Spec with a
 // disk quota (disk_quota: as root the home is bounded by a project quota
 // or a loop-mounted ext4 image, quota.go; neither is open to an
-// unprivileged manager) and published ports (network_restriction: publishing enters the sandbox's
-// network namespace for each connection, which a rootless manager
-// cannot), and, where nsenter is missing, an egress network or allow
-// list (egress_allowlist). cgroup v2 limits are implemented but were exercised here only
+// unprivileged manager), and, where nsenter is missing, an egress network
+// or allow list (egress_allowlist) and published ports
+// (network_restriction). cgroup v2 limits are implemented but were exercised here only
 // on a hybrid host; a pure-v2 host needs a delegated cgroup so controllers
 // can be enabled below the caller's own.
 package jail

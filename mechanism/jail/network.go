@@ -27,13 +27,18 @@ func (j *Jail) publishedPath(id string) string { return filepath.Join(j.dir(id),
 
 // startPublish publishes the sandbox's Spec.Publish ports on the host's
 // loopback (in this process, beside its egress) and records where.
+// Without root mechanism/egress's socket helper, which nsenter starts in
+// the sandbox's namespaces, makes the sockets that reach the sandbox's
+// loopback; where nsenter is missing publishing is refused naming
+// network_restriction.
 func (j *Jail) startPublish(st *state, pid int) error {
 	if len(st.Spec.Publish) == 0 {
 		return nil
 	}
-	if j.rootless {
+	if j.rootless && !rootlessEgress() {
+		_, why := egress.RootlessSupported()
 		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{
-			Name: mechanism.NetworkRestriction, Detail: "publishing a port needs root (it enters the sandbox's network namespace)"}}}
+			Name: mechanism.NetworkRestriction, Detail: "publishing a port without root: " + why}}}
 	}
 	pubs, err := egress.PublishPorts(pid, st.Spec.Publish, j.publishedPath(st.ID))
 	if err != nil {
@@ -171,7 +176,7 @@ func (n *netStart) abort() {
 // process that started it died: its connections are refused since) a
 // proxy in this process again.
 func (j *Jail) adoptNetwork(st *state) error {
-	if !j.rootless && !j.nets.HasPorts(st.ID) && len(st.Spec.Publish) > 0 {
+	if !j.nets.HasPorts(st.ID) && len(st.Spec.Publish) > 0 {
 		if addr, _ := j.Address(context.Background(), st.ID, st.Spec.Publish[0]); addr == "" || !egress.Listening(addr) {
 			if err := j.startPublish(st, st.InitPid); err != nil {
 				return err
