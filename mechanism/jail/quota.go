@@ -69,13 +69,19 @@ func (j *Jail) VerifyDiskQuota(ctx context.Context) (method, detail string) {
 	return string(s.Method), s.Detail
 }
 
-// applyQuota puts st.Spec.DiskBytes in force on st.HomeDir, an empty
-// directory, and records it in st.
+// applyQuota puts st.Spec.DiskBytes in force on st.HomeDir, a directory
+// (what it holds is moved into a loop image), and records it in st.
+// Without one, a loop image a Provision cut short left there gives the
+// home its files back (a retry may ask for no quota).
 func (j *Jail) applyQuota(ctx context.Context, dir string, st *state, uid, gid int) error {
+	image := filepath.Join(dir, quotaImage)
 	if st.Spec.DiskBytes <= 0 {
+		if _, err := os.Lstat(image); err == nil {
+			return diskquota.Recover(ctx, st.HomeDir, image)
+		}
 		return nil
 	}
-	q, err := j.bound(ctx, st.HomeDir, filepath.Join(dir, quotaImage), st.Spec.DiskBytes, uid, gid, st.IDBase != 0)
+	q, err := j.bound(ctx, st.HomeDir, image, st.Spec.DiskBytes, uid, gid, st.IDBase != 0, true)
 	if err != nil {
 		return err
 	}
@@ -111,7 +117,7 @@ func (j *Jail) applyLayerQuota(ctx context.Context, dir string, st *state) error
 	if err := os.Mkdir(layer, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	q, err := j.bound(ctx, layer, filepath.Join(dir, layerImage), st.Spec.DiskBytes, 0, 0, st.IDBase != 0)
+	q, err := j.bound(ctx, layer, filepath.Join(dir, layerImage), st.Spec.DiskBytes, 0, 0, st.IDBase != 0, false)
 	if err != nil {
 		return err
 	}
@@ -119,12 +125,20 @@ func (j *Jail) applyLayerQuota(ctx context.Context, dir string, st *state) error
 	return nil
 }
 
-// bound applies a quota of bytes on path, an empty directory, with its
-// loop image (if one) at image and its root owned by uid:gid. A quota
-// left in force there by a Provision cut short (no state written) is
-// released first.
-func (j *Jail) bound(ctx context.Context, path, image string, bytes int64, uid, gid int, userns bool) (*diskquota.Quota, error) {
-	if ok, err := diskquota.Mounted(path, image); err != nil {
+// bound applies a quota of bytes on path, a directory, with its loop
+// image (if one) at image and its root owned by uid:gid. A loop quota
+// left there by a Provision cut short (no state written: killed, or
+// failed where it could not recover it), mounted or not, is undone first:
+// with keep, what path held is given back to it (diskquota.Recover: a
+// home given in Spec.HomeDir had its files moved into the image, which
+// Release would remove with them); without, it is released (a layer
+// holds nothing yet).
+func (j *Jail) bound(ctx context.Context, path, image string, bytes int64, uid, gid int, userns, keep bool) (*diskquota.Quota, error) {
+	if keep {
+		if err := diskquota.Recover(ctx, path, image); err != nil {
+			return nil, err
+		}
+	} else if ok, err := diskquota.Mounted(path, image); err != nil {
 		return nil, err
 	} else if ok {
 		stale := &diskquota.Quota{Method: diskquota.Loop, Image: image}
@@ -173,12 +187,17 @@ func (j *Jail) releaseQuota(id string) error {
 	return st.Layer.Release(layerDir(j.dir(id)))
 }
 
-// abandonLayer releases the layer's quota a Provision that fails put in
-// force in dir, its state not written, so that nothing of it is left
-// mounted (the layer holds nothing yet). The home's is left: a home
-// given in Spec.HomeDir has its files moved into its quota's file system.
+// abandonLayer undoes the quotas a Provision that fails put in force in
+// dir, its state not written, so that nothing of them is left mounted:
+// the layer's is released (it holds nothing yet), and a loop quota on the
+// home gives the home back the files it had (a home given in
+// Spec.HomeDir had them moved into the image: diskquota.Recover). What
+// cannot be undone here a retried Provision undoes (bound).
 func (j *Jail) abandonLayer(dir string, st *state) {
 	_ = st.Layer.Release(layerDir(dir))
+	if st.Quota != nil && st.Quota.Method == diskquota.Loop {
+		_ = diskquota.Recover(context.Background(), st.HomeDir, st.Quota.Image)
+	}
 }
 
 // homeQuota is the quota a sandbox's state records.
