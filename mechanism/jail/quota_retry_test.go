@@ -118,3 +118,43 @@ func TestDiskQuotaRetryWithAnotherSpec(t *testing.T) {
 		})
 	}
 }
+
+// A Provision that fails after it bounded the home (here its state
+// cannot be written: state.json is a link to nowhere) gives the home
+// back its files and leaves nothing mounted.
+func TestDiskQuotaFailedProvisionGivesTheHomeBack(t *testing.T) {
+	quotaJail(t)
+	root := t.TempDir()
+	j, err := jail.New(jail.Config{StateDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	home := filepath.Join(base, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "qf"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "nowhere", "state.json"), filepath.Join(root, "qf", "state.json")); err != nil {
+		t.Fatal(err)
+	}
+	spec := mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 8 << 20}, HomeDir: home}
+	if err := j.Provision(context.Background(), "qf", spec); err == nil {
+		t.Fatal("Provision with no state to write: nil")
+	}
+	t.Cleanup(func() { _ = j.Destroy(context.Background(), "qf") })
+	if m := append(mountsBelow(t, root), mountsBelow(t, base)...); len(m) > 0 {
+		t.Errorf("mounts left by the failed Provision: %v", m)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "notes")); err != nil || string(b) != "mine" {
+		t.Fatalf("the caller's file after the failure: %q, %v", b, err)
+	}
+	if img, _ := filepath.Glob(filepath.Join(root, "qf", "*.img")); len(img) > 0 {
+		t.Errorf("images left: %v", img)
+	}
+}
