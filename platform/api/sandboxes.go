@@ -291,6 +291,9 @@ func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provide
 	}
 }
 
+// setState records a state its user's call gave the record's sandbox
+// (suspended, running), over changes made meanwhile to the same sandbox's
+// record, never over another sandbox's record of the name.
 func (s *Server) setState(ctx context.Context, rec store.Sandbox, state string) {
 	for range 3 {
 		rec.State = state
@@ -301,8 +304,8 @@ func (s *Server) setState(ctx context.Context, rec store.Sandbox, state string) 
 			return
 		}
 		cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
-		if err != nil {
-			return
+		if err != nil || cur.ProviderName != rec.ProviderName {
+			return // gone, or another sandbox of the name since: not this call's to say
 		}
 		rec = cur
 	}

@@ -48,6 +48,7 @@ func (f *flaky) Suspend(ctx context.Context, h *sandbox.Handle) error {
 		return sandbox.Unavailable(sandbox.ReasonTimeout, nil) // timed out before it reached the sandbox
 	}
 	err := f.Provider.Suspend(ctx, h)
+	f.takeHook(&f.afterSuspend)
 	if err == nil && f.uncertain.Load() {
 		return sandbox.Unavailable(sandbox.ReasonTimeout, nil) // done, but the answer timed out
 	}

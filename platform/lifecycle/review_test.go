@@ -392,3 +392,25 @@ func TestSettledIntentsArePruned(t *testing.T) {
 		t.Fatalf("%+v: want the next hour's prune", r)
 	}
 }
+
+// TestSuspendMeetsANewIncarnation: a suspend by its user whose record
+// changed while the provider suspended the sandbox (its user destroyed it
+// and made the name again) does not write "suspended" over the record of
+// the new sandbox, which runs (it read suspended until a pass saw it
+// running).
+func TestSuspendMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	old := e.create("twice").ProviderName
+	e.f.setHook(&e.f.afterSuspend, func() {
+		if code, body := e.call("DELETE", "/v1/sandboxes/twice", ""); code != 204 {
+			t.Errorf("destroy: %d %s", code, body)
+		}
+		e.create("twice")
+	})
+	code, body := e.call("POST", "/v1/sandboxes/twice/suspend", "")
+	t.Logf("the suspend: %d %s", code, body)
+	rec := e.rec("twice")
+	if rec.ProviderName == old || rec.State != store.StateRunning {
+		t.Fatalf("the new sandbox's record after the old one's suspend: %+v", rec)
+	}
+}
