@@ -150,7 +150,7 @@ func (f *socketFactory) socket() (int, error) {
 }
 
 func (f *socketFactory) askLocked() (int, error) {
-	if _, err := unix.Write(f.fd, []byte(socketRequest)); err != nil {
+	if err := unix.Sendmsg(f.fd, []byte(socketRequest), nil, nil, unix.MSG_NOSIGNAL); err != nil {
 		return -1, err
 	}
 	buf := make([]byte, 512)

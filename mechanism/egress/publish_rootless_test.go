@@ -218,3 +218,76 @@ func TestRootlessPublish(t *testing.T) {
 		waitNoHelpers(t, "after a refused publish")
 	})
 }
+
+// BenchmarkPublishedConnection: a connection through a published port
+// and one exchange with an echo server on the sandbox's loopback (a
+// process in a user and a network namespace of its own), through the
+// rootless way (a socket from the helper, connected by the manager)
+// against root's (the namespace entered per connection), interleaved,
+// both as root on the same sandbox; the metric is the ratio of the times.
+func BenchmarkPublishedConnection(b *testing.B) {
+	testenv.RequireRoot(b)
+	if ok, why := egress.RootlessSupported(); !ok {
+		testenv.Require(b, false, why)
+	}
+	a := startAgent(b)
+	pid := a.cmd.Process.Pid
+	p, err := egress.Attach(pid, nil, egress.Config{}) // lo up
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	ln, err := a.listen("127.0.0.1:8080")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
+		}
+	}()
+	helper, err := egress.PublishVia(true, pid, 8080)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer helper.Close()
+	setns, err := egress.PublishVia(false, pid, 8080)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer setns.Close()
+	exchange := func(addr string) time.Duration {
+		t0 := time.Now()
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("ping")); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	var tHelper, tSetns time.Duration
+	b.ResetTimer()
+	for range b.N {
+		tHelper += exchange(helper.Addr())
+		tSetns += exchange(setns.Addr())
+	}
+	b.ReportMetric(float64(tHelper)/float64(tSetns), "rootless/root-conn")
+	b.ReportMetric(float64(tHelper.Microseconds())/float64(b.N), "rootless-µs/conn")
+	b.ReportMetric(float64(tSetns.Microseconds())/float64(b.N), "root-µs/conn")
+}

@@ -33,7 +33,7 @@ type agent struct {
 	sock *os.File
 }
 
-func startAgent(t *testing.T) *agent {
+func startAgent(t testing.TB) *agent {
 	t.Helper()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
