@@ -85,13 +85,12 @@ func (m *Mechanism) mountHome(ctx context.Context, sb *sandbox) error {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	// A create cut short before it wrote quota.json (killed, or a reboot
+	// since) left the home's files in its image, mounted or not: they are
+	// given back to the home (diskquota.Recover), not removed with it.
 	image := filepath.Join(m.dir(sb.ID), "home.img")
-	if ok, err := diskquota.Mounted(sb.HomeDir, image); err != nil {
-		return err
-	} else if ok { // a create cut short before it wrote quota.json
-		if err := (&diskquota.Quota{Method: diskquota.Loop, Image: image}).Release(sb.HomeDir); err != nil {
-			return err
-		}
+	if err := diskquota.Recover(ctx, sb.HomeDir, image); err != nil {
+		return named(m, err)
 	}
 	dq, err := diskquota.Apply(ctx, sb.HomeDir, sb.Spec.DiskBytes, diskquota.Options{Image: image, UID: UID, GID: GID})
 	if err != nil {
@@ -99,7 +98,9 @@ func (m *Mechanism) mountHome(ctx context.Context, sb *sandbox) error {
 	}
 	b, _ := json.Marshal(homeQuota{Home: sb.HomeDir, Quota: dq})
 	if err := os.WriteFile(m.quotaFile(sb.ID), b, 0o600); err != nil {
-		_ = dq.Release(sb.HomeDir)
+		if rerr := diskquota.Recover(context.WithoutCancel(ctx), sb.HomeDir, image); rerr != nil {
+			return fmt.Errorf("oci: %s: %w; and giving the home its files back: %v", m.quotaFile(sb.ID), err, rerr)
+		}
 		return err
 	}
 	return nil
