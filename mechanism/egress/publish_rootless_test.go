@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -62,37 +61,13 @@ func ask(addr string) (string, error) {
 	return string(b), err
 }
 
-// socketHelpers are this process's descendants that are egress socket
-// helpers.
-func socketHelpers(t *testing.T) []int {
-	t.Helper()
-	var found []int
-	var walk func(pid string)
-	walk = func(pid string) {
-		tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, c := range strings.Fields(string(b)) {
-				env, _ := os.ReadFile("/proc/" + c + "/environ")
-				if strings.Contains(string(env), "MANAGOAT_EGRESS_SOCKET_HELPER=") {
-					n, _ := strconv.Atoi(c)
-					found = append(found, n)
-				}
-				walk(c)
-			}
-		}
-	}
-	walk(strconv.Itoa(os.Getpid()))
-	return found
-}
-
 // waitNoHelpers fails the test unless every socket helper is gone
 // within 10 s.
 func waitNoHelpers(t *testing.T, when string) {
 	t.Helper()
 	var left []int
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if left = socketHelpers(t); len(left) == 0 {
+		if left = egresstest.SocketHelpers(); len(left) == 0 {
 			return
 		}
 	}
@@ -163,7 +138,7 @@ func TestRootlessPublish(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if h := socketHelpers(t); len(h) != 1 {
+	if h := egresstest.SocketHelpers(); len(h) != 1 {
 		t.Errorf("socket helpers = %v, want one for the sandbox", h)
 	}
 	idleAddr := egress.PublishedAddr(file, pid, idlePort)

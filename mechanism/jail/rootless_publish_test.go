@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,29 +15,6 @@ import (
 	"github.com/managoat/managoat/mechanism/egress"
 	"github.com/managoat/managoat/mechanism/egress/egresstest"
 )
-
-// publishHelpers are this process's descendants that are
-// mechanism/egress's socket helpers (rootless publishing).
-func publishHelpers() []int {
-	var found []int
-	var walk func(pid string)
-	walk = func(pid string) {
-		tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, c := range strings.Fields(string(b)) {
-				env, _ := os.ReadFile("/proc/" + c + "/environ")
-				if strings.Contains(string(env), "MANAGOAT_EGRESS_SOCKET_HELPER=") {
-					n, _ := strconv.Atoi(c)
-					found = append(found, n)
-				}
-				walk(c)
-			}
-		}
-	}
-	walk(strconv.Itoa(os.Getpid()))
-	return found
-}
 
 // get fetches url, polling for 10 s until it answers 200.
 func get(url string) string {
@@ -98,7 +73,7 @@ func TestRootlessPublish(t *testing.T) {
 			if body := get("http://" + addr + "/index.html"); body != "hello from inside\n" {
 				t.Fatalf("GET through the published port = %q", body)
 			}
-			if h := publishHelpers(); len(h) != 1 {
+			if h := egresstest.SocketHelpers(); len(h) != 1 {
 				t.Errorf("socket helpers = %v, want one (both ports)", h)
 			}
 			// 8081 is published and nobody serves it inside.
@@ -122,7 +97,7 @@ func TestRootlessPublish(t *testing.T) {
 			if egress.Listening(addr) || egress.Listening(idle) {
 				t.Errorf("a published port still answers after Stop")
 			}
-			if h := publishHelpers(); len(h) != 0 {
+			if h := egresstest.SocketHelpers(); len(h) != 0 {
 				t.Errorf("socket helpers %v left after Stop", h)
 			}
 			if err := j.Start(ctx, id); err != nil {
@@ -134,7 +109,7 @@ func TestRootlessPublish(t *testing.T) {
 			if err := j.Destroy(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			if h := publishHelpers(); len(h) != 0 {
+			if h := egresstest.SocketHelpers(); len(h) != 0 {
 				t.Errorf("socket helpers %v left after Destroy", h)
 			}
 			if addr, _ := j.Address(ctx, id, 8080); addr != "" {
