@@ -1,13 +1,16 @@
 package jail
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -315,4 +318,41 @@ func (j *Jail) imageUser(spec mechanism.Spec, rootOK bool) (uid, gid int) {
 		return spec.Image.UID, spec.Image.GID
 	}
 	return j.cfg.UID, j.cfg.GID
+}
+
+// layerBytes is the bytes allocated on the host to the writable layer of
+// st, an image sandbox's whose state is in dir: its upper/ on an overlay
+// (in its bounded layer/, or beside its home), or its copy of the image
+// where there is no overlayfs; 0 for a sandbox on the host's root. It is
+// what the sandbox holds on the host besides its home (Usage).
+func layerBytes(ctx context.Context, dir string, st *state) int64 {
+	il := imageDirs(dir, st.Spec.Image, st.Layer != nil)
+	if il == nil {
+		return 0
+	}
+	if il.Copy != "" {
+		return allocatedUnder(ctx, il.Copy)
+	}
+	return allocatedUnder(ctx, il.Upper)
+}
+
+// allocatedUnder is the bytes allocated on disk to what root holds (its
+// files' blocks, root's included), as far as it gets before ctx ends.
+func allocatedUnder(ctx context.Context, root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if info, err := d.Info(); err == nil {
+			if s, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += s.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
