@@ -13,6 +13,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(agentEnv) != "" {
 		os.Exit(agentMain()) // a rootless sandbox's stand-in (rootless_test.go)
 	}
+	if os.Getenv(publisherEnv) != "" {
+		os.Exit(publisherMain()) // a manager that dies (publish_rootless_test.go)
+	}
 	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }

@@ -1,12 +1,15 @@
 package egress_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -192,6 +195,96 @@ func TestRootlessPublish(t *testing.T) {
 		}
 		waitNoHelpers(t, "after a refused publish")
 	})
+}
+
+// publisherEnv makes the test binary a manager that publishes a port of
+// a sandbox ("PID PORT FILE"), says "READY HELPERPID" on its stdout and
+// waits to be killed.
+const publisherEnv = "MANAGOAT_EGRESS_TEST_PUBLISHER"
+
+func publisherMain() int {
+	var pid, port int
+	var file string
+	if _, err := fmt.Sscan(os.Getenv(publisherEnv), &pid, &port, &file); err != nil {
+		fmt.Fprintln(os.Stderr, "publisher:", err)
+		return 2
+	}
+	ps, err := egress.PublishPorts(pid, []int{port}, file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "publisher:", err)
+		return 1
+	}
+	defer ps.Close()
+	fmt.Println("READY", egresstest.SocketHelpers())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until killed
+	return 0
+}
+
+// TestRootlessPublishManagerDies: the socket helper of a manager that
+// dies without closing its ports (SIGKILL) exits (its end of the socket
+// pair reads EOF), though its sandbox goes on (as uid 65534).
+func TestRootlessPublishManagerDies(t *testing.T) {
+	in := egresstest.Unprivileged(t, "")
+	if in == nil {
+		return // ran as uid 65534
+	}
+	if ok, why := egress.RootlessSupported(); !ok {
+		testenv.Require(t, false, why)
+	}
+	b := rootlessBox(t, in, nil)
+	ln, err := b.agent.listen("127.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveLines(t, ln, "sandbox")
+	file := filepath.Join(t.TempDir(), "published.json")
+	pid := b.agent.cmd.Process.Pid
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = []string{fmt.Sprintf("%s=%d 8080 %s", publisherEnv, pid, file)}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the publisher: %v", err)
+	}
+	var helper int
+	if _, err := fmt.Sscanf(line, "READY [%d]", &helper); err != nil {
+		t.Fatalf("the publisher said %q: %v", line, err)
+	}
+	addr := egress.PublishedAddr(file, pid, 8080)
+	if got, err := ask(addr); got != "sandbox\nping" {
+		t.Fatalf("through the published port: %q, %v", got, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", helper))
+		if err != nil || !strings.Contains(string(env), "MANAGOAT_EGRESS_SOCKET_HELPER=") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the socket helper %d outlived its manager", helper)
+		}
+	}
+	if c, err := b.dial("127.0.0.1:8080"); err != nil {
+		t.Errorf("the sandbox's server is gone too: %v", err)
+	} else {
+		c.Close()
+	}
 }
 
 // BenchmarkPublishedConnection: a connection through a published port
