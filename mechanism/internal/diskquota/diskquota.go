@@ -165,10 +165,6 @@ type Options struct {
 	Image string
 	// UID and GID own the home's root.
 	UID, GID int
-	// Inodes is a Loop file system's inode count (what it will hold:
-	// a copy of many small files needs more than mkfs.ext4's default
-	// for its size); 0 takes the default.
-	Inodes int64
 }
 
 // Apply enforces a limit of bytes on home, a directory: what it holds is
@@ -220,7 +216,7 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 			return nil, err
 		}
 		defer under.Close()
-		if err := makeImage(ctx, o.Image, bytes, o.Inodes, o.UID, o.GID); err != nil {
+		if err := makeImage(ctx, o.Image, bytes, o.UID, o.GID); err != nil {
 			_ = os.Remove(o.Image)
 			return nil, unavailable(err.Error())
 		}
@@ -388,12 +384,11 @@ func Mounted(home, image string) (bool, error) {
 }
 
 // makeImage makes a sparse file of size bytes at path and an ext4 file
-// system in it whose root is owned by uid:gid (with at least inodes
-// inodes, when not 0): no reserved blocks (the
+// system in it whose root is owned by uid:gid: no reserved blocks (the
 // sandbox gets all of it), no discard (the file is sparse already), the
 // inode tables and journal zeroed lazily (by punching holes: the image
 // stays sparse).
-func makeImage(ctx context.Context, path string, size, inodes int64, uid, gid int) error {
+func makeImage(ctx context.Context, path string, size int64, uid, gid int) error {
 	mkfs, err := mkfsPath()
 	if err != nil {
 		return err
@@ -410,12 +405,8 @@ func makeImage(ctx context.Context, path string, size, inodes int64, uid, gid in
 	if err != nil {
 		return err
 	}
-	args := []string{"-q", "-F", "-t", "ext4", "-m", "0",
-		"-E", fmt.Sprintf("root_owner=%d:%d,nodiscard,lazy_itable_init=1,lazy_journal_init=1", uid, gid)}
-	if inodes > 0 {
-		args = append(args, "-N", strconv.FormatInt(inodes, 10))
-	}
-	cmd := exec.CommandContext(ctx, mkfs, append(args, path)...)
+	cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-m", "0",
+		"-E", fmt.Sprintf("root_owner=%d:%d,nodiscard,lazy_itable_init=1,lazy_journal_init=1", uid, gid), path)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s of %s: %v: %s", filepath.Base(mkfs), path, err, strings.TrimSpace(string(out)))

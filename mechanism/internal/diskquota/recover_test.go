@@ -120,7 +120,7 @@ func TestRecoverMidMove(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := makeImage(context.Background(), image, 4<<20, 0, 0, 0); err != nil {
+	if err := makeImage(context.Background(), image, 4<<20, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -214,25 +214,5 @@ func TestRecoverTheHomeItWasMadeFor(t *testing.T) {
 	checkSeeded(t, home, image)
 	if ents, _ := os.ReadDir(other); len(ents) != 0 {
 		t.Errorf("the other home got %v", ents)
-	}
-}
-
-// Options.Inodes gives a loop file system the inodes asked for, more than
-// mkfs.ext4's default for its size (2,048 for 8 MiB).
-func TestLoopInodes(t *testing.T) {
-	needLoop(t)
-	dir := t.TempDir()
-	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
-	q, err := Apply(context.Background(), home, 8<<20, Options{Method: Loop, Image: image, Inodes: 10000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Release(home) })
-	var s unix.Statfs_t
-	if err := unix.Statfs(home, &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Files < 10000 {
-		t.Fatalf("%d inodes, want at least 10000", s.Files)
 	}
 }
