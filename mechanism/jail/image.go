@@ -29,7 +29,10 @@ import (
 // file system of its own. Where the kernel
 // has no overlayfs, Provision copies the image into the sandbox's
 // directory instead (cp -a --reflink=auto: reflinks where the file
-// system has them) and that copy is bound as the root.
+// system has them) and that copy is bound as the root. The workload
+// cannot write that copy (it has no idmapped layer without overlayfs,
+// and writes, as on the host's root, only its home and /tmp): it stays
+// the image's size, and Spec.DiskBytes does not bound it.
 //
 // On top come the same mounts as on the host's root: the home at
 // /home/sprite, a fresh /dev, a private /tmp, /dev/shm, /dev/pts and

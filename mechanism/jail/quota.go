@@ -97,8 +97,11 @@ func (j *Jail) applyQuota(ctx context.Context, dir string, st *state, uid, gid i
 // is made, mounted again and released with the home. A sandbox's writes
 // on the host are then at most twice Spec.DiskBytes: its home and its
 // layer. A sandbox provisioned before this (a state without Layer) keeps
-// its unbounded upper/ beside its home; one on a copy of its image (no
-// overlayfs) is not bounded outside its home.
+// its unbounded upper/ beside its home. One on a copy of its image (no
+// overlayfs) has no bound outside its home and needs none: without
+// overlayfs it has no idmapped layer, so its workload is not root of its
+// root and Landlock lets it write its home, /tmp and /dev/shm alone; the
+// copy stays the image's size (TestCopyRootNotWritable).
 
 // layerImage is the layer's loop image in a sandbox's directory.
 const layerImage = "layer.img"
