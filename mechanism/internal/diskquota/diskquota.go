@@ -236,6 +236,12 @@ func Apply(ctx context.Context, home string, bytes int64, o Options) (*Quota, er
 			}
 			return nil, err
 		}
+		// cp -a gave the file system's root the owner of the directory
+		// under it (root's: attachAndMount).
+		if err := os.Chown(home, o.UID, o.GID); err != nil {
+			_ = Recover(context.WithoutCancel(ctx), home, o.Image)
+			return nil, err
+		}
 		return q, nil
 	}
 	return nil, mechanism.Invalid("Method", fmt.Sprintf("%q is not project or loop", m))

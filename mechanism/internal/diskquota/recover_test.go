@@ -216,3 +216,22 @@ func TestRecoverTheHomeItWasMadeFor(t *testing.T) {
 		t.Errorf("the other home got %v", ents)
 	}
 }
+
+// A home with files of its own still has its root owned by Options.UID
+// and GID after Apply (the copy of its files into the image brought the
+// mount point's owner, root, along).
+func TestLoopRootOwnerWithFiles(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	seedHome(t, home)
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image, UID: 1000, GID: 1001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	var st unix.Stat_t
+	if err := unix.Stat(home, &st); err != nil || st.Uid != 1000 || st.Gid != 1001 {
+		t.Fatalf("the home's root is %d:%d (%v), want 1000:1001", st.Uid, st.Gid, err)
+	}
+}
