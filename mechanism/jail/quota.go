@@ -18,7 +18,8 @@ import (
 // workload is in a user namespace, else, as root, a loop-mounted ext4 image
 // of the limit's size in the sandbox's directory, mounted on the home at
 // Provision (before anything runs), mounted again by Start after a reboot,
-// and unmounted and removed by Destroy. The mount is in the host's mount
+// and unmounted and removed by Destroy (a home given in Spec.HomeDir
+// gets what the image holds back under it first). The mount is in the host's mount
 // namespace: a manager that restarts, or another one adopting the sandbox,
 // finds it in place. disk_quota is guaranteed (and constructed: the
 // mechanism makes it, whatever the host's mount options) only where one of
@@ -175,7 +176,10 @@ func (j *Jail) ensureQuota(st *state) error {
 }
 
 // releaseQuota ends the quotas of sandbox id, stopped, before its
-// directory is removed: no mount, loop device or image is left.
+// directory is removed: no mount, loop device or image is left. A home
+// given in Spec.HomeDir, which Destroy leaves in place, keeps what its
+// loop image holds (copied back under it: diskquota.Recover), as it
+// would without a quota; the jail's own home goes with the image.
 func (j *Jail) releaseQuota(id string) error {
 	st, err := readState(j.dir(id))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -184,7 +188,11 @@ func (j *Jail) releaseQuota(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Quota.Release(st.HomeDir); err != nil {
+	if st.Quota != nil && st.Quota.Method == diskquota.Loop && !st.OwnHome {
+		if err := diskquota.Recover(context.Background(), st.HomeDir, st.Quota.Image); err != nil {
+			return err
+		}
+	} else if err := st.Quota.Release(st.HomeDir); err != nil {
 		return err
 	}
 	return st.Layer.Release(layerDir(j.dir(id)))

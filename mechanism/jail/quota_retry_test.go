@@ -158,3 +158,33 @@ func TestDiskQuotaFailedProvisionGivesTheHomeBack(t *testing.T) {
 		t.Errorf("images left: %v", img)
 	}
 }
+
+// Destroy leaves a home given in Spec.HomeDir in place, with what it
+// held and what the workload wrote there, quota or not: the loop image's
+// files are copied back under it before the image goes.
+func TestDiskQuotaDestroyKeepsTheGivenHome(t *testing.T) {
+	j, _ := quotaJail(t)
+	base := t.TempDir()
+	home := filepath.Join(base, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started(t, j, "qd", mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 8 << 20}, HomeDir: home})
+	if c := run(t, j, "qd", "echo result > $HOME/out && cat $HOME/notes"); string(c.Stdout) != "mine" {
+		t.Fatalf("in the sandbox: %q %q", c.Stdout, c.Stderr)
+	}
+	if err := j.Destroy(context.Background(), "qd"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mountsBelow(t, base); len(m) > 0 {
+		t.Errorf("mounts left after Destroy: %v", m)
+	}
+	for name, want := range map[string]string{"notes": "mine", "out": "result\n"} {
+		if b, err := os.ReadFile(filepath.Join(home, name)); err != nil || string(b) != want {
+			t.Errorf("%s after Destroy: %q, %v; want %q", name, b, err, want)
+		}
+	}
+}
