@@ -19,7 +19,9 @@ import (
 // project quotas, a loop-mounted ext4 image of the limit's size
 // (home.img in the sandbox's directory) mounted on the home before the
 // runtime's create binds it into the container, mounted again by a later
-// create after a reboot, and released when the sandbox is removed. A
+// create after a reboot, and released when the sandbox is removed (a
+// home given in Spec.HomeDir gets what the image holds back under it
+// first). A
 // project quota needs the workload in a user namespace of its own, which
 // the containers here are not, so the loop device serves. The quota is
 // recorded in quota.json next to spec.json.
@@ -120,7 +122,10 @@ func (m *Mechanism) ensureHome(id string) error {
 }
 
 // releaseHome ends the quota of sandbox id, whose container is gone,
-// before its directory is removed.
+// before its directory is removed. A home given in Spec.HomeDir, which
+// stays, keeps what its loop image holds (copied back under it:
+// diskquota.Recover), as it would without a quota; the sandbox's own
+// home goes with the image.
 func (m *Mechanism) releaseHome(id string) error {
 	q, err := m.loadQuota(id)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -129,7 +134,12 @@ func (m *Mechanism) releaseHome(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := q.Quota.Release(q.Home); err != nil {
+	own := filepath.Clean(q.Home) == filepath.Join(m.dir(id), "home")
+	if q.Quota != nil && q.Quota.Method == diskquota.Loop && !own {
+		if err := diskquota.Recover(context.Background(), q.Home, q.Quota.Image); err != nil {
+			return named(m, err)
+		}
+	} else if err := q.Quota.Release(q.Home); err != nil {
 		return err
 	}
 	return os.Remove(m.quotaFile(id))

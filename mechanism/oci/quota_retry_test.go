@@ -70,3 +70,43 @@ func TestDiskQuotaRetriedCreateKeepsTheHome(t *testing.T) {
 		}
 	}
 }
+
+// Destroy leaves a home given in Spec.HomeDir with what it held and what
+// the workload wrote there, as without a quota: the loop image's files
+// are copied back under it before the image goes.
+func TestDiskQuotaDestroyKeepsTheGivenHome(t *testing.T) {
+	rt := runtimes[0]
+	requireRuntime(t, rt)
+	m := newMech(t, rt, t.TempDir())
+	method, why := m.DiskQuotaMethod()
+	testenv.Require(t, method != "", "a home quota on this host: "+why)
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := tid("qdestroy")
+	started(t, m, id, mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 16 << 20}, HomeDir: home})
+	ctx := context.Background()
+	c, err := m.Execute(ctx, id, []string{"/bin/sh", "-c", "echo result > $HOME/out && cat $HOME/notes"}, mechanism.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c.Stdout) != "mine" {
+		t.Fatalf("in the sandbox: %q %q", c.Stdout, c.Stderr)
+	}
+	if err := m.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(b), " "+home+" ") {
+		t.Errorf("the home is still mounted after Destroy")
+	}
+	for name, want := range map[string]string{"notes": "mine", "out": "result\n"} {
+		if b, err := os.ReadFile(filepath.Join(home, name)); err != nil || string(b) != want {
+			t.Errorf("%s after Destroy: %q, %v; want %q", name, b, err, want)
+		}
+	}
+}
