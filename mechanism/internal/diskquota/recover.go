@@ -34,7 +34,8 @@ const recoverTemp = ".diskquota-recover.tmp"
 // then releases the quota: the image's file system is mounted beside the
 // image (image + ".recover"), the home is unmounted, each file of the
 // image no longer under home is copied back there (cp -a: owners, modes
-// and times kept), and the image is unmounted and removed. A file still
+// and times kept), the home's root takes the owner and mode of the
+// image's, and the image is unmounted and removed. A file still
 // under home is the original and is kept: Apply removes one only after
 // its copy is complete, and a copy cut short may be partial.
 //
@@ -105,6 +106,18 @@ func Recover(ctx context.Context, home, image string) error {
 	_ = os.Remove(filepath.Join(mnt, "lost+found"))
 	if err := restoreMissing(ctx, mnt, home); err != nil {
 		return fmt.Errorf("copy the files of %s back from %s: %w", home, image, err)
+	}
+	// The home's root as it was last (the directory under the mount
+	// point was made root's, 0755, by attachAndMount).
+	var root unix.Stat_t
+	if err := unix.Stat(mnt, &root); err != nil {
+		return err
+	}
+	if err := os.Lchown(home, int(root.Uid), int(root.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(home, root.Mode&0o7777); err != nil {
+		return err
 	}
 	if err := unmountAll(mnt, image); err != nil {
 		return err
@@ -215,3 +228,4 @@ func attached(image string) bool {
 	}
 	return false
 }
+

@@ -235,3 +235,28 @@ func TestLoopRootOwnerWithFiles(t *testing.T) {
 		t.Fatalf("the home's root is %d:%d (%v), want 1000:1001", st.Uid, st.Gid, err)
 	}
 }
+
+// The home's root gets back the owner and mode it had in the image (its
+// last), not root's 0755, which the directory under the mount point
+// was given.
+func TestRecoverHomeRoot(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	seedHome(t, home)
+	if _, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image, UID: 1000, GID: 1001}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = (&Quota{Method: Loop, Image: image}).Release(home) })
+	if err := unix.Chmod(home, 0o2770); err != nil {
+		t.Fatal(err)
+	}
+	if err := Recover(context.Background(), home, image); err != nil {
+		t.Fatal(err)
+	}
+	checkSeeded(t, home, image)
+	var st unix.Stat_t
+	if err := unix.Stat(home, &st); err != nil || st.Uid != 1000 || st.Gid != 1001 || st.Mode&0o7777 != 0o2770 {
+		t.Fatalf("the home's root is %d:%d %o (%v), want 1000:1001 2770", st.Uid, st.Gid, st.Mode&0o7777, err)
+	}
+}
