@@ -228,4 +228,3 @@ func attached(image string) bool {
 	}
 	return false
 }
-
