@@ -181,8 +181,24 @@ func (j *Jail) ensureQuota(st *state) error {
 // loop image holds (copied back under it: diskquota.Recover), as it
 // would without a quota; the jail's own home goes with the image.
 func (j *Jail) releaseQuota(id string) error {
-	st, err := readState(j.dir(id))
+	dir := j.dir(id)
+	st, err := readState(dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A Provision cut short (no state) may have left its quotas in
+		// force: its layer holds nothing; its home's image gives the home
+		// it was made for (recorded on it) its files back. One that
+		// records none (made before images recorded their homes) stays
+		// mounted on its home, which keeps its files until unmounted.
+		stale := &diskquota.Quota{Method: diskquota.Loop, Image: filepath.Join(dir, layerImage)}
+		if ok, _ := diskquota.Mounted(layerDir(dir), stale.Image); ok {
+			if err := stale.Release(layerDir(dir)); err != nil {
+				return err
+			}
+		}
+		img := filepath.Join(dir, quotaImage)
+		if home := diskquota.RecordedHome(img); home != "" {
+			return diskquota.Recover(context.Background(), home, img)
+		}
 		return nil
 	}
 	if err != nil {

@@ -188,3 +188,42 @@ func TestDiskQuotaDestroyKeepsTheGivenHome(t *testing.T) {
 		}
 	}
 }
+
+// Destroy of a sandbox whose Provision was cut short after it bounded
+// the home (no state: removed here) gives the home its files back and
+// leaves nothing mounted.
+func TestDiskQuotaDestroyAfterProvisionCutShort(t *testing.T) {
+	quotaJail(t)
+	root := t.TempDir()
+	j, err := jail.New(jail.Config{StateDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	base := t.TempDir()
+	home := filepath.Join(base, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Provision(ctx, "qc", mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 8 << 20}, HomeDir: home}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "qc", "state.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Destroy(ctx, "qc"); err != nil {
+		t.Fatal(err)
+	}
+	if m := append(mountsBelow(t, root), mountsBelow(t, base)...); len(m) > 0 {
+		t.Errorf("mounts left after Destroy: %v", m)
+	}
+	if l := loopsBacking(root); len(l) > 0 {
+		t.Errorf("loop devices left after Destroy: %v", l)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "notes")); err != nil || string(b) != "mine" {
+		t.Fatalf("the caller's file after Destroy: %q, %v", b, err)
+	}
+}

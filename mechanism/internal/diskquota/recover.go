@@ -49,7 +49,7 @@ const recoverTemp = ".diskquota-recover.tmp"
 // is nil. A Recover cut short is finished by another: the image is
 // removed only once everything is back.
 func Recover(ctx context.Context, home, image string) error {
-	if made := madeFor(image); made != "" {
+	if made := RecordedHome(image); made != "" {
 		home = made
 	}
 	onHome, err := Mounted(home, image)
@@ -204,8 +204,10 @@ func markImage(image, home string) {
 	}
 }
 
-// madeFor is the home recorded on image, or "".
-func madeFor(image string) string {
+// RecordedHome is the home a loop image was made for, as Apply recorded
+// it on the image, or "" (no image, none recorded, or a file system
+// without extended attributes).
+func RecordedHome(image string) string {
 	b := make([]byte, unix.PathMax)
 	n, err := unix.Getxattr(image, homeAttr, b)
 	if err != nil || n <= 0 {

@@ -195,7 +195,7 @@ func TestRecoverTheHomeItWasMadeFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = (&Quota{Method: Loop, Image: image}).Release(home) })
-	if got := madeFor(image); got != home {
+	if got := RecordedHome(image); got != home {
 		t.Fatalf("the image records %q, want %q", got, home)
 	}
 	if err := unix.Removexattr(image, homeAttr); err != nil {
