@@ -129,6 +129,12 @@ func (m *Mechanism) ensureHome(id string) error {
 func (m *Mechanism) releaseHome(id string) error {
 	q, err := m.loadQuota(id)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A create cut short before it wrote quota.json may have left the
+		// home's image mounted: the home it records gets its files back.
+		image := filepath.Join(m.dir(id), "home.img")
+		if home := diskquota.RecordedHome(image); home != "" {
+			return named(m, diskquota.Recover(context.Background(), home, image))
+		}
 		return nil
 	}
 	if err != nil {

@@ -110,3 +110,44 @@ func TestDiskQuotaDestroyKeepsTheGivenHome(t *testing.T) {
 		}
 	}
 }
+
+// Destroy after a create cut short before it wrote quota.json (removed
+// here): the home gets its files back, nothing is left mounted.
+func TestDiskQuotaDestroyAfterCreateCutShort(t *testing.T) {
+	rt := runtimes[0]
+	requireRuntime(t, rt)
+	dir := t.TempDir()
+	m := newMech(t, rt, dir)
+	method, why := m.DiskQuotaMethod()
+	testenv.Require(t, method != "", "a home quota on this host: "+why)
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := tid("qcut")
+	started(t, m, id, mechanism.Spec{Limits: mechanism.Limits{DiskBytes: 16 << 20}, HomeDir: home})
+	ctx := context.Background()
+	if err := m.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	qf, _ := filepath.Glob(filepath.Join(dir, "*", "sandboxes", id, "quota.json"))
+	if len(qf) != 1 {
+		t.Fatalf("quota.json of %s: %v", id, qf)
+	}
+	if err := os.Remove(qf[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(b), " "+home+" ") {
+		t.Errorf("the home is still mounted after Destroy")
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "notes")); err != nil || string(b) != "mine" {
+		t.Errorf("the caller's file after Destroy: %q, %v", b, err)
+	}
+}
