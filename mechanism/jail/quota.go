@@ -19,9 +19,9 @@ import (
 // of the limit's size in the sandbox's directory, mounted on the home at
 // Provision (before anything runs), mounted again by Start after a reboot,
 // and unmounted and removed by Destroy (a home given in Spec.HomeDir
-// gets what the image holds back under it first). The mount is in the host's mount
-// namespace: a manager that restarts, or another one adopting the sandbox,
-// finds it in place. disk_quota is guaranteed (and constructed: the
+// gets what the image holds back under it first). The mount is in the
+// host's mount namespace: a manager that restarts, or another one
+// adopting the sandbox, finds it in place. disk_quota is guaranteed (and constructed: the
 // mechanism makes it, whatever the host's mount options) only where one of
 // the two is possible; DiskQuotaMethod says which, or why neither.
 
