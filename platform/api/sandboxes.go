@@ -741,7 +741,7 @@ func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, time
 		// created it again since rec was read: the record goes first, then
 		// its name on the provider (nil when absent). A wake that creates
 		// after this finds no record and destroys what it made (woken).
-		if err := s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name); err != nil {
+		if err := s.forget(ctx, rec); err != nil {
 			return err
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ParkingStale/2)
@@ -769,7 +769,21 @@ func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, time
 	if err != nil {
 		return err
 	}
-	return s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), rec.AccountID, rec.Name)
+	return s.forget(context.WithoutCancel(ctx), rec)
+}
+
+// forget deletes the record of a destroyed sandbox, if the name's record
+// is still that sandbox's: another call may have destroyed it and made
+// the name again meanwhile (a new sandbox, not this destroy's).
+func (s *Server) forget(ctx context.Context, rec store.Sandbox) error {
+	cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
+	if errors.Is(err, store.ErrNotFound) || err == nil && cur.ProviderName != rec.ProviderName {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name)
 }
 
 // withURL adds SANDBOX_URL to a command's environment where the record has

@@ -51,6 +51,7 @@ type flaky struct {
 	onCreate, onResume, onGet func() // review_test.go's: the first Create or Resume after it is set, or Get of onGetOf after its answer
 	onGetOf                   string
 	afterSuspend              func()       // run once after the next Suspend's work
+	afterDestroy              func()       // run once after the next Destroy's work
 	suspending                atomic.Bool  // a Suspend is under way
 	execOnParked              atomic.Int32 // Execs that met a sandbox suspended or being suspended
 	suspends, resumes         atomic.Int32

@@ -71,6 +71,13 @@ func (f *flaky) setGetHook(pname string, fn func()) {
 	f.onGetOf, f.onGet = pname, fn
 }
 
+// Destroy runs afterDestroy, when set, once after the provider's destroy.
+func (f *flaky) Destroy(ctx context.Context, h *sandbox.Handle) error {
+	err := f.Provider.Destroy(ctx, h)
+	f.takeHook(&f.afterDestroy)
+	return err
+}
+
 // onProvider reports whether the fake provider holds the sandbox of
 // provider name pname.
 func (e *env) onProvider(pname string) bool {
@@ -412,5 +419,31 @@ func TestSuspendMeetsANewIncarnation(t *testing.T) {
 	rec := e.rec("twice")
 	if rec.ProviderName == old || rec.State != store.StateRunning {
 		t.Fatalf("the new sandbox's record after the old one's suspend: %+v", rec)
+	}
+}
+
+// TestDestroyMeetsANewIncarnation: a destroy whose record was destroyed
+// by another call and the name made again (through another replica) (a new sandbox) while it
+// destroyed its own sandbox does not delete the new record: it did, and
+// the new sandbox, which its create had answered 201 for, ran with no
+// record until it was destroyed as an orphan.
+func TestDestroyMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	b := e.replicaB(nil) // the other destroy and the create come through another replica
+	old := e.create("twice").ProviderName
+	e.f.setHook(&e.f.afterDestroy, func() {
+		if got := <-e.callOn(b, "DELETE", "/v1/sandboxes/twice", ""); !strings.HasPrefix(got, "204") {
+			t.Errorf("the other destroy: %s", got)
+		}
+		if got := <-e.callOn(b, "POST", "/v1/sandboxes", `{"name": "twice"}`); !strings.HasPrefix(got, "201 ") {
+			t.Errorf("the create: %s", got)
+		}
+	})
+	if code, body := e.call("DELETE", "/v1/sandboxes/twice", ""); code != 204 {
+		t.Fatalf("destroy: %d %s", code, body)
+	}
+	rec, err := e.pl.Store.GetSandbox(context.Background(), e.acct.ID, "twice")
+	if err != nil || rec.ProviderName == old || !e.onProvider(rec.ProviderName) {
+		t.Fatalf("the new sandbox's record after the old one's destroy: %+v, %v", rec, err)
 	}
 }
