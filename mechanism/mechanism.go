@@ -237,7 +237,7 @@ type Process interface {
 type Usage struct {
 	CPUTime     time.Duration // cumulative CPU time of every task in the sandbox
 	MemoryBytes int64         // current memory charge (cgroup) or RSS
-	DiskBytes   int64         // allocated bytes under the home directory
+	DiskBytes   int64         // allocated bytes under the home directory, and of the sandbox's own writable layer where it has one (the jail's image sandboxes)
 }
 
 // Mechanism is an isolation mechanism. All methods are safe for concurrent

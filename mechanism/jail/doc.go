@@ -253,8 +253,11 @@
 // same means (a project quota or a loop-mounted ext4 image, layer.img)
 // and the same size: a sandbox on an image writes at most twice
 // DiskBytes to the host's disk, its home and its layer (quota.go). Only a
-// sandbox provisioned before layers were bounded, or on a copy of its
-// image (no overlayfs), has an unbounded layer.
+// sandbox provisioned before layers were bounded has an unbounded layer; a
+// sandbox on a copy of its image (no overlayfs) needs no bound, since its
+// workload is not root there and Landlock lets it write only its home,
+// /tmp and /dev/shm (TestCopyRootNotWritable). Usage counts the layer, or
+// the copy, with the home.
 // See image.go and userns_image.go; the breach conformance runs on an
 // image root too (TestConformanceOnImage, as the image's user "app"),
 // and TestImageRootInUserns tries root's escapes.

@@ -1059,7 +1059,8 @@ func (j *Jail) ListRunning(ctx context.Context) ([]string, error) {
 }
 
 // Usage implements mechanism.Mechanism: CPU time and memory from the
-// sandbox's cgroups, disk from the allocated blocks under its home.
+// sandbox's cgroups, disk from the allocated blocks under its home and, for
+// an image sandbox, its writable layer (or its copy of the image).
 func (j *Jail) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
 	if err := mechanism.ValidateID(id); err != nil {
 		return mechanism.Usage{}, err
@@ -1087,6 +1088,7 @@ func (j *Jail) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
 		}
 		return nil
 	})
+	u.DiskBytes += layerBytes(ctx, j.dir(id), st) // image.go
 	return u, nil
 }
 

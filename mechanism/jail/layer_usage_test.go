@@ -11,8 +11,8 @@ import (
 
 // What an image sandbox writes outside its home (here 4 MiB in /var/tmp)
 // is in its writable layer on the host, bounded (DiskBytes: layer/upper)
-// or not (upper/), and layerBytes counts it.
-func TestLayerBytesCountsTheLayer(t *testing.T) {
+// or not (upper/), and Usage counts it with the home.
+func TestUsageCountsTheLayer(t *testing.T) {
 	testenv.RequireRoot(t)
 	img := pullTestImage(t, t.TempDir(), v1.Config{})
 	for _, disk := range []int64{0, 16 << 20} {
@@ -26,7 +26,7 @@ func TestLayerBytesCountsTheLayer(t *testing.T) {
 			spec.DiskBytes = disk
 			started(t, j, "lu", spec)
 			ctx := context.Background()
-			before, err := j.LayerBytes(ctx, "lu")
+			ub, err := j.Usage(ctx, "lu")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,14 +34,16 @@ func TestLayerBytesCountsTheLayer(t *testing.T) {
 			if string(c.Stdout) != "ok\n" {
 				t.Fatalf("the write: %q %q", c.Stdout, c.Stderr)
 			}
-			after, err := j.LayerBytes(ctx, "lu")
+			ua, err := j.Usage(ctx, "lu")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if after-before < 4<<20 {
-				t.Fatalf("the layer counts %d bytes after a 4 MiB write (%d before)", after, before)
+			// The write went to the image's /var/tmp, in the layer, not
+			// the home: Usage counted only the home before.
+			if ua.DiskBytes-ub.DiskBytes < 4<<20 {
+				t.Fatalf("Usage counts %d disk bytes after a 4 MiB write into the layer (%d before)", ua.DiskBytes, ub.DiskBytes)
 			}
-			t.Logf("DiskBytes %d: layer %d → %d bytes", disk, before, after)
+			t.Logf("DiskBytes %d: usage %d → %d bytes", disk, ub.DiskBytes, ua.DiskBytes)
 		})
 	}
 }
