@@ -257,7 +257,9 @@ func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, er
 
 // woken records a wake's outcome: the record running. Another replica
 // that woke the sandbox meanwhile (or a pass that found it running) wrote
-// the record first: its record is the outcome. A record destroyed
+// the record first: its record is the outcome; one that woke it and a
+// new park since leave the new park standing (Unavailable{parked}: the
+// next call wakes it). A record destroyed
 // meanwhile (its user's destroy, any replica) is not found, and what this
 // wake created is destroyed again: it has no record, and a runner's
 // sandbox is never reaped as an orphan.
@@ -279,8 +281,13 @@ func (s *Server) woken(ctx context.Context, rec store.Sandbox, p sandbox.Provide
 				return cur, fmt.Errorf("sandbox %q was replaced while it woke: %w", rec.Name, store.ErrNotFound)
 			case cur.State != store.StateParked:
 				return cur, nil // woken (or changed) by someone else: theirs is the outcome
+			case !cur.ParkedAt.Equal(rec.ParkedAt) || cur.ParkedBy != rec.ParkedBy:
+				// Woken by another and parked again since this wake's
+				// provider call: whether that came before or after the
+				// park is unknown, so the park's record stands.
+				return cur, sandbox.Unavailable("parked", fmt.Errorf("sandbox %q was parked again while this call woke it; try again", rec.Name))
 			default:
-				rec = cur // still parked (another field changed): write again
+				rec = cur // the same park (another field changed): write again
 				continue
 			}
 		}

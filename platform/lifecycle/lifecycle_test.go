@@ -52,6 +52,7 @@ type flaky struct {
 	onGetOf                   string
 	afterSuspend              func()       // run once after the next Suspend's work
 	afterDestroy              func()       // run once after the next Destroy's work
+	afterResume               func()       // run once after the next Resume's work
 	suspending                atomic.Bool  // a Suspend is under way
 	execOnParked              atomic.Int32 // Execs that met a sandbox suspended or being suspended
 	suspends, resumes         atomic.Int32

@@ -58,7 +58,9 @@ func (f *flaky) Suspend(ctx context.Context, h *sandbox.Handle) error {
 func (f *flaky) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle, error) {
 	f.resumes.Add(1)
 	f.takeHook(&f.onResume)
-	return f.Provider.Resume(ctx, h)
+	nh, err := f.Provider.Resume(ctx, h)
+	f.takeHook(&f.afterResume)
+	return nh, err
 }
 
 // Exec counts the commands that reach a sandbox suspended or being

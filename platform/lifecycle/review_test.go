@@ -447,3 +447,36 @@ func TestDestroyMeetsANewIncarnation(t *testing.T) {
 		t.Fatalf("the new sandbox's record after the old one's destroy: %+v, %v", rec, err)
 	}
 }
+
+// TestWakeOutlivedByAnotherPark: a wake whose resume outlasts another
+// replica's wake and a new park of the sandbox (idle again) does not
+// write "running" over the new park (the sandbox suspended again): the
+// call is answered unavailable, and the next one wakes it.
+func TestWakeOutlivedByAnotherPark(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	b := e.replicaB(nil)
+	e.create("box")
+	e.later(20 * time.Minute)
+	if _, err := e.pl.API.Park(ctx, e.rec("box"), e.now().Add(-15*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t)
+	e.f.setHook(&e.f.afterResume, g.wait)
+	res := e.execOn(b, "box")
+	await(t, g.in, "b's wake never resumed")
+	e.exec("box", "on-a") // a finds it resumed (by b) and records it running
+	e.later(20 * time.Minute)
+	if _, err := e.pl.API.Park(ctx, e.rec("box"), e.now().Add(-15*time.Minute)); err != nil {
+		t.Fatalf("the second park: %v", err)
+	}
+	g.open() // b's wake, its resume done before the new park, goes on to write
+	got := await(t, res, "the exec on b never answered")
+	if rec := e.rec("box"); rec.State != store.StateParked {
+		t.Fatalf("after b's late wake (answered %s): record %+v, want still parked (the sandbox is suspended)", got, rec)
+	}
+	if !strings.HasPrefix(got, "503 ") {
+		t.Errorf("b's exec, whose wake a newer park overtook: %s; want 503", got)
+	}
+	e.exec("box", "again")
+}
