@@ -211,20 +211,16 @@ func (f *socketFactory) describe(err error) error {
 // close ends the helper (its end reads EOF) and waits for it; one that
 // does not exit in time is killed.
 func (f *socketFactory) close() {
-	f.closing.Store(true)
-	f.mu.Lock()
-	if f.fd >= 0 {
-		// Wakes a request under way, and the helper reads EOF.
+	if f.closing.CompareAndSwap(false, true) {
+		// Only this call closes fd, so it is still open here; the
+		// shutdown wakes a request under way (which holds mu) and the
+		// helper reads EOF.
 		_ = unix.Shutdown(f.fd, unix.SHUT_RDWR)
-	}
-	f.mu.Unlock()
-	// The lock is free again once a request under way saw the shutdown.
-	f.mu.Lock()
-	if f.fd >= 0 {
+		f.mu.Lock()
 		unix.Close(f.fd)
 		f.fd = -1
+		f.mu.Unlock()
 	}
-	f.mu.Unlock()
 	select {
 	case <-f.exited:
 	case <-time.After(helperAnswerTimeout):
