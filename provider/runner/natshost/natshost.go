@@ -534,15 +534,22 @@ func (h *Host) alive(ctx context.Context, replica string) bool {
 
 // Unregister implements runner.Host.
 func (h *Host) Unregister(id string, c *runner.Conn) {
+	if h.dropLocal(id, c) {
+		h.release(id)
+	}
+}
+
+// dropLocal forgets c as the local connection of runner id; it reports
+// false when c is no longer that connection (another took its place).
+func (h *Host) dropLocal(id string, c *runner.Conn) bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.local[id] != c {
-		h.mu.Unlock()
-		return
+		return false
 	}
 	delete(h.local, id)
 	delete(h.revs, id)
-	h.mu.Unlock()
-	h.release(id)
+	return true
 }
 
 // release removes id's presence if this replica still holds it.
@@ -711,14 +718,9 @@ func (h *Host) Heartbeat(id string) {
 // socket is closed with 4409 (the daemon reconnects, through the
 // balancer, to whichever replica then holds the claim or takes it).
 func (h *Host) lose(id string, c *runner.Conn, other string) {
-	h.mu.Lock()
-	if h.local[id] != c {
-		h.mu.Unlock()
+	if !h.dropLocal(id, c) {
 		return
 	}
-	delete(h.local, id)
-	delete(h.revs, id)
-	h.mu.Unlock()
 	h.log.Warn("natshost: another replica holds this runner's claim; closing this socket", "runner", id, "replica", other)
 	c.Close(wire.CloseDuplicate, "runner connected through another replica")
 }
