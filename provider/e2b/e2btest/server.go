@@ -950,18 +950,8 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		// pauses after it).
 		joined = action == "pause" && sb.transition == "pausing" ||
 			action == "connect" && sb.transition == "resuming"
-		for ok && sb.transition != "" {
-			s.mu.Unlock()
-			select {
-			case <-r.Context().Done():
-			case <-s.closing:
-			case <-time.After(s.opts.TTLCheck):
-			}
-			s.mu.Lock()
-			if r.Context().Err() != nil || s.closed {
-				return
-			}
-			sb, ok = s.sandboxes[id]
+		if sb, ok = s.awaitTransition(r, id); r.Context().Err() != nil || s.closed {
+			return
 		}
 	}
 	if !ok {
@@ -1026,18 +1016,8 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 			// The resume takes a while; connects meanwhile join it.
 			sb.resumeTimeout = *t.Timeout
 			sb.transition, sb.transitionTo, sb.transitionEnd = "resuming", "running", now.Add(s.opts.ResumeDelay)
-			for ok && sb.transition != "" {
-				s.mu.Unlock()
-				select {
-				case <-r.Context().Done():
-				case <-s.closing:
-				case <-time.After(s.opts.TTLCheck):
-				}
-				s.mu.Lock()
-				if r.Context().Err() != nil || s.closed {
-					return // the resume goes on without its caller
-				}
-				sb, ok = s.sandboxes[id]
+			if sb, ok = s.awaitTransition(r, id); r.Context().Err() != nil || s.closed {
+				return // the resume goes on without its caller
 			}
 			if !ok || sb.state != "running" {
 				apiError(w, http.StatusInternalServerError, "Error resuming sandbox")
@@ -1113,4 +1093,25 @@ func parseFilters(query string) (map[string][]string, error) {
 		out[k] = []string{v}
 	}
 	return out, nil
+}
+
+// awaitTransition waits, with s.mu held (released while it waits), until
+// sandbox id is in no transition, is gone, the request ends or the server
+// closes; it returns the sandbox as it then is.
+func (s *Server) awaitTransition(r *http.Request, id string) (*sbx, bool) {
+	sb, ok := s.sandboxes[id]
+	for ok && sb.transition != "" {
+		s.mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-s.closing:
+		case <-time.After(s.opts.TTLCheck):
+		}
+		s.mu.Lock()
+		if r.Context().Err() != nil || s.closed {
+			return sb, ok
+		}
+		sb, ok = s.sandboxes[id]
+	}
+	return sb, ok
 }
