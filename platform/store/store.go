@@ -11,7 +11,9 @@
 // record), and UpdateSandbox is compare-and-set on Version (and the
 // provider name, which tells a name's sandboxes apart), so a replica
 // never overwrites what another wrote after it read (ErrConflict: read
-// again). Every method is safe for concurrent use.
+// again); DeleteSandboxIf is the same check for a delete, so a replica
+// never deletes a record another made or moved after it read. Every
+// method is safe for concurrent use.
 package store
 
 import (
@@ -148,6 +150,15 @@ type Store interface {
 	TouchSandbox(ctx context.Context, accountID, name string, at time.Time) error
 	// DeleteSandbox removes the record; nil when it is already gone.
 	DeleteSandbox(ctx context.Context, accountID, name string) error
+	// DeleteSandboxIf removes the record of s.AccountID and s.Name only if
+	// it is still s's sandbox: the stored ProviderName is s.ProviderName
+	// and, when s.Version is not 0, the stored Version is s.Version. It is
+	// nil when the record is removed or already gone, ErrConflict when the
+	// name's record is another (a new sandbox of the name, made through
+	// another replica since s was read) or has moved on. The check and the
+	// delete are one statement: a path that read a record, then deletes it,
+	// never deletes the name's next sandbox.
+	DeleteSandboxIf(ctx context.Context, s Sandbox) error
 
 	// AddIntent records an intent (State pending) and returns its ID.
 	AddIntent(ctx context.Context, in Intent) (int64, error)

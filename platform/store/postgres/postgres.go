@@ -605,6 +605,25 @@ func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error
 	return err
 }
 
+// DeleteSandboxIf implements store.Store.
+func (s *Store) DeleteSandboxIf(ctx context.Context, b store.Sandbox) error {
+	tag, err := s.db.Exec(ctx, `DELETE FROM sandboxes WHERE account_id = $1 AND name = $2 AND provider_name = $3 AND ($4 = 0 OR version = $4)`,
+		b.AccountID, b.Name, b.ProviderName, b.Version)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.GetSandbox(ctx, b.AccountID, b.Name); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		}
+		return store.ErrConflict
+	}
+	return nil
+}
+
 // AddIntent implements store.Store.
 func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 	now := time.Now().UnixNano()

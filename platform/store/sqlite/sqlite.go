@@ -610,6 +610,34 @@ func (s *Store) DeleteSandbox(ctx context.Context, accountID, name string) error
 	return err
 }
 
+// DeleteSandboxIf implements store.Store.
+func (s *Store) DeleteSandboxIf(ctx context.Context, b store.Sandbox) error {
+	if !s.Owner() {
+		return ErrNotOwner
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	r, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE account_id = ? AND name = ? AND provider_name = ? AND (? = 0 OR version = ?)`,
+		b.AccountID, b.Name, b.ProviderName, b.Version, b.Version)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		if _, err := s.GetSandbox(ctx, b.AccountID, b.Name); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		}
+		return store.ErrConflict
+	}
+	s.mu.Lock()
+	delete(s.cache[b.AccountID], b.Name)
+	s.dropName(b.AccountID, b.Name)
+	s.mu.Unlock()
+	return nil
+}
+
 // AddIntent implements store.Store.
 func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 	now := time.Now().UnixNano()

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateIsCompareAndSet", compareAndSet},
 		{"TouchNeverGoesBack", touch},
 		{"DeleteIsTolerant", deleteTolerant},
+		{"DeleteIfMatchesTheSandbox", deleteIf},
 		{"Intents", intents},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -380,6 +381,78 @@ func touch(t *testing.T, s store.Store) {
 	}
 	if err := s.TouchSandbox(c, a.ID, "nope", later); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("TouchSandbox(nope) = %v", err)
+	}
+}
+
+// deleteIf: a conditional delete removes the name's record only while it
+// is the sandbox it was read as, never the name's next sandbox (whose
+// record starts again at Version 1) nor one updated since.
+func deleteIf(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	if err := s.DeleteSandboxIf(c, sb(a, "never")); err != nil {
+		t.Fatalf("conditional delete of an absent record = %v, want nil", err)
+	}
+	old := sb(a, "x")
+	if err := s.InsertSandbox(c, old); err != nil {
+		t.Fatal(err)
+	}
+	old.Version = 1
+	if err := s.DeleteSandbox(c, a.ID, "x"); err != nil {
+		t.Fatal(err)
+	}
+	next := sb(a, "x")
+	next.ProviderName = old.ProviderName + "-next"
+	if err := s.InsertSandbox(c, next); err != nil {
+		t.Fatal(err)
+	}
+	// A stale copy of the destroyed sandbox at the new record's Version.
+	if err := s.DeleteSandboxIf(c, old); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("conditional delete of the name's earlier sandbox = %v, want ErrConflict", err)
+	}
+	stale := old
+	stale.Version = 0 // any version: the provider name still differs
+	if err := s.DeleteSandboxIf(c, stale); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("conditional delete (any version) of the name's earlier sandbox = %v, want ErrConflict", err)
+	}
+	got, err := s.GetSandbox(c, a.ID, "x")
+	if err != nil || got.ProviderName != next.ProviderName {
+		t.Fatalf("the name's next sandbox after a stale delete: %+v, %v", got, err)
+	}
+	// Updated since it was read: its Version moved.
+	read := got
+	up := got
+	up.State = store.StateSuspended
+	if _, err := s.UpdateSandbox(c, up); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandboxIf(c, read); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("conditional delete at a Version since moved = %v, want ErrConflict", err)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "x"); err != nil {
+		t.Fatalf("a record updated since it was read was deleted: %v", err)
+	}
+	// The sandbox itself, at any version, then at its own: removed.
+	read.Version = 0
+	if err := s.DeleteSandboxIf(c, read); err != nil {
+		t.Fatalf("conditional delete of the name's own sandbox = %v", err)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "x"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a conditional delete: %v", err)
+	}
+	if err := s.InsertSandbox(c, sb(a, "y")); err != nil {
+		t.Fatal(err)
+	}
+	y, _ := s.GetSandbox(c, a.ID, "y")
+	if err := s.DeleteSandboxIf(c, y); err != nil {
+		t.Fatalf("conditional delete at the record's Version = %v", err)
+	}
+	if _, err := s.GetSandbox(c, a.ID, "y"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a conditional delete at its Version: %v", err)
+	}
+	// The name is free again.
+	if err := s.InsertSandbox(c, sb(a, "y")); err != nil {
+		t.Fatalf("insert after a conditional delete: %v", err)
 	}
 }
 
