@@ -424,7 +424,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 			if ierr != nil {
 				// No intent, no bounded write: nothing was asked of the
 				// provider, so the record goes and the name is free again.
-				_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), accountID, name)
+				_ = s.cfg.Store.DeleteSandboxIf(context.WithoutCancel(ctx), store.Sandbox{AccountID: accountID, Name: name, ProviderName: pname})
 				return rec, false, ierr
 			}
 			h, err = reg.CreateNew(ctx, prov, pname, sandbox.CreateNewOptions{Timeout: timeout})
@@ -440,7 +440,9 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		if err != nil {
 			// The provider may hold a sandbox of pname (a create cut short):
 			// the reaper destroys such an orphan after its grace period.
-			_ = s.cfg.Store.DeleteSandbox(context.WithoutCancel(ctx), accountID, name)
+			// Only its own record: the name may have been destroyed and
+			// made again meanwhile (another replica).
+			_ = s.cfg.Store.DeleteSandboxIf(context.WithoutCancel(ctx), store.Sandbox{AccountID: accountID, Name: name, ProviderName: pname})
 			return rec, false, err
 		}
 		rec, err = s.finish(ctx, rec, p, h, store.StateRunning)
@@ -688,10 +690,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 			// The provider says it is surely gone: so is the record, if
 			// it is still the one read (not woken, parked or made again
 			// under the name since).
-			dctx := context.WithoutCancel(r.Context())
-			if cur, gerr := s.cfg.Store.GetSandbox(dctx, rec.AccountID, rec.Name); gerr == nil && cur.Version == rec.Version && cur.ProviderName == rec.ProviderName {
-				_ = s.cfg.Store.DeleteSandbox(dctx, rec.AccountID, rec.Name)
-			}
+			_ = s.cfg.Store.DeleteSandboxIf(context.WithoutCancel(r.Context()), rec)
 			writeErr(w, err)
 			return
 		}
@@ -782,15 +781,14 @@ func (s *Server) Destroy(ctx context.Context, rec store.Sandbox, once bool, time
 // forget deletes the record of a destroyed sandbox, if the name's record
 // is still that sandbox's: another call may have destroyed it and made
 // the name again meanwhile (a new sandbox, not this destroy's).
+// The check and the delete are one (DeleteSandboxIf, on the provider name
+// alone: a wake or a park since is still this sandbox).
 func (s *Server) forget(ctx context.Context, rec store.Sandbox) error {
-	cur, err := s.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name)
-	if errors.Is(err, store.ErrNotFound) || err == nil && cur.ProviderName != rec.ProviderName {
-		return nil
+	err := s.cfg.Store.DeleteSandboxIf(ctx, store.Sandbox{AccountID: rec.AccountID, Name: rec.Name, ProviderName: rec.ProviderName})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // the name's next sandbox: not this destroy's
 	}
-	if err != nil {
-		return err
-	}
-	return s.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name)
+	return err
 }
 
 // withURL adds SANDBOX_URL to a command's environment where the record has

@@ -436,10 +436,10 @@ func (m *Manager) check(ctx context.Context, p sandbox.Provider, rec store.Sandb
 			_, err := m.cfg.Store.UpdateSandbox(ctx, rec)
 			return false, err == nil
 		}
-		if cur, err := m.cfg.Store.GetSandbox(ctx, rec.AccountID, rec.Name); err != nil || cur.Version != rec.Version || cur.ProviderName != rec.ProviderName {
-			return false, false // changed since it was read (a park, a wake, a new sandbox of the name): next pass
-		}
-		if err := m.cfg.Store.DeleteSandbox(ctx, rec.AccountID, rec.Name); err != nil {
+		// Only the record read, at its Version: one changed since (a park,
+		// a wake, a new sandbox of the name, even in the instant before
+		// the delete) is left for the next pass.
+		if err := m.cfg.Store.DeleteSandboxIf(ctx, rec); err != nil {
 			return false, false
 		}
 		m.log.Info("lifecycle: gone from its provider", "account", rec.AccountID, "sandbox", rec.Name, "provider", rec.Provider)
@@ -556,9 +556,11 @@ func (m *Manager) settle(ctx context.Context) int {
 				// A create_new's record goes only while it is still
 				// creating: one finished since (the intent's outcome
 				// unrecorded) may be parked by destroy, absent on purpose.
+				// DeleteSandboxIf at the Version read: the state just
+				// checked is the one deleted.
 				if rec, gerr := m.cfg.Store.GetSandbox(ctx, in.AccountID, in.Name); gerr == nil && rec.ProviderName == in.ProviderName &&
 					(in.Op == store.OpDestroyOnce || rec.State == store.StateCreating) {
-					_ = m.cfg.Store.DeleteSandbox(ctx, in.AccountID, in.Name)
+					_ = m.cfg.Store.DeleteSandboxIf(ctx, rec)
 				}
 			case err != nil:
 				continue // still uncertain

@@ -12,18 +12,20 @@ import (
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/store"
 	"github.com/managoat/managoat/sandbox"
 )
 
-// hookStore is a store with a one-shot hook run before a DeleteSandbox.
+// hookStore is a store with a one-shot hook run before a DeleteSandbox
+// or a DeleteSandboxIf (the instant after any check a caller made).
 type hookStore struct {
 	store.Store
 	mu       sync.Mutex
 	onDelete func()
 }
 
-func (s *hookStore) DeleteSandbox(ctx context.Context, accountID, name string) error {
+func (s *hookStore) hook() {
 	s.mu.Lock()
 	fn := s.onDelete
 	s.onDelete = nil
@@ -31,7 +33,16 @@ func (s *hookStore) DeleteSandbox(ctx context.Context, accountID, name string) e
 	if fn != nil {
 		fn()
 	}
+}
+
+func (s *hookStore) DeleteSandbox(ctx context.Context, accountID, name string) error {
+	s.hook()
 	return s.Store.DeleteSandbox(ctx, accountID, name)
+}
+
+func (s *hookStore) DeleteSandboxIf(ctx context.Context, rec store.Sandbox) error {
+	s.hook()
+	return s.Store.DeleteSandboxIf(ctx, rec)
 }
 
 // replicaB starts a second API server on e's store (another replica, as
@@ -479,4 +490,66 @@ func TestWakeOutlivedByAnotherPark(t *testing.T) {
 		t.Errorf("b's exec, whose wake a newer park overtook: %s; want 503", got)
 	}
 	e.exec("box", "again")
+}
+
+// TestDeleteMeetsANewIncarnation: a record deleted after a check (a pass
+// finding its sandbox gone from the provider, a destroy, a GET finding it
+// gone) is not the name's next sandbox when the name is destroyed and made
+// again through another replica in the instant between the check and the
+// delete. Each path re-read the record, then deleted it by name: the new
+// record went, and its sandbox ran with no record until it was destroyed
+// as an orphan. Each is now one conditional delete (DeleteSandboxIf).
+func TestDeleteMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	hs := &hookStore{Store: e.pl.Store}
+	b := e.replicaB(hs) // the path under test runs on b, over hs
+	// again destroys the name and makes it again through e.pl, the other
+	// replica, in the instant before b's (or the pass's) delete.
+	again := func(name string) {
+		hs.mu.Lock()
+		hs.onDelete = func() {
+			if code, body := e.call("DELETE", "/v1/sandboxes/"+name, ""); code != 204 {
+				t.Errorf("the other destroy of %s: %d %s", name, code, body)
+			}
+			e.create(name)
+		}
+		hs.mu.Unlock()
+	}
+	check := func(path, name, old string) {
+		t.Helper()
+		rec, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, name)
+		if err != nil || rec.ProviderName == old || !e.onProvider(rec.ProviderName) {
+			t.Errorf("%s: the name's next sandbox after the old one's delete: %+v, %v (old provider name %s)", path, rec, err, old)
+		}
+	}
+
+	// A pass finds the sandbox gone from its provider.
+	old := e.create("reaped").ProviderName
+	if err := e.f.Provider.Destroy(ctx, sandbox.BuildHandle("fake", old)); err != nil {
+		t.Fatal(err)
+	}
+	m := lifecycle.New(lifecycle.Config{Store: hs, API: b.API, Idle: 15 * time.Minute, Grace: 10 * time.Minute, Now: e.now})
+	again("reaped")
+	m.Pass(ctx)
+	check("a pass", "reaped", old)
+
+	// A destroy on b.
+	old = e.create("destroyed").ProviderName
+	again("destroyed")
+	if got := await(t, e.callOn(b, "DELETE", "/v1/sandboxes/destroyed", ""), "the destroy never answered"); !strings.HasPrefix(got, "204") {
+		t.Fatalf("the destroy on b: %s", got)
+	}
+	check("a destroy", "destroyed", old)
+
+	// A GET on b finds the sandbox gone from its provider.
+	old = e.create("got").ProviderName
+	if err := e.f.Provider.Destroy(ctx, sandbox.BuildHandle("fake", old)); err != nil {
+		t.Fatal(err)
+	}
+	again("got")
+	if got := await(t, e.callOn(b, "GET", "/v1/sandboxes/got", ""), "the GET never answered"); !strings.HasPrefix(got, "404 ") {
+		t.Fatalf("the GET on b of a sandbox gone from its provider: %s", got)
+	}
+	check("a GET", "got", old)
 }
