@@ -50,27 +50,41 @@ func init() {
 	}
 }
 
+// restartEvery bounds how often a socket factory starts its helper
+// again after it stopped serving (killed, or broken by a bad answer)
+// while the sandbox's init runs.
+const restartEvery = time.Second
+
 // socketFactory is the manager's side of a socket helper: a portDialer
-// for a rootless sandbox.
+// for a rootless sandbox. It holds the sandbox init's pidfd, so a helper
+// that stopped serving while the init runs is started again (at most
+// once per restartEvery), and none once the init is gone.
 type socketFactory struct {
 	pid     int
-	cmd     *exec.Cmd
-	stderr  *boundedBuffer
-	exited  chan struct{} // closed once the helper was waited for
-	werr    error         // its exit, once exited is closed
+	pidfd   int // the sandbox init's; closed by close
 	closing atomic.Bool
+	cur     atomic.Pointer[helperProc] // the helper; replaced under mu
 
-	mu     sync.Mutex // one request at a time; guards fd and broken
-	fd     int        // our end of the socket pair, -1 once closed
-	broken error
+	mu      sync.Mutex // one request at a time; guards the rest
+	closed  bool
+	broken  error     // why the current helper serves no more, or nil
+	started time.Time // when the current helper was started
+}
+
+// helperProc is one run of the socket helper.
+type helperProc struct {
+	cmd    *exec.Cmd
+	stderr *boundedBuffer
+	fd     int           // our end of its socket pair, closed under the factory's mu
+	exited chan struct{} // closed once it was waited for
+	werr   error         // its exit, once exited is closed
 }
 
 // startSocketFactory starts a socket helper in the namespaces of pid, a
 // process in a user namespace this process's user owns, and checks that
 // it answers.
 func startSocketFactory(pid int) (*socketFactory, error) {
-	nsenter := nsenterPath()
-	if nsenter == "" {
+	if nsenterPath() == "" {
 		_, why := RootlessSupported()
 		return nil, errors.New(why)
 	}
@@ -78,36 +92,14 @@ func startSocketFactory(pid int) (*socketFactory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's init %d: %w", pid, err)
 	}
-	pidf := os.NewFile(uintptr(pidfd), "sandbox init")
-	defer pidf.Close()
-	exe, err := os.Open("/proc/self/exe")
+	f := &socketFactory{pid: pid, pidfd: pidfd}
+	f.mu.Lock()
+	err = f.startLocked()
+	f.mu.Unlock()
 	if err != nil {
+		unix.Close(pidfd)
 		return nil, err
 	}
-	defer exe.Close()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	theirs := os.NewFile(uintptr(pair[1]), "socket helper")
-	// The helper's end is its fd 3, the binary its fd 4, the pidfd its fd 5.
-	cmd := exec.Command(nsenter, "--target", strconv.Itoa(pid), "--user", "--net", "--preserve-credentials",
-		"--", "/proc/self/fd/4")
-	cmd.Env = []string{socketHelperEnv + "=3,5", "GOMAXPROCS=1"}
-	cmd.ExtraFiles = []*os.File{theirs, exe, pidf}
-	f := &socketFactory{pid: pid, cmd: cmd, stderr: &boundedBuffer{max: 4096}, exited: make(chan struct{}), fd: pair[0]}
-	cmd.Stderr = f.stderr
-	err = cmd.Start()
-	theirs.Close()
-	if err != nil {
-		unix.Close(pair[0])
-		return nil, fmt.Errorf("start the socket helper: %w", err)
-	}
-	go func() {
-		f.werr = cmd.Wait()
-		close(f.exited)
-	}()
-	_ = unix.SetsockoptTimeval(f.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: int64(helperAnswerTimeout / time.Second)})
 	// The first socket proves the helper is in place (nsenter could
 	// enter the namespaces, the binary runs there).
 	s, err := f.socket()
@@ -117,6 +109,55 @@ func startSocketFactory(pid int) (*socketFactory, error) {
 	}
 	unix.Close(s)
 	return f, nil
+}
+
+// startLocked starts a helper and makes it the current one.
+func (f *socketFactory) startLocked() error {
+	f.started = time.Now()
+	nsenter := nsenterPath()
+	if nsenter == "" {
+		_, why := RootlessSupported()
+		return errors.New(why)
+	}
+	// The helper gets its own copy of the pidfd (an os.File closes
+	// what it holds).
+	pidfd, err := unix.FcntlInt(uintptr(f.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	pidf := os.NewFile(uintptr(pidfd), "sandbox init")
+	defer pidf.Close()
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	theirs := os.NewFile(uintptr(pair[1]), "socket helper")
+	// The helper's end is its fd 3, the binary its fd 4, the pidfd its fd 5.
+	cmd := exec.Command(nsenter, "--target", strconv.Itoa(f.pid), "--user", "--net", "--preserve-credentials",
+		"--", "/proc/self/fd/4")
+	cmd.Env = []string{socketHelperEnv + "=3,5", "GOMAXPROCS=1"}
+	cmd.ExtraFiles = []*os.File{theirs, exe, pidf}
+	h := &helperProc{cmd: cmd, stderr: &boundedBuffer{max: 4096}, fd: pair[0], exited: make(chan struct{})}
+	cmd.Stderr = h.stderr
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		unix.Close(pair[0])
+		return fmt.Errorf("start the socket helper: %w", err)
+	}
+	go func() {
+		h.werr = cmd.Wait()
+		close(h.exited)
+	}()
+	_ = unix.SetsockoptTimeval(h.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: int64(helperAnswerTimeout / time.Second)})
+	f.cur.Store(h)
+	f.broken = nil
+	return nil
 }
 
 // dialPort connects a socket made in the sandbox's network namespace to
@@ -129,28 +170,63 @@ func (f *socketFactory) dialPort(port int) (net.Conn, error) {
 	return connectLoopback(s, port, dialTimeout)
 }
 
+var errPublishClosed = errors.New("the published port is closed")
+
 // socket asks the helper for a TCP socket of the sandbox's namespace.
 func (f *socketFactory) socket() (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fd < 0 {
-		return -1, errors.New("the published port is closed")
+	if f.closed || f.closing.Load() {
+		return -1, errPublishClosed
 	}
 	if f.broken != nil {
-		return -1, f.broken
+		if err := f.restartLocked(); err != nil {
+			return -1, err
+		}
 	}
-	s, err := f.askLocked()
-	if err != nil && !f.closing.Load() {
+	h := f.cur.Load()
+	s, err := askHelper(h.fd)
+	if err != nil {
+		if f.closing.Load() {
+			return -1, errPublishClosed
+		}
 		// A helper that does not answer as it should serves no more.
-		_ = f.cmd.Process.Kill()
-		f.broken = f.describe(err)
+		_ = h.cmd.Process.Kill()
+		f.broken = describeHelper(f.pid, h, err)
 		return -1, f.broken
 	}
-	return s, err
+	return s, nil
 }
 
-func (f *socketFactory) askLocked() (int, error) {
-	if err := unix.Sendmsg(f.fd, []byte(socketRequest), nil, nil, unix.MSG_NOSIGNAL); err != nil {
+// restartLocked replaces a helper that serves no more by a new one, if
+// the sandbox's init runs and the last start is restartEvery ago.
+func (f *socketFactory) restartLocked() error {
+	if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(f.pidfd), Events: unix.POLLIN}}, 0); n > 0 {
+		return fmt.Errorf("%w (the sandbox's init %d exited)", f.broken, f.pid)
+	}
+	if time.Since(f.started) < restartEvery {
+		return f.broken
+	}
+	if old := f.cur.Load(); old.cmd != nil {
+		_ = old.cmd.Process.Kill()
+		<-old.exited
+		unix.Close(old.fd)
+	}
+	if err := f.startLocked(); err != nil {
+		// No helper until the next try.
+		f.cur.Store(&helperProc{fd: -1})
+		f.broken = fmt.Errorf("socket helper in the namespaces of %d: %w", f.pid, err)
+		return f.broken
+	}
+	return nil
+}
+
+// askHelper sends a request on fd and returns the socket answered.
+func askHelper(fd int) (int, error) {
+	if fd < 0 {
+		return -1, errors.New("no helper")
+	}
+	if err := unix.Sendmsg(fd, []byte(socketRequest), nil, nil, unix.MSG_NOSIGNAL); err != nil {
 		return -1, err
 	}
 	buf := make([]byte, 512)
@@ -158,7 +234,7 @@ func (f *socketFactory) askLocked() (int, error) {
 	var n, oobn int
 	var err error
 	for {
-		n, oobn, _, _, err = unix.Recvmsg(f.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
@@ -193,39 +269,53 @@ func (f *socketFactory) askLocked() (int, error) {
 	return fds[0], nil
 }
 
-// describe names the helper and adds what it said on its stderr.
-func (f *socketFactory) describe(err error) error {
+// describeHelper names the helper and adds how it ended and what it
+// said on its stderr.
+func describeHelper(pid int, h *helperProc, err error) error {
 	select {
-	case <-f.exited:
-		if f.werr != nil {
-			err = fmt.Errorf("%w (%v)", err, f.werr)
+	case <-h.exited:
+		if h.werr != nil {
+			err = fmt.Errorf("%w (%v)", err, h.werr)
 		}
 	case <-time.After(100 * time.Millisecond):
 	}
-	if s := strings.TrimSpace(f.stderr.String()); s != "" {
-		err = fmt.Errorf("%w: %s", err, s)
+	if h.stderr != nil {
+		if s := strings.TrimSpace(h.stderr.String()); s != "" {
+			err = fmt.Errorf("%w: %s", err, s)
+		}
 	}
-	return fmt.Errorf("socket helper in the namespaces of %d: %w", f.pid, err)
+	return fmt.Errorf("socket helper in the namespaces of %d: %w", pid, err)
 }
 
 // close ends the helper (its end reads EOF) and waits for it; one that
-// does not exit in time is killed.
+// does not exit in time is killed. A request under way (it holds mu) is
+// woken by killing the helper it waits for.
 func (f *socketFactory) close() {
-	if f.closing.CompareAndSwap(false, true) {
-		// Only this call closes fd, so it is still open here; the
-		// shutdown wakes a request under way (which holds mu) and the
-		// helper reads EOF.
-		_ = unix.Shutdown(f.fd, unix.SHUT_RDWR)
+	if !f.closing.CompareAndSwap(false, true) {
+		return
+	}
+	if !f.mu.TryLock() {
+		if h := f.cur.Load(); h != nil && h.cmd != nil {
+			_ = h.cmd.Process.Kill()
+		}
 		f.mu.Lock()
-		unix.Close(f.fd)
-		f.fd = -1
-		f.mu.Unlock()
+	}
+	f.closed = true
+	h := f.cur.Load()
+	if h != nil && h.fd >= 0 {
+		unix.Close(h.fd)
+		h.fd = -1
+	}
+	unix.Close(f.pidfd)
+	f.mu.Unlock()
+	if h == nil || h.cmd == nil {
+		return
 	}
 	select {
-	case <-f.exited:
+	case <-h.exited:
 	case <-time.After(helperAnswerTimeout):
-		_ = f.cmd.Process.Kill()
-		<-f.exited
+		_ = h.cmd.Process.Kill()
+		<-h.exited
 	}
 }
 

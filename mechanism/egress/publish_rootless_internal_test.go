@@ -28,9 +28,15 @@ func TestCloseWakesARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	theirs.Close()
-	f := &socketFactory{cmd: cmd, stderr: &boundedBuffer{max: 64}, exited: make(chan struct{}), fd: pair[0]}
-	go func() { f.werr = cmd.Wait(); close(f.exited) }()
-	_ = unix.SetsockoptTimeval(f.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: int64(helperAnswerTimeout / time.Second)})
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helperProc{cmd: cmd, stderr: &boundedBuffer{max: 64}, exited: make(chan struct{}), fd: pair[0]}
+	go func() { h.werr = cmd.Wait(); close(h.exited) }()
+	_ = unix.SetsockoptTimeval(h.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: int64(helperAnswerTimeout / time.Second)})
+	f := &socketFactory{pid: cmd.Process.Pid, pidfd: pidfd, started: time.Now()}
+	f.cur.Store(h)
 	errc := make(chan error, 1)
 	go func() {
 		s, err := f.socket()

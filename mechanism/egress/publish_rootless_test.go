@@ -180,8 +180,49 @@ func TestRootlessPublish(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitNoHelpers(t, "after the sandbox's init died")
-		if got, err := ask(addr); got != "" {
-			t.Errorf("a dead sandbox's published port answered %q (%v)", got, err)
+		// Connections keep coming, past the helper's restart interval:
+		// no helper is started for a sandbox whose init is gone.
+		for until := time.Now().Add(1500 * time.Millisecond); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+			if got, err := ask(addr); got != "" {
+				t.Fatalf("a dead sandbox's published port answered %q (%v)", got, err)
+			}
+			if h := egresstest.SocketHelpers(); len(h) != 0 {
+				t.Fatalf("a socket helper %v was started for a dead sandbox", h)
+			}
+		}
+	})
+	t.Run("HelperKilled", func(t *testing.T) {
+		b := rootlessBox(t, in, nil)
+		ln, err := b.agent.listen("127.0.0.1:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveLines(t, ln, "sandbox")
+		pid := b.agent.cmd.Process.Pid
+		file := filepath.Join(t.TempDir(), "published.json")
+		ps, err := egress.PublishPorts(pid, []int{8080}, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { ps.Close(); waitNoHelpers(t, "after Close") }()
+		addr := egress.PublishedAddr(file, pid, 8080)
+		first := egresstest.SocketHelpers()
+		if len(first) != 1 {
+			t.Fatalf("socket helpers = %v, want one", first)
+		}
+		if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The sandbox runs: a new helper serves the port again.
+		var got string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && got != "sandbox\nping"; time.Sleep(50 * time.Millisecond) {
+			got, _ = ask(addr)
+		}
+		if got != "sandbox\nping" {
+			t.Fatalf("after the helper was killed the port gives %q", got)
+		}
+		if h := egresstest.SocketHelpers(); len(h) != 1 || h[0] == first[0] {
+			t.Errorf("socket helpers = %v after %v was killed, want one new", h, first)
 		}
 	})
 	t.Run("NotASandboxOfOurs", func(t *testing.T) {
