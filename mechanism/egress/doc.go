@@ -84,7 +84,8 @@
 // over (a socket keeps the namespace it was made in), and the manager
 // connects it to the sandbox's 127.0.0.1:PORT itself; the helper serves
 // one request at a time and exits when the manager closes the ports (or
-// dies) or when the sandbox's init exits (publish_rootless.go).
+// dies) or when the sandbox's init exits; one killed while the sandbox
+// runs is started again (publish_rootless.go).
 // RootlessSupported says whether nsenter is there.
 //
 // # The guarantee of a policy

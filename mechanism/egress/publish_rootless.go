@@ -29,6 +29,8 @@ import (
 // the pair reads EOF (the manager closed it, or died: the kernel closes
 // a dead process's descriptors) or when the sandbox's init exits (a
 // pidfd the manager opened before starting it), so it outlives neither.
+// One that stops serving while the init runs (killed, or a bad answer)
+// is replaced, at most once per restartEvery.
 
 // socketHelperEnv selects the socket helper role of an executed binary;
 // its value is "SOCK,PIDFD": the descriptors of the socket pair's end and
