@@ -38,6 +38,11 @@
 // provider 400 naming it, a body over the limit 413, a wrong key 401, a key
 // over its rate 429 with Retry-After. No key appears in a log or an error.
 //
+// Bounds: each key's requests (Config.Rate, Burst); an account's open
+// streams (Config.StreamMaxPerAccount, default 256: 429
+// rate_limited{streams} with Retry-After, before the upgrade; a closed
+// stream frees its place); a sandbox's proxied connections (proxy.go).
+//
 // Where this differs from the original platform (Fountain), on purpose: a
 // create with no runner of the account online is 503 no_runner_online with
 // Retry-After (the original answered 409: it is transient, a machine that
@@ -104,6 +109,11 @@ type Config struct {
 	ProxyMaxConns int
 	ProxyIdle     time.Duration
 	ProxyMaxBody  int64
+	// StreamMaxPerAccount bounds an account's open streams (WebSockets of
+	// /v1/sandboxes/{name}/stream, all its sandboxes and keys together)
+	// on this server (default DefaultStreamMaxPerAccount); more are 429
+	// rate_limited{streams} before the upgrade.
+	StreamMaxPerAccount int
 }
 
 // Server serves /v1.
@@ -124,10 +134,12 @@ type Server struct {
 	wg           sync.WaitGroup
 	locks        map[string]*recLock // serialises wake/park of one record in this process
 
-	proxied   map[string]int // open proxied connections per record key (proxy.go)
-	transport *http.Transport
-	closed    context.Context // done at Close
-	close     context.CancelFunc
+	proxied map[string]int // open proxied connections per record key (proxy.go)
+	// acctStreams counts the open streams per account (stream.go).
+	acctStreams map[string]int
+	transport   *http.Transport
+	closed      context.Context // done at Close
+	close       context.CancelFunc
 }
 
 // New returns the API server.
@@ -165,9 +177,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ProxyMaxBody <= 0 {
 		cfg.ProxyMaxBody = DefaultProxyMaxBody
 	}
+	if cfg.StreamMaxPerAccount <= 0 {
+		cfg.StreamMaxPerAccount = DefaultStreamMaxPerAccount
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
 		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*recLock{}, touchedSweep: minTouchedSweep,
-		proxied: map[string]int{}, transport: newProxyTransport(cfg.ProxyIdle)}
+		proxied: map[string]int{}, acctStreams: map[string]int{}, transport: newProxyTransport(cfg.ProxyIdle)}
 	s.closed, s.close = context.WithCancel(context.Background())
 	for _, r := range Routes {
 		h := s.handler(r.Handler)

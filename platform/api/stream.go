@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -17,6 +18,27 @@ import (
 // chunk with its JSON framing).
 const StreamReadLimit = 4 << 20
 
+// DefaultStreamMaxPerAccount is Config.StreamMaxPerAccount's default.
+const DefaultStreamMaxPerAccount = 256
+
+// streamSlot takes one of the account's open streams, or says no (the
+// account is at the bound). release gives it back.
+func (s *Server) streamSlot(accountID string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acctStreams[accountID] >= s.cfg.StreamMaxPerAccount {
+		return nil, false
+	}
+	s.acctStreams[accountID]++
+	return func() {
+		s.mu.Lock()
+		if s.acctStreams[accountID]--; s.acctStreams[accountID] <= 0 {
+			delete(s.acctStreams, accountID)
+		}
+		s.mu.Unlock()
+	}, true
+}
+
 // stream is GET /v1/sandboxes/{name}/stream, a WebSocket: the client's first
 // text message is a StreamStart (spawn or attach); the server answers
 // started (with the session id) or error, then sends the command's output
@@ -24,11 +46,23 @@ const StreamReadLimit = 4 << 20
 // text message, and closes. The client sends stdin and stdin_close text
 // messages, each acknowledged by id; closing the socket detaches (the
 // command of a detachable spawn goes on, to be attached again).
+//
+// An account has at most Config.StreamMaxPerAccount streams open at once
+// on this server: one more is 429 rate_limited{streams} with Retry-After,
+// answered before the upgrade (and before the sandbox is woken).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 	if !strings.Contains(strings.ToLower(r.Header.Get("Upgrade")), "websocket") {
 		writeErr(w, &apiError{http.StatusBadRequest, &Error{Kind: "invalid", Reason: "not_a_websocket", Message: "the stream is a WebSocket: send Upgrade: websocket"}})
 		return
 	}
+	release, ok := s.streamSlot(k.AccountID)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeErr(w, &apiError{http.StatusTooManyRequests, &Error{Kind: "rate_limited", Reason: "streams", RetryAfterMS: 1000,
+			Message: fmt.Sprintf("this account has %d streams open, the most it may: close one", s.cfg.StreamMaxPerAccount)}})
+		return
+	}
+	defer release()
 	rec, p, err := s.use(r.Context(), k, r.PathValue("name"))
 	if err != nil {
 		writeErr(w, err)
