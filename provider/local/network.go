@@ -36,7 +36,8 @@ func quote(s string) string {
 }
 
 // enforcesEgress reports whether m enforces a per-connection allow list
-// (the jail as root): only then is network_policy advertised.
+// (the jail, rootless too where nsenter is; oci/runc as root): only then
+// is network_policy advertised.
 func enforcesEgress(m mechanism.Mechanism) bool {
 	if _, ok := m.(mechanism.EgressUpdater); !ok {
 		return false
@@ -65,8 +66,8 @@ func egressEntries(allow []string) []string {
 }
 
 // publishes reports whether m publishes sandboxes' ports on the host's
-// loopback (the jail and oci/runc as root): only then is public_url
-// advertised.
+// loopback (the jail, rootless too where nsenter is; oci/runc as root):
+// only then is public_url advertised.
 func publishes(m mechanism.Mechanism) bool {
 	_, ok := m.(mechanism.Addresser)
 	return ok && enforcesEgress(m)
@@ -79,7 +80,7 @@ func (p *Provider) publishOf(ports []int) ([]int, error) {
 		return nil, nil
 	}
 	if !publishes(p.mech) {
-		return nil, sandbox.Invalid("publish", "mechanism "+p.mech.Name()+" publishes no ports here (the jail and oci/runc do as root)")
+		return nil, sandbox.Invalid("publish", "mechanism "+p.mech.Name()+" publishes no ports here (the jail does, rootless too with util-linux's nsenter; oci/runc as root)")
 	}
 	spec := mechanism.Spec{Publish: ports}
 	if err := spec.Validate(); err != nil {
