@@ -35,11 +35,16 @@
 // kept as it is.
 //
 // Bad input: malformed JSON is 400 naming the field, an unknown or disabled
-// provider 400 naming it, a body over the limit 413, a wrong key 401, a key
-// over its rate 429 with Retry-After. No key appears in a log or an error.
+// provider 400 naming it, a body over the limit 413, a wrong key 401 (429
+// once its address has failed too often: Bounds), a key over its rate 429
+// with Retry-After. No key appears in a log or an error.
 //
-// Bounds: each key's requests (Config.Rate, Burst); an account's open
-// streams (Config.StreamMaxPerAccount, default 256: 429
+// Bounds: each key's requests (Config.Rate, Burst); each source address's
+// failed authentications (Config.FailedAuthRate, Burst, default 10/s
+// burst 20; an IPv6 address counted by its /64): past them the address's
+// requests are 429 rate_limited{failed_auth} with Retry-After, refused
+// without a store lookup, its good keys too, until a token comes back; an
+// account's open streams (Config.StreamMaxPerAccount, default 256: 429
 // rate_limited{streams} with Retry-After, before the upgrade; a closed
 // stream frees its place); a sandbox's proxied connections (proxy.go).
 //
@@ -60,7 +65,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -114,6 +121,14 @@ type Config struct {
 	// on this server (default DefaultStreamMaxPerAccount); more are 429
 	// rate_limited{streams} before the upgrade.
 	StreamMaxPerAccount int
+	// FailedAuthRate and FailedAuthBurst bound the failed authentications
+	// (a missing, malformed, unknown, wrong or revoked key) per source
+	// address, an IPv6 one by its /64 (default 10/s, burst 20): past them
+	// every request from the address is 429 rate_limited{failed_auth}
+	// with Retry-After, answered without a store lookup, until its bucket
+	// has a token again. Another address is not affected.
+	FailedAuthRate  rate.Limit
+	FailedAuthBurst int
 }
 
 // Server serves /v1.
@@ -137,6 +152,10 @@ type Server struct {
 	proxied map[string]int // open proxied connections per record key (proxy.go)
 	// acctStreams counts the open streams per account (stream.go).
 	acctStreams map[string]int
+	// failed holds the failed authentications' bucket per source address;
+	// failedSweep is its size past which full buckets are dropped.
+	failed      map[string]*rate.Limiter
+	failedSweep int
 	transport   *http.Transport
 	closed      context.Context // done at Close
 	close       context.CancelFunc
@@ -180,9 +199,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StreamMaxPerAccount <= 0 {
 		cfg.StreamMaxPerAccount = DefaultStreamMaxPerAccount
 	}
+	if cfg.FailedAuthRate <= 0 {
+		cfg.FailedAuthRate = DefaultFailedAuthRate
+	}
+	if cfg.FailedAuthBurst <= 0 {
+		cfg.FailedAuthBurst = DefaultFailedAuthBurst
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
 		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*recLock{}, touchedSweep: minTouchedSweep,
-		proxied: map[string]int{}, acctStreams: map[string]int{}, transport: newProxyTransport(cfg.ProxyIdle)}
+		proxied: map[string]int{}, acctStreams: map[string]int{},
+		failed: map[string]*rate.Limiter{}, failedSweep: minFailedSweep, transport: newProxyTransport(cfg.ProxyIdle)}
 	s.closed, s.close = context.WithCancel(context.Background())
 	for _, r := range Routes {
 		h := s.handler(r.Handler)
@@ -279,15 +305,34 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// auth checks the Bearer key and the key's rate, then calls h.
+// Failed authentications' bounds' defaults (Config.FailedAuthRate, Burst).
+const (
+	DefaultFailedAuthRate  = 10
+	DefaultFailedAuthBurst = 20
+	// minFailedSweep is the number of addresses' buckets kept before the
+	// first sweep of the full ones.
+	minFailedSweep = 1024
+)
+
+// auth checks the source address's failed authentications, the Bearer key
+// and the key's rate, then calls h.
 func (s *Server) auth(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		addr := sourceOf(r)
+		if d, ok := s.mayAuthenticate(addr); !ok {
+			w.Header().Set("Retry-After", RetryAfterHeader(d))
+			w.Header().Set("Connection", "close")
+			writeErr(w, &apiError{http.StatusTooManyRequests, &Error{Kind: "rate_limited", Reason: "failed_auth",
+				Message: "too many failed authentications from this address", RetryAfterMS: max(d.Milliseconds(), 1)}})
+			return
+		}
 		k, err := Authenticate(r.Context(), s.cfg.Store, bearer(r))
 		if err != nil {
 			if !errors.Is(err, ErrBadKey) {
 				writeErr(w, sandbox.Unavailable("store", err))
 				return
 			}
+			s.authFailed(addr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="managoat"`)
 			w.Header().Set("Connection", "close")
 			writeErr(w, &apiError{http.StatusUnauthorized, &Error{Kind: KindUnauthorized, Message: ErrBadKey.Error()}})
@@ -301,6 +346,67 @@ func (s *Server) auth(h handlerFunc) http.HandlerFunc {
 		}
 		h(w, r, k)
 	}
+}
+
+// sourceOf is the request's source address as the failed
+// authentications' bound counts it: the peer's IP (never a header the
+// caller sets), an IPv6 one by its /64 (one host commonly holds the whole
+// prefix).
+func sourceOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		if p, err := ip.WithZone("").Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return ip.String()
+}
+
+// mayAuthenticate reports whether addr may try a key now (its bucket of
+// failed authentications has a token), or how long until it may.
+func (s *Server) mayAuthenticate(addr string) (time.Duration, bool) {
+	s.mu.Lock()
+	l := s.failed[addr]
+	s.mu.Unlock()
+	if l == nil {
+		return 0, true
+	}
+	if t := l.TokensAt(s.cfg.Now()); t < 1 {
+		return time.Duration((1 - t) / float64(s.cfg.FailedAuthRate) * float64(time.Second)), false
+	}
+	return 0, true
+}
+
+// authFailed takes a token of addr's bucket of failed authentications.
+// The buckets are swept of the full ones (an address that has not failed
+// for FailedAuthBurst/FailedAuthRate) whenever they double, so they hold
+// about the addresses that failed lately.
+func (s *Server) authFailed(addr string) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	l := s.failed[addr]
+	if l == nil {
+		if len(s.failed) >= s.failedSweep {
+			for a, b := range s.failed {
+				if b.TokensAt(now) >= float64(s.cfg.FailedAuthBurst) {
+					delete(s.failed, a)
+				}
+			}
+			s.failedSweep = max(minFailedSweep, 2*len(s.failed))
+		}
+		l = rate.NewLimiter(s.cfg.FailedAuthRate, s.cfg.FailedAuthBurst)
+		s.failed[addr] = l
+	}
+	s.mu.Unlock()
+	l.AllowN(now, 1)
 }
 
 // allow takes one token of the key's bucket, or says how long until one.
