@@ -42,6 +42,7 @@ type flaky struct {
 	createNews, destroy atomic.Int32
 	terms, checkpoints  atomic.Int32
 	createDelay         atomic.Int64               // a Create or CreateNew takes this long first
+	failCreate          atomic.Bool                // a Create answers unavailable, making nothing
 	created             chan sandbox.CreateOptions // when set, gets every Create's options
 
 	// The park race's hooks (park_race_test.go): each set one is called
@@ -73,6 +74,9 @@ func (f *flaky) Create(ctx context.Context, name string, o sandbox.CreateOptions
 		f.created <- o
 	}
 	f.takeHook(&f.onCreate)
+	if f.failCreate.Load() {
+		return nil, unavailable()
+	}
 	return f.Provider.Create(ctx, name, o)
 }
 

@@ -553,3 +553,37 @@ func TestDeleteMeetsANewIncarnation(t *testing.T) {
 	}
 	check("a GET", "got", old)
 }
+
+// TestFailedCreateMeetsANewIncarnation: a create whose provider call fails
+// deletes its own record, never the name's next: when the name's record
+// is removed and made again through another replica in the instant before
+// that delete, the new record stays. The delete was by name.
+func TestFailedCreateMeetsANewIncarnation(t *testing.T) {
+	e := setup(t, false)
+	ctx := context.Background()
+	hs := &hookStore{Store: e.pl.Store}
+	b := e.replicaB(hs)
+	var next string
+	hs.mu.Lock()
+	hs.onDelete = func() {
+		// Another replica's destroy of the failed create's record (nothing
+		// on the provider), then a create of the name that succeeds.
+		if err := e.pl.Store.DeleteSandbox(ctx, e.acct.ID, "flop"); err != nil {
+			t.Error(err)
+		}
+		e.f.failCreate.Store(false)
+		next = e.create("flop").ProviderName
+	}
+	hs.mu.Unlock()
+	e.f.failCreate.Store(true)
+	if got := await(t, e.callOn(b, "POST", "/v1/sandboxes", `{"name": "flop"}`), "the create never answered"); !strings.HasPrefix(got, "503 ") {
+		t.Fatalf("the create whose provider call failed: %s; want 503", got)
+	}
+	if next == "" {
+		t.Fatal("the failed create deleted nothing: the hook never ran")
+	}
+	rec, err := e.pl.Store.GetSandbox(ctx, e.acct.ID, "flop")
+	if err != nil || rec.ProviderName != next || !e.onProvider(next) {
+		t.Fatalf("the name's next sandbox after a failed create's delete: %+v, %v (want provider name %s)", rec, err, next)
+	}
+}
