@@ -126,7 +126,9 @@ type Config struct {
 	// address, an IPv6 one by its /64 (default 10/s, burst 20): past them
 	// every request from the address is 429 rate_limited{failed_auth}
 	// with Retry-After, answered without a store lookup, until its bucket
-	// has a token again. Another address is not affected.
+	// has a token again. Another address is not affected. The address is
+	// the TCP peer's: behind a reverse proxy every client has the proxy's,
+	// and shares its bound.
 	FailedAuthRate  rate.Limit
 	FailedAuthBurst int
 }
