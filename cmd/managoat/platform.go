@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/platform/api"
@@ -86,6 +87,11 @@ type platformOptions struct {
 	idle      time.Duration
 	reapEvery time.Duration
 	logger    *slog.Logger
+	// streams, authRate, authBurst: api.Config's StreamMaxPerAccount,
+	// FailedAuthRate and FailedAuthBurst (zero: its defaults).
+	streams   int
+	authRate  rate.Limit
+	authBurst int
 }
 
 // newPlatform opens the records, reads the provider policy (refusing an
@@ -203,7 +209,8 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if nh != nil {
 		runners = nh
 	}
-	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL})
+	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL,
+		StreamMaxPerAccount: o.streams, FailedAuthRate: o.authRate, FailedAuthBurst: o.authBurst})
 	if err != nil {
 		closeCluster()
 		st.Close()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -321,6 +322,51 @@ func TestServeKeepsPasswordsOutOfPs(t *testing.T) {
 		_, e, code = managoatEnv(t, []string{home, tc.env + "=" + tc.url}, "serve", "--listen", "127.0.0.1:0")
 		if code == 0 || code == exitUsage || strings.Contains(e, "pw-e2e-secret") {
 			t.Errorf("serve with %s (nothing listening) = exit %d %q, want a failure to connect without the password", tc.env, code, e)
+		}
+	}
+}
+
+// TestServeBoundFlags: serve's --failed-auth-burst and --failed-auth-rate
+// reach the API: past the burst, a source address's requests are 429 with
+// Retry-After, its good key too.
+func TestServeBoundFlags(t *testing.T) {
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir(), "SANDBOX_RUNNERS_ENABLED=false", "SANDBOX_LOCAL_ENABLED=false",
+		"SPRITES_TOKEN=", "E2B_API_KEY=", "DAYTONA_API_KEY=", "SANDBOX_PROVIDER="}
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", "me"); code != 0 {
+		t.Fatalf("account create: %d %s", code, e)
+	}
+	key, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "me")
+	if code != 0 {
+		t.Fatalf("key create: %d %s", code, e)
+	}
+	startServeCmd(t, base, addr, "--failed-auth-burst", "2", "--failed-auth-rate", "0.01")
+	get := func(k string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/sandboxes", nil)
+		req.Header.Set("Authorization", "Bearer "+k)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			r, err := http.DefaultClient.Do(req)
+			if err == nil {
+				r.Body.Close()
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+		}
+	}
+	if r := get(strings.TrimSpace(key)); r.StatusCode != http.StatusOK {
+		t.Fatalf("a good key: %s", r.Status)
+	}
+	for i := range 2 {
+		if r := get("mg_wrong"); r.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("bad key %d: %s, want 401 within the burst", i, r.Status)
+		}
+	}
+	for _, k := range []string{"mg_wrong", strings.TrimSpace(key)} {
+		if r := get(k); r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("past the burst: %s (Retry-After %q), want 429 with Retry-After", r.Status, r.Header.Get("Retry-After"))
 		}
 	}
 }

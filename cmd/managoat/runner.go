@@ -15,7 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/managoat/managoat/internal/connlimit"
+	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/provider/local"
 	runnerprov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/runner"
@@ -151,6 +154,9 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
 	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
 	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
+	streams := fs.Int("streams-per-account", api.DefaultStreamMaxPerAccount, "WebSocket streams one account may hold open at once on this replica (more are 429)")
+	authRate := fs.Float64("failed-auth-rate", api.DefaultFailedAuthRate, "failed authentications a second per source address (an IPv6 /64) before its requests are 429 for a while, good keys too; behind a reverse proxy every client shares the proxy's address, so raise it there")
+	authBurst := fs.Int("failed-auth-burst", api.DefaultFailedAuthBurst, "failed authentications a source address may make at once before --failed-auth-rate applies")
 	publicURL := fs.String("public-url", "", "the platform's URL as clients reach it (behind a reverse proxy: its URL), which the URLs of sandboxes' published ports start with (default: the scheme and host each create came to)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
@@ -173,6 +179,9 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		}
 		if *maxConns < 1 || *maxPerSource < 1 {
 			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
+		}
+		if *streams < 1 || *authBurst < 1 || !(*authRate > 0) {
+			return usageError{msg: "--streams-per-account, --failed-auth-rate and --failed-auth-burst must be positive"}
 		}
 		if u, err := url.Parse(*publicURL); *publicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil) {
 			return usageError{msg: fmt.Sprintf("--public-url %q: http(s)://host[:port][/path], without credentials", *publicURL)}
@@ -202,7 +211,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			*runners = defaultRunnersFile()
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
-			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+			streams: *streams, authRate: rate.Limit(*authRate), authBurst: *authBurst})
 		if err != nil {
 			return err
 		}
