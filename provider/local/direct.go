@@ -104,13 +104,19 @@ func (p *Provider) spawnDirect(ctx context.Context, r *record, m mechanism.Mecha
 	ds := &directState{proc: proc, stdin: inW}
 	cmd, stream := sandbox.NewCommand(p, "", ds)
 	var wg sync.WaitGroup
+	// A reader that falls behind slows the command (backpressure): a pump
+	// waits for room before it queues what it read, so the pipe fills and
+	// the command's writes block, as on a plain pipe. Nothing is dropped
+	// and nothing is queued past the stream's bound. After a Stop the
+	// pumps drain the pipes into nothing until the command (killed by
+	// StopCommand) closes them.
 	pump := func(f *os.File, out func([]byte) bool) {
 		defer wg.Done()
 		defer f.Close()
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := f.Read(buf)
-			if n > 0 {
+			if n > 0 && stream.WaitRoom(context.Background(), n) {
 				out(append([]byte(nil), buf[:n]...))
 			}
 			if err != nil {

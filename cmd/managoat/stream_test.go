@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/managoat/managoat/internal/testenv"
+)
+
+// seqLines is what `seq 1 n` prints.
+func seqLines(n int) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		b.WriteString(strconv.Itoa(i))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// slowReader runs the binary with its stdout a pipe nobody reads for
+// stall (the reader is busy), then reads all of it; it returns the
+// sha256 and the length of what came, the exit code and the stderr.
+func slowReader(t *testing.T, env []string, stall time.Duration, args ...string) (sum string, n int, code int, stderr string) {
+	t.Helper()
+	c := exec.Command(binary, args...)
+	c.Env = append(append(os.Environ(), "MANAGOAT_CONFIG=/nonexistent/managoat-test-config"), env...)
+	var e bytes.Buffer
+	c.Stderr = &e
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kill := time.AfterFunc(2*time.Minute, func() { _ = c.Process.Kill() }) // bounded
+	defer kill.Stop()
+	time.Sleep(stall) // the reader is slow: nothing is read meanwhile
+	h := sha256.New()
+	m, _ := io.Copy(h, out)
+	err = c.Wait()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), int(m), code, e.String()
+}
+
+// TestSlowReaderGetsEveryByte (issue 31, 1): a reader that falls behind
+// (here: managoat's stdout a pipe nobody reads for 1.5 s while the
+// command writes 75 MiB, more than a stream queues for its reader) slows
+// the command, or is fed from the session's journal, and gets every byte
+// in order and the exit code, on run (the direct path, with no
+// supervisor), exec, and attach. Before the fix, run cut the stream at
+// the 64 MiB bound (exit 125, unavailable slow_reader).
+func TestSlowReaderGetsEveryByte(t *testing.T) {
+	testenv.RequireRoot(t)
+	const n = 10_000_000 // seq 1 n: 78,888,897 bytes
+	want := seqLines(n)
+	wantSum := sha(want)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	check := func(what string, sum string, got, code int, stderr string) {
+		t.Helper()
+		if code != 0 || got != len(want) || sum != wantSum {
+			t.Errorf("%s: exit %d, %d bytes (want %d), sha256 match %v; stderr %q", what, code, got, len(want), sum == wantSum, stderr)
+		}
+	}
+	sum, got, code, e := slowReader(t, env, 1500*time.Millisecond, "run", "--", "seq", "1", strconv.Itoa(n))
+	check("run", sum, got, code, e)
+
+	if _, e, code := managoatEnv(t, env, "create", "slow-box"); code != 0 {
+		t.Fatalf("create: %d %s", code, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "slow-box") })
+	sum, got, code, e = slowReader(t, env, 1500*time.Millisecond, "exec", "slow-box", "--", "seq", "1", strconv.Itoa(n))
+	check("exec", sum, got, code, e)
+
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "slow-box", "--", "seq", "1", strconv.Itoa(n))
+	if code != 0 {
+		t.Fatalf("spawn --detach: %d %s", code, e)
+	}
+	sum, got, code, e = slowReader(t, env, 1500*time.Millisecond, "attach", "--no-stdin", "slow-box", strings.TrimSpace(id))
+	check("attach", sum, got, code, e)
+}
