@@ -29,8 +29,9 @@
 // `managoat help COMMAND`, or -h/--help anywhere among a command's flags,
 // prints what the command does, its synopsis and its flags with their
 // defaults, to stdout; a -h after "--", or after the command to run, is
-// that command's. A malformed invocation prints the error, then the same
-// help, to stderr.
+// that command's. A malformed invocation prints the error and one line
+// pointing at the help (Run 'managoat COMMAND --help' for usage.) to
+// stderr, as git and kubectl do, not the help itself.
 //
 // Flags are the standard library's flag package, one FlagSet per command,
 // with the help printed here from each FlagSet, and completion scripts
@@ -217,8 +218,7 @@ func run(args []string) int {
 			return 0
 		}
 		fmt.Fprintln(os.Stderr, "managoat:", err)
-		fmt.Fprintln(os.Stderr)
-		usage(os.Stderr)
+		fmt.Fprintln(os.Stderr, helpPointer(""))
 		return exitUsage
 	}
 	args = fs.Args()
@@ -230,8 +230,7 @@ func run(args []string) int {
 	c, ok := lookup(name)
 	if !ok {
 		fmt.Fprintf(os.Stderr, "managoat: unknown command %q\n", name)
-		fmt.Fprintln(os.Stderr)
-		usage(os.Stderr)
+		fmt.Fprintln(os.Stderr, helpPointer(""))
 		return exitUsage
 	}
 	cfs := g.flagSet(name)
@@ -247,10 +246,18 @@ func run(args []string) int {
 	code := report(name, err)
 	var ue usageError
 	if errors.As(err, &ue) && !ue.bare {
-		fmt.Fprintln(os.Stderr)
-		c.help(os.Stderr, cfs)
+		fmt.Fprintln(os.Stderr, helpPointer(name))
 	}
 	return code
+}
+
+// helpPointer is the one line a usage error ends with, as git's and
+// kubectl's do: where the help is, not the help itself.
+func helpPointer(cmd string) string {
+	if cmd == "" {
+		return "Run 'managoat --help' for usage."
+	}
+	return "Run 'managoat " + cmd + " --help' for usage."
 }
 
 // notifyContext is signal.NotifyContext, with the handlers installed by a
@@ -306,8 +313,9 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // usageError is a malformed invocation, reported before anything is done,
-// with the command's help after it unless bare (a value the help does not
-// describe, such as a sandbox name breaking the naming rules).
+// with a line pointing at the command's --help after it unless bare (a
+// value the help does not describe, such as a sandbox name breaking the
+// naming rules).
 type usageError struct {
 	msg  string
 	bare bool

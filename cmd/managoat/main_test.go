@@ -128,12 +128,22 @@ func TestHelp(t *testing.T) {
 		}
 		check([]string{arg}, out)
 	}
-	for _, args := range [][]string{{}, {"--bogus", "ls"}, {"nosuchcommand"}} {
-		out, errOut, code := managoat(t, "", args...)
-		if code != exitUsage || out != "" {
-			t.Errorf("%v: exit %d stdout %q", args, code, out)
+	// No command at all: the help, on stderr.
+	out, errOut, code := managoat(t, "")
+	if code != exitUsage || out != "" {
+		t.Errorf("no command: exit %d stdout %q", code, out)
+	}
+	check(nil, errOut)
+	// A malformed invocation: the error and one line pointing at --help,
+	// not the help (as git and kubectl).
+	for args, want := range map[string]string{
+		"--bogus ls":    "managoat: flag provided but not defined: -bogus\nRun 'managoat --help' for usage.\n",
+		"nosuchcommand": "managoat: unknown command \"nosuchcommand\"\nRun 'managoat --help' for usage.\n",
+	} {
+		out, errOut, code := managoat(t, "", strings.Fields(args)...)
+		if code != exitUsage || out != "" || errOut != want {
+			t.Errorf("%v: exit %d stdout %q stderr %q, want %q", args, code, out, errOut, want)
 		}
-		check(args, errOut)
 	}
 }
 
