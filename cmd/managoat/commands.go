@@ -466,7 +466,11 @@ func cmdSpawn(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		cmd, err := reg.Spawn(ctx, h, c, iof.spawnOptions(sandbox.SpawnOptions{Stdin: !*detach, Detachable: true, Env: env, Dir: ef.dir}))
+		// With --detach, -i keeps the session's stdin open for a later
+		// attach to type into (as docker run -d -i); without -i it is
+		// closed at once.
+		stdin := !*detach || iof.interactive || iof.it
+		cmd, err := reg.Spawn(ctx, h, c, iof.spawnOptions(sandbox.SpawnOptions{Stdin: stdin, Detachable: true, Env: env, Dir: ef.dir}))
 		if err != nil {
 			return wrap("spawn", err)
 		}

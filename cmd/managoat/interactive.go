@@ -24,9 +24,11 @@ import (
 // every way out), and its window size follows managoat's (SIGWINCH). The
 // signals managoat gets (SIGINT, SIGTERM, SIGHUP) go to the command
 // (--sig-proxy, on by default), and a key sequence on stdin (Ctrl-P
-// Ctrl-Q, --detach-keys) detaches, leaving the command running. Raw mode
-// is set with termios through x/sys/unix (cfmakeraw's flags): the module
-// that wraps it, golang.org/x/term, is not among this build's modules.
+// Ctrl-Q, --detach-keys) detaches, leaving the command running; only when
+// stdin is a terminal (as docker): a pipe's or a file's bytes all go to
+// the command. Raw mode is set with termios through x/sys/unix
+// (cfmakeraw's flags): the module that wraps it, golang.org/x/term, is
+// not among this build's modules.
 
 // ioFlags are -i, -t (and -it), --detach-keys and --sig-proxy.
 type ioFlags struct {
@@ -45,7 +47,7 @@ func (f *ioFlags) add(fs *flag.FlagSet, tty, detach bool) {
 	}
 	fs.BoolVar(&f.sigProxy, "sig-proxy", true, "send the signals managoat gets (SIGINT, SIGTERM, SIGHUP) to the command")
 	if detach {
-		fs.StringVar(&f.detachKeys, "detach-keys", "ctrl-p,ctrl-q", "the key `SEQUENCE` on stdin that detaches, leaving the command running")
+		fs.StringVar(&f.detachKeys, "detach-keys", "ctrl-p,ctrl-q", "the key `SEQUENCE` on stdin that detaches, leaving the command running (when stdin is a terminal; on a pipe every byte is data)")
 	}
 }
 
@@ -170,6 +172,12 @@ func (s *session) run(ctx context.Context) (int, error) {
 			}
 		})
 	}
+	if !isTerminal(os.Stdin) {
+		// As docker: the detach keys are a terminal's. On a pipe or a
+		// file, stdin is data, every byte of it the command's (a
+		// random file holds Ctrl-P Ctrl-Q about once in 64 KiB).
+		s.keys = nil
+	}
 	detached := make(chan struct{})
 	if s.stdin {
 		// Not waited for: a read of managoat's stdin cannot be cut short,
@@ -237,6 +245,12 @@ func (s *session) forward(ctx context.Context, detached chan struct{}) {
 			}
 		}
 		if err != nil {
+			if matched > 0 {
+				// A partial detach sequence at the end is data.
+				if werr := s.cmd.WriteStdin(ctx, append([]byte(nil), s.keys[:matched]...)); werr != nil {
+					return
+				}
+			}
 			if err == io.EOF || !errors.Is(err, os.ErrClosed) {
 				_ = s.cmd.CloseStdin(ctx)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -96,4 +97,76 @@ func TestSlowReaderGetsEveryByte(t *testing.T) {
 	}
 	sum, got, code, e = slowReader(t, env, 1500*time.Millisecond, "attach", "--no-stdin", "slow-box", strings.TrimSpace(id))
 	check("attach", sum, got, code, e)
+}
+
+// TestDetachKeysOnlyAtATerminal (issue 31, 2): on a stdin that is not a
+// terminal the detach keys are data, as docker has it: Ctrl-P Ctrl-Q in
+// a pipe reaches the command, which runs to its end, and a random file
+// (which holds the sequence about once in 64 KiB) goes through exec's
+// stdin whole. Before the fix, exec printed "abc", exited 0 and left cat
+// running.
+func TestDetachKeysOnlyAtATerminal(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "keys-box"); code != 0 {
+		t.Fatalf("create: %d %s", code, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "keys-box") })
+	in := "abc\x10\x11def\n"
+	out, e, code := runBinary(t, strings.NewReader(in), env, "exec", "keys-box", "--", "cat")
+	if code != 0 || out != in || strings.Contains(e, "detached") {
+		t.Fatalf("exec cat of %q: exit %d, stdout %q, stderr %q", in, code, out, e)
+	}
+	// A trailing partial sequence is data too.
+	out, _, code = runBinary(t, strings.NewReader("xyz\x10"), env, "exec", "keys-box", "--", "cat")
+	if code != 0 || out != "xyz\x10" {
+		t.Fatalf("exec cat of a trailing Ctrl-P: exit %d, stdout %q", code, out)
+	}
+	data := make([]byte, 4<<20)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte{0x10, 0x11}) {
+		t.Fatal("the random file holds no Ctrl-P Ctrl-Q: no test")
+	}
+	out, e, code = runBinary(t, bytes.NewReader(data), env, "exec", "keys-box", "--", "sha256sum")
+	if code != 0 || out != sha(data)+"  -\n" {
+		t.Fatalf("exec sha256sum: exit %d, stdout %q (want %s), stderr %q", code, out, sha(data), e)
+	}
+	for _, cmd := range [][]string{{"exec", "keys-box", "--", "cat"}, {"run", "--", "cat"}} {
+		out, e, code = runBinary(t, bytes.NewReader(data), env, cmd...)
+		if code != 0 || len(out) != len(data) || sha([]byte(out)) != sha(data) {
+			t.Fatalf("%v of 4 MiB of random bytes: exit %d, %d bytes back, stderr %q", cmd, code, len(out), e)
+		}
+	}
+}
+
+// TestSpawnDetachKeepsStdinOpen (issue 31, 4): spawn --detach -i keeps
+// the session's stdin open, as its help says, so a later attach types
+// into it; without -i a detached session's stdin is closed at once (as
+// docker run -d). Before the fix, -i was ignored: the read got EOF and
+// the attach's input was refused.
+func TestSpawnDetachKeepsStdinOpen(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "stdin-box"); code != 0 {
+		t.Fatalf("create: %d %s", code, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "stdin-box") })
+	id, e, code := managoatEnv(t, env, "spawn", "--detach", "-i", "stdin-box", "--", "sh", "-c", "read x; echo got $x")
+	if code != 0 {
+		t.Fatalf("spawn --detach -i: %d %s", code, e)
+	}
+	out, e, code := runBinary(t, strings.NewReader("hello\n"), env, "attach", "stdin-box", strings.TrimSpace(id))
+	if code != 0 || out != "got hello\n" {
+		t.Fatalf("attach typing hello: exit %d, stdout %q, stderr %q", code, out, e)
+	}
+	id, e, code = managoatEnv(t, env, "spawn", "--detach", "stdin-box", "--", "sh", "-c", "cat; echo done")
+	if code != 0 {
+		t.Fatalf("spawn --detach: %d %s", code, e)
+	}
+	out, e, code = managoatEnv(t, env, "attach", "--no-stdin", "stdin-box", strings.TrimSpace(id))
+	if code != 0 || out != "done\n" {
+		t.Fatalf("attach to a session spawned --detach without -i: exit %d, stdout %q, stderr %q", code, out, e)
+	}
 }
