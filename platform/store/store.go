@@ -117,6 +117,22 @@ type Intent struct {
 	UpdatedAt    time.Time
 }
 
+// Runner is a runner name an account holds. ID is what the runner's
+// sandboxes route to: random when the name is first claimed, never derived
+// from the account and the name, and kept for as long as the record is
+// (a forgotten runner's socket is closed, its record stays). What may
+// connect as the name: once Enrolled, only the runner's own enrolment
+// credential; before, only the API key KeyID that claimed it (another
+// key of the account only after that one is revoked or gone).
+type Runner struct {
+	AccountID string
+	Name      string // unique per account
+	ID        string // unique; a random UUID
+	Enrolled  bool
+	KeyID     string // the claiming API key's id while not Enrolled
+	CreatedAt time.Time
+}
+
 // Store keeps the records.
 type Store interface {
 	CreateAccount(ctx context.Context, name string) (Account, error) // ErrAlreadyExists for a taken name
@@ -160,16 +176,40 @@ type Store interface {
 	// never deletes the name's next sandbox.
 	DeleteSandboxIf(ctx context.Context, s Sandbox) error
 
-	// AddIntent records an intent (State pending) and returns its ID.
+	// AddRunner records a runner name; ErrAlreadyExists when the account
+	// holds the name (the one arbiter of two first connections) or the ID
+	// is taken.
+	AddRunner(ctx context.Context, r Runner) error
+	RunnerByName(ctx context.Context, accountID, name string) (Runner, error)
+	// ListRunners lists an account's runner records by name.
+	ListRunners(ctx context.Context, accountID string) ([]Runner, error)
+	// UpdateRunner writes next's Enrolled and KeyID over the record of
+	// prev's account and name while it is still prev (its ID, Enrolled
+	// and KeyID): ErrConflict when it moved, ErrNotFound when it is gone.
+	// The ID and name never change.
+	UpdateRunner(ctx context.Context, prev, next Runner) error
+	// DeleteRunner removes a runner record (an operator's act: it frees
+	// the name, and its next claimant gets a new ID); nil when gone.
+	DeleteRunner(ctx context.Context, accountID, name string) error
+
+	// AddIntent records an intent (State pending) and returns its ID. A
+	// create_checkpoint_once intent whose operation id (Arg) the sandbox
+	// (Provider, ProviderName) has had already is ErrAlreadyExists: an
+	// operation id is used once per sandbox, whatever became of the first.
 	AddIntent(ctx context.Context, in Intent) (int64, error)
+	// IntentsOf lists the intents recorded for the account's sandbox name,
+	// every state, oldest first.
+	IntentsOf(ctx context.Context, accountID, name string) ([]Intent, error)
 	// SetIntent records an intent's outcome.
 	SetIntent(ctx context.Context, id int64, state, detail string) error
 	// OpenIntents lists the intents still pending or uncertain, oldest first.
 	OpenIntents(ctx context.Context) ([]Intent, error)
 	// PruneIntents removes the settled intents (confirmed, resolved) last
 	// updated before before, and says how many; an open one (pending,
-	// uncertain) is never removed. Every bounded write adds an intent, so
-	// without it the table grows for as long as the platform runs.
+	// uncertain) is never removed, nor a create_checkpoint_once one while
+	// its sandbox has a record (its operation id stays used). Every
+	// bounded write adds an intent, so without it the table grows for as
+	// long as the platform runs.
 	PruneIntents(ctx context.Context, before time.Time) (int64, error)
 
 	Close() error

@@ -100,6 +100,22 @@ var migrations = []string{
 	// 2: a sandbox's disk limit (sandbox.Limits.DiskBytes), which a wake
 	// from a park by destroy creates the sandbox with again.
 	`ALTER TABLE sandboxes ADD COLUMN disk_bytes BIGINT NOT NULL DEFAULT 0;`,
+	// 3: the runner names accounts hold (their random ids, and what may
+	// connect as each); an operation id used once per sandbox (earlier
+	// duplicates, which the API let through, are kept as the first).
+	`CREATE TABLE runners (
+		account_id TEXT NOT NULL,
+		name TEXT NOT NULL,
+		id TEXT NOT NULL UNIQUE,
+		enrolled BOOLEAN NOT NULL DEFAULT false,
+		key_id TEXT NOT NULL DEFAULT '',
+		created_at BIGINT NOT NULL,
+		PRIMARY KEY (account_id, name)
+	);
+	DELETE FROM intents WHERE op = 'create_checkpoint_once' AND id NOT IN
+		(SELECT min(id) FROM intents WHERE op = 'create_checkpoint_once' GROUP BY provider, provider_name, arg);
+	CREATE UNIQUE INDEX intents_operation ON intents(provider, provider_name, arg) WHERE op = 'create_checkpoint_once';
+	CREATE INDEX intents_sandbox ON intents(account_id, name);`,
 }
 
 // migrationLock is the advisory lock key replicas take to migrate.
@@ -634,7 +650,32 @@ func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 	err := s.db.QueryRow(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
 		in.AccountID, in.Name, in.Op, in.Provider, in.ProviderName, in.InstanceID, in.Arg, in.State, in.Detail, now, now).Scan(&id)
-	return id, err
+	if pgCode(err) == uniqueViolation {
+		return 0, fmt.Errorf("operation %q of sandbox %q: %w", in.Arg, in.Name, store.ErrAlreadyExists)
+	}
+	return id, dbErr(err)
+}
+
+const intentCols = `id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at`
+
+func (s *Store) intents(ctx context.Context, where string, args ...any) ([]store.Intent, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+intentCols+` FROM intents WHERE `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Intent, error) {
+		var in store.Intent
+		var c, u int64
+		err := r.Scan(&in.ID, &in.AccountID, &in.Name, &in.Op, &in.Provider, &in.ProviderName, &in.InstanceID, &in.Arg, &in.State, &in.Detail, &c, &u)
+		in.CreatedAt, in.UpdatedAt = tm(c), tm(u)
+		return in, err
+	})
+	return out, dbErr(err)
+}
+
+// IntentsOf implements store.Store.
+func (s *Store) IntentsOf(ctx context.Context, accountID, name string) ([]store.Intent, error) {
+	return s.intents(ctx, `account_id = $1 AND name = $2`, accountID, name)
 }
 
 // SetIntent implements store.Store.
@@ -651,19 +692,7 @@ func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) e
 
 // OpenIntents implements store.Store.
 func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
-		FROM intents WHERE state IN ('pending', 'uncertain') ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Intent, error) {
-		var in store.Intent
-		var c, u int64
-		err := r.Scan(&in.ID, &in.AccountID, &in.Name, &in.Op, &in.Provider, &in.ProviderName, &in.InstanceID, &in.Arg, &in.State, &in.Detail, &c, &u)
-		in.CreatedAt, in.UpdatedAt = tm(c), tm(u)
-		return in, err
-	})
-	return out, dbErr(err)
+	return s.intents(ctx, `state IN ('pending', 'uncertain')`)
 }
 
 // pruneBatch is how many intents one statement of PruneIntents removes.
@@ -674,7 +703,9 @@ func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, erro
 	var n int64
 	for {
 		tag, err := s.db.Exec(ctx, `DELETE FROM intents WHERE id IN (SELECT id FROM intents
-			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < $1 LIMIT $2)`, ns(before), pruneBatch)
+			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < $1
+			AND NOT (op = 'create_checkpoint_once' AND EXISTS (SELECT 1 FROM sandboxes b
+				WHERE b.provider = intents.provider AND b.provider_name = intents.provider_name)) LIMIT $2)`, ns(before), pruneBatch)
 		if err != nil {
 			return n, dbErr(err)
 		}
@@ -683,6 +714,64 @@ func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, erro
 			return n, nil
 		}
 	}
+}
+
+const runnerCols = `account_id, name, id, enrolled, key_id, created_at`
+
+func scanRunner(sc pgx.Row) (store.Runner, error) {
+	var r store.Runner
+	var c int64
+	err := sc.Scan(&r.AccountID, &r.Name, &r.ID, &r.Enrolled, &r.KeyID, &c)
+	r.CreatedAt = tm(c)
+	return r, err
+}
+
+// AddRunner implements store.Store.
+func (s *Store) AddRunner(ctx context.Context, r store.Runner) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO runners (`+runnerCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+		r.AccountID, r.Name, r.ID, r.Enrolled, r.KeyID, ns(r.CreatedAt))
+	if pgCode(err) == uniqueViolation {
+		return fmt.Errorf("runner %q: %w", r.Name, store.ErrAlreadyExists)
+	}
+	return dbErr(err)
+}
+
+// RunnerByName implements store.Store.
+func (s *Store) RunnerByName(ctx context.Context, accountID, name string) (store.Runner, error) {
+	r, err := scanRunner(s.db.QueryRow(ctx, `SELECT `+runnerCols+` FROM runners WHERE account_id = $1 AND name = $2`, accountID, name))
+	return r, notFound(dbErr(err))
+}
+
+// ListRunners implements store.Store.
+func (s *Store) ListRunners(ctx context.Context, accountID string) ([]store.Runner, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+runnerCols+` FROM runners WHERE account_id = $1 ORDER BY name`, accountID)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Runner, error) { return scanRunner(r) })
+	return out, dbErr(err)
+}
+
+// UpdateRunner implements store.Store.
+func (s *Store) UpdateRunner(ctx context.Context, prev, next store.Runner) error {
+	tag, err := s.db.Exec(ctx, `UPDATE runners SET enrolled = $1, key_id = $2 WHERE account_id = $3 AND name = $4 AND id = $5 AND enrolled = $6 AND key_id = $7`,
+		next.Enrolled, next.KeyID, prev.AccountID, prev.Name, prev.ID, prev.Enrolled, prev.KeyID)
+	if err != nil {
+		return dbErr(err)
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.RunnerByName(ctx, prev.AccountID, prev.Name); err != nil {
+			return err
+		}
+		return store.ErrConflict
+	}
+	return nil
+}
+
+// DeleteRunner implements store.Store.
+func (s *Store) DeleteRunner(ctx context.Context, accountID, name string) error {
+	_, err := s.db.Exec(ctx, `DELETE FROM runners WHERE account_id = $1 AND name = $2`, accountID, name)
+	return dbErr(err)
 }
 
 // Lease is one replica's hold on a named piece of work.

@@ -95,6 +95,22 @@ var migrations = []string{
 	// 2: a sandbox's disk limit (sandbox.Limits.DiskBytes), which a wake
 	// from a park by destroy creates the sandbox with again.
 	`ALTER TABLE sandboxes ADD COLUMN disk_bytes INTEGER NOT NULL DEFAULT 0;`,
+	// 3: the runner names accounts hold (their random ids, and what may
+	// connect as each); an operation id used once per sandbox (earlier
+	// duplicates, which the API let through, are kept as the first).
+	`CREATE TABLE runners (
+		account_id TEXT NOT NULL,
+		name TEXT NOT NULL,
+		id TEXT NOT NULL UNIQUE,
+		enrolled INTEGER NOT NULL DEFAULT 0,
+		key_id TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (account_id, name)
+	);
+	DELETE FROM intents WHERE op = 'create_checkpoint_once' AND id NOT IN
+		(SELECT min(id) FROM intents WHERE op = 'create_checkpoint_once' GROUP BY provider, provider_name, arg);
+	CREATE UNIQUE INDEX intents_operation ON intents(provider, provider_name, arg) WHERE op = 'create_checkpoint_once';
+	CREATE INDEX intents_sandbox ON intents(account_id, name);`,
 }
 
 // Store is a store.Store on one SQLite file.
@@ -646,28 +662,19 @@ func (s *Store) AddIntent(ctx context.Context, in store.Intent) (int64, error) {
 	}
 	r, err := s.db.ExecContext(ctx, `INSERT INTO intents (account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, in.AccountID, in.Name, in.Op, in.Provider, in.ProviderName, in.InstanceID, in.Arg, in.State, in.Detail, now, now)
+	if isUnique(err) {
+		return 0, fmt.Errorf("operation %q of sandbox %q: %w", in.Arg, in.Name, store.ErrAlreadyExists)
+	}
 	if err != nil {
 		return 0, err
 	}
 	return r.LastInsertId()
 }
 
-// SetIntent implements store.Store.
-func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) error {
-	r, err := s.db.ExecContext(ctx, `UPDATE intents SET state = ?, detail = ?, updated_at = ? WHERE id = ?`, state, detail, time.Now().UnixNano(), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := r.RowsAffected(); n == 0 {
-		return store.ErrNotFound
-	}
-	return nil
-}
+const intentCols = `id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at`
 
-// OpenIntents implements store.Store.
-func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, account_id, name, op, provider, provider_name, instance_id, arg, state, detail, created_at, updated_at
-		FROM intents WHERE state IN ('pending', 'uncertain') ORDER BY id`)
+func (s *Store) intents(ctx context.Context, where string, args ...any) ([]store.Intent, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+intentCols+` FROM intents WHERE `+where+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -685,6 +692,28 @@ func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
 	return out, rows.Err()
 }
 
+// IntentsOf implements store.Store.
+func (s *Store) IntentsOf(ctx context.Context, accountID, name string) ([]store.Intent, error) {
+	return s.intents(ctx, `account_id = ? AND name = ?`, accountID, name)
+}
+
+// SetIntent implements store.Store.
+func (s *Store) SetIntent(ctx context.Context, id int64, state, detail string) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE intents SET state = ?, detail = ?, updated_at = ? WHERE id = ?`, state, detail, time.Now().UnixNano(), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// OpenIntents implements store.Store.
+func (s *Store) OpenIntents(ctx context.Context) ([]store.Intent, error) {
+	return s.intents(ctx, `state IN ('pending', 'uncertain')`)
+}
+
 // pruneBatch is how many intents one statement of PruneIntents removes
 // (a long delete would hold the database's write lock).
 const pruneBatch = 10000
@@ -694,7 +723,9 @@ func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, erro
 	var n int64
 	for {
 		r, err := s.db.ExecContext(ctx, `DELETE FROM intents WHERE id IN (SELECT id FROM intents
-			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < ? LIMIT ?)`, ns(before), pruneBatch)
+			WHERE state NOT IN ('pending', 'uncertain') AND updated_at < ?
+			AND NOT (op = 'create_checkpoint_once' AND EXISTS (SELECT 1 FROM sandboxes b
+				WHERE b.provider = intents.provider AND b.provider_name = intents.provider_name)) LIMIT ?)`, ns(before), pruneBatch)
 		if err != nil {
 			return n, err
 		}
@@ -703,6 +734,72 @@ func (s *Store) PruneIntents(ctx context.Context, before time.Time) (int64, erro
 			return n, nil
 		}
 	}
+}
+
+const runnerCols = `account_id, name, id, enrolled, key_id, created_at`
+
+func scanRunner(sc interface{ Scan(...any) error }) (store.Runner, error) {
+	var r store.Runner
+	var c int64
+	err := sc.Scan(&r.AccountID, &r.Name, &r.ID, &r.Enrolled, &r.KeyID, &c)
+	r.CreatedAt = tm(c)
+	return r, err
+}
+
+// AddRunner implements store.Store.
+func (s *Store) AddRunner(ctx context.Context, r store.Runner) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO runners (`+runnerCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		r.AccountID, r.Name, r.ID, r.Enrolled, r.KeyID, ns(r.CreatedAt))
+	if isUnique(err) {
+		return fmt.Errorf("runner %q: %w", r.Name, store.ErrAlreadyExists)
+	}
+	return err
+}
+
+// RunnerByName implements store.Store.
+func (s *Store) RunnerByName(ctx context.Context, accountID, name string) (store.Runner, error) {
+	r, err := scanRunner(s.db.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE account_id = ? AND name = ?`, accountID, name))
+	return r, notFound(err)
+}
+
+// ListRunners implements store.Store.
+func (s *Store) ListRunners(ctx context.Context, accountID string) ([]store.Runner, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE account_id = ? ORDER BY name`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Runner
+	for rows.Next() {
+		r, err := scanRunner(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// UpdateRunner implements store.Store.
+func (s *Store) UpdateRunner(ctx context.Context, prev, next store.Runner) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE runners SET enrolled = ?, key_id = ? WHERE account_id = ? AND name = ? AND id = ? AND enrolled = ? AND key_id = ?`,
+		next.Enrolled, next.KeyID, prev.AccountID, prev.Name, prev.ID, prev.Enrolled, prev.KeyID)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		if _, err := s.RunnerByName(ctx, prev.AccountID, prev.Name); err != nil {
+			return err
+		}
+		return store.ErrConflict
+	}
+	return nil
+}
+
+// DeleteRunner implements store.Store.
+func (s *Store) DeleteRunner(ctx context.Context, accountID, name string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM runners WHERE account_id = ? AND name = ?`, accountID, name)
+	return err
 }
 
 func newID(prefix string) string { return prefix + "_" + strings.ToLower(sandbox.NewRef()) }

@@ -39,6 +39,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteIsTolerant", deleteTolerant},
 		{"DeleteIfMatchesTheSandbox", deleteIf},
 		{"Intents", intents},
+		{"OperationIDIsUsedOnce", operationOnce},
+		{"IntentsOfASandbox", intentsOf},
+		{"Runners", runners},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t)
@@ -519,5 +522,163 @@ func intents(t *testing.T, s store.Store) {
 	}
 	if err := s.SetIntent(c, id1, store.IntentResolved, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("SetIntent of a pruned intent = %v, want ErrNotFound", err)
+	}
+}
+
+// operationOnce: a create_checkpoint_once intent's operation id is the
+// sandbox's once, whatever state the first is in, while another sandbox
+// (or another op) may use it; its settled intent is not pruned while the
+// sandbox has a record, and is once the record is gone.
+func operationOnce(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a := mustAccount(t, s, "alice")
+	rec := sb(a, "box")
+	if err := s.InsertSandbox(c, rec); err != nil {
+		t.Fatal(err)
+	}
+	in := store.Intent{AccountID: a.ID, Name: "box", Op: store.OpCheckpointOnce, Provider: rec.Provider, ProviderName: rec.ProviderName, Arg: "op-1"}
+	id, err := s.AddIntent(c, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddIntent(c, in); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second intent of operation op-1 = %v, want ErrAlreadyExists", err)
+	}
+	if err := s.SetIntent(c, id, store.IntentConfirmed, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddIntent(c, in); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("intent of operation op-1 after the first settled = %v, want ErrAlreadyExists", err)
+	}
+	other := in
+	other.ProviderName = "another-sandbox"
+	if _, err := s.AddIntent(c, other); err != nil {
+		t.Fatalf("op-1 on another sandbox: %v", err)
+	}
+	term := in
+	term.Op, term.Arg = store.OpTerminateSession, "s1"
+	for range 2 {
+		if _, err := s.AddIntent(c, term); err != nil {
+			t.Fatalf("a terminate_session intent again (not once): %v", err)
+		}
+	}
+	if n, err := s.PruneIntents(c, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	} else if n != 0 {
+		t.Fatalf("pruned %d; the settled checkpoint intent of a recorded sandbox must stay, the rest are open", n)
+	}
+	if _, err := s.AddIntent(c, in); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("op-1 after a prune = %v, want ErrAlreadyExists", err)
+	}
+	if err := s.DeleteSandbox(c, a.ID, "box"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneIntents(c, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("prune after the record went = %d, %v; want the settled checkpoint intent (1)", n, err)
+	}
+}
+
+// intentsOf lists a sandbox name's intents, every state, oldest first, and
+// no other name's or account's.
+func intentsOf(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a, b := mustAccount(t, s, "alice"), mustAccount(t, s, "bob")
+	add := func(acct store.Account, name, arg string) int64 {
+		id, err := s.AddIntent(c, store.Intent{AccountID: acct.ID, Name: name, Op: store.OpTerminateSession, Provider: "local", ProviderName: "p-" + name, Arg: arg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := add(a, "box", "s1")
+	second := add(a, "box", "s2")
+	add(a, "other", "s1")
+	add(b, "box", "s1")
+	if err := s.SetIntent(c, first, store.IntentResolved, "session absent"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.IntentsOf(c, a.ID, "box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != first || got[1].ID != second || got[0].State != store.IntentResolved || got[1].State != store.IntentPending ||
+		got[1].Arg != "s2" || got[1].AccountID != a.ID || got[1].ProviderName != "p-box" {
+		t.Fatalf("IntentsOf(alice, box) = %+v; want intents %d (resolved) and %d (pending)", got, first, second)
+	}
+	if got, err := s.IntentsOf(c, a.ID, "none"); err != nil || len(got) != 0 {
+		t.Fatalf("IntentsOf a name without intents = %v, %v", got, err)
+	}
+}
+
+// runners: a name is claimed once per account (the one arbiter), its id
+// is unique across accounts, an update is compare-and-set, a delete frees
+// the name.
+func runners(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a, b := mustAccount(t, s, "alice"), mustAccount(t, s, "bob")
+	r := store.Runner{AccountID: a.ID, Name: "laptop", ID: "0b0e2f5c-1b1e-4a8e-9d55-6b7c1d2e3f40", KeyID: "k1", CreatedAt: now()}
+	if _, err := s.RunnerByName(c, a.ID, "laptop"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RunnerByName before any = %v, want ErrNotFound", err)
+	}
+	if err := s.AddRunner(c, r); err != nil {
+		t.Fatal(err)
+	}
+	again := r
+	again.ID = "1b0e2f5c-1b1e-4a8e-9d55-6b7c1d2e3f40"
+	if err := s.AddRunner(c, again); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second AddRunner of alice/laptop = %v, want ErrAlreadyExists", err)
+	}
+	sameID := store.Runner{AccountID: b.ID, Name: "laptop", ID: r.ID, CreatedAt: now()}
+	if err := s.AddRunner(c, sameID); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("AddRunner of a taken id = %v, want ErrAlreadyExists", err)
+	}
+	bobs := store.Runner{AccountID: b.ID, Name: "laptop", ID: "2b0e2f5c-1b1e-4a8e-9d55-6b7c1d2e3f40", Enrolled: true, CreatedAt: now()}
+	if err := s.AddRunner(c, bobs); err != nil {
+		t.Fatalf("bob's laptop: %v", err)
+	}
+	got, err := s.RunnerByName(c, a.ID, "laptop")
+	if err != nil || got != r {
+		t.Fatalf("RunnerByName = %+v, %v; want %+v", got, err, r)
+	}
+	next := r
+	next.Enrolled, next.KeyID = true, ""
+	stale := r
+	stale.KeyID = "k0"
+	if err := s.UpdateRunner(c, stale, next); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("UpdateRunner from a stale record = %v, want ErrConflict", err)
+	}
+	if err := s.UpdateRunner(c, r, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateRunner(c, r, next); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("UpdateRunner a second time from the same prev = %v, want ErrConflict", err)
+	}
+	if got, _ := s.RunnerByName(c, a.ID, "laptop"); got != next {
+		t.Fatalf("after the update %+v, want %+v", got, next)
+	}
+	if err := s.UpdateRunner(c, store.Runner{AccountID: a.ID, Name: "none"}, next); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("UpdateRunner of a name without a record = %v, want ErrNotFound", err)
+	}
+	if err := s.AddRunner(c, store.Runner{AccountID: a.ID, Name: "desktop", ID: "3b0e2f5c-1b1e-4a8e-9d55-6b7c1d2e3f40", CreatedAt: now()}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListRunners(c, a.ID)
+	if err != nil || len(list) != 2 || list[0].Name != "desktop" || list[1].Name != "laptop" {
+		t.Fatalf("ListRunners(alice) = %+v, %v; want desktop, laptop", list, err)
+	}
+	if err := s.DeleteRunner(c, a.ID, "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRunner(c, a.ID, "laptop"); err != nil {
+		t.Fatalf("second DeleteRunner = %v, want nil", err)
+	}
+	if _, err := s.RunnerByName(c, a.ID, "laptop"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RunnerByName after the delete = %v", err)
+	}
+	if got, err := s.RunnerByName(c, b.ID, "laptop"); err != nil || got != bobs {
+		t.Fatalf("bob's record after alice's delete = %+v, %v", got, err)
+	}
+	if err := s.AddRunner(c, again); err != nil {
+		t.Fatalf("AddRunner after the delete (the name is free): %v", err)
 	}
 }
