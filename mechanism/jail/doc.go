@@ -110,7 +110,8 @@
 // and a seccomp deny-list in the shape of a container runtime's default
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
 // swap, reboot, perf, io_uring, ...; clone with namespace flags is EPERM, clone3 is
-// ENOSYS; on x86-64 the same rules hold for i386's system calls, made
+// ENOSYS; every verdict is an errno or a kill, never RET_TRACE, RET_LOG or
+// RET_USER_NOTIF, which a filter the workload stacks on top outranks; on x86-64 the same rules hold for i386's system calls, made
 // through int $0x80 by 32-bit programs, and a system call of any other
 // architecture kills the process).
 // The init then stays pid 1 of the sandbox, reaps orphans and

@@ -151,7 +151,7 @@ var jailAMD64 = []unix.SockFilter{
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7fff0000},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x1b3},
-	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7ff00000},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50026},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7fff0000},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x80000000},
 	{Code: 0x0020, Jt: 0, Jf: 0, K: 0x4},
@@ -230,7 +230,7 @@ var jailAMD64 = []unix.SockFilter{
 	{Code: 0x0045, Jt: 0, Jf: 1, K: 0x7e020000},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50001},
 	{Code: 0x0015, Jt: 0, Jf: 1, K: 0x1b3},
-	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7ff00000},
+	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x50026},
 	{Code: 0x0006, Jt: 0, Jf: 0, K: 0x7fff0000},
 }
 

@@ -240,7 +240,7 @@ func TestProgramsI386(t *testing.T) {
 		prog   func() ([]unix.SockFilter, error)
 		clone3 uint32
 	}{
-		{"jail", Jail, unix.SECCOMP_RET_TRACE},
+		{"jail", Jail, enosys},
 		{"filter-exec", FilterExec, enosys},
 	} {
 		prog, err := c.prog()
@@ -318,6 +318,45 @@ func TestProgramsI386(t *testing.T) {
 			if got := verdict(arch, 20, 0); got != unix.SECCOMP_RET_KILL_PROCESS {
 				t.Errorf("%s: arch %#x = %#x, want KILL_PROCESS", c.name, arch, got)
 			}
+		}
+	}
+}
+
+// Every verdict of every program is one a filter the workload stacks on
+// top cannot outrank and then undo: allow, an errno or a kill. When
+// filters are stacked the kernel takes the verdict of highest precedence
+// (kill, trap, errno, user_notif, trace, log, allow), so a workload's
+// filter answering RET_USER_NOTIF for a call ours answered RET_TRACE or
+// RET_LOG, and its supervisor's SECCOMP_USER_NOTIF_FLAG_CONTINUE, would
+// run the call (clone3 was RET_TRACE: TestStackedFilterCannotUndoTheDenyList
+// in package jail made a user namespace that way). Fails on the old
+// jail program: a return of SECCOMP_RET_TRACE.
+func TestNoVerdictAStackedFilterOutranks(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		prog func() ([]unix.SockFilter, error)
+	}{{"jail", Jail}, {"filter-exec", FilterExec}} {
+		prog, err := c.prog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rets := 0
+		for i, f := range prog {
+			if f.Code != 0x06 { // BPF_RET|BPF_K; a BPF_RET|BPF_A would be unknowable here
+				if f.Code&0x07 == 0x06 {
+					t.Errorf("%s: instruction %d returns a computed verdict (%#x)", c.name, i, f.Code)
+				}
+				continue
+			}
+			rets++
+			switch action := f.K & unix.SECCOMP_RET_ACTION_FULL; action {
+			case unix.SECCOMP_RET_ALLOW, unix.SECCOMP_RET_ERRNO, unix.SECCOMP_RET_KILL_PROCESS, unix.SECCOMP_RET_KILL_THREAD:
+			default:
+				t.Errorf("%s: instruction %d returns %#x: a stacked RET_USER_NOTIF outranks it", c.name, i, f.K)
+			}
+		}
+		if rets == 0 {
+			t.Fatalf("%s: no return found", c.name)
 		}
 	}
 }

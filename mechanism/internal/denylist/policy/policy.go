@@ -22,8 +22,18 @@ import (
 )
 
 // Jail is the jail's filter: the deny-list and namespace-making clones
-// answer EPERM; clone3, whose flags a filter cannot read, answers RET_TRACE
-// (ENOSYS without a tracer), so libc falls back to clone, filtered above.
+// answer EPERM; clone3, whose flags a filter cannot read, answers ENOSYS,
+// so libc falls back to clone, filtered above.
+//
+// Every rule is an errno, never SECCOMP_RET_TRACE, RET_LOG or
+// RET_USER_NOTIF: when several filters are stacked the kernel takes the
+// action of highest precedence (kill, trap, errno, user_notif, trace,
+// log, allow), so a filter the workload stacks on top of this one and
+// that answers RET_USER_NOTIF outranks a TRACE (or LOG) of ours, and its
+// own supervisor's SECCOMP_USER_NOTIF_FLAG_CONTINUE then runs the call:
+// clone3 answered RET_TRACE (ENOSYS only because no tracer was
+// attached) let a workload make a user and network namespace with full
+// capabilities in it. An errno outranks user_notif, trace and log.
 func Jail(goarch string) seccomp.Policy {
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
@@ -33,10 +43,13 @@ func Jail(goarch string) seccomp.Policy {
 				Name:       "clone",
 				Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: denylist.CloneNewMask}},
 			}}},
-			{Action: seccomp.ActionTrace, Names: []string{"clone3"}},
+			{Action: enosys, Names: []string{"clone3"}},
 		},
 	}
 }
+
+// enosys answers a call ENOSYS, as a kernel without it would.
+const enosys = seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)
 
 // FilterExec is the OCI bundles' deny-list as the filter-exec helper loads
 // it (x86-64 only): as the bundle's OCI profile states it, one clone rule
@@ -47,7 +60,6 @@ func FilterExec() seccomp.Policy {
 		cloneConds = append(cloneConds, seccomp.NameWithConditions{Name: "clone",
 			Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: f}}})
 	}
-	enosys := seccomp.ActionErrno | seccomp.Action(38)
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
