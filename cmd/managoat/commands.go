@@ -165,6 +165,7 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 				return fmt.Errorf("sandbox %q already exists; run makes and destroys a sandbox of its own (use exec for this one): %w", *name, sandbox.ErrAlreadyExists)
 			}
 		}
+		noteNoIsolation(g, p) // provider_local.go
 		sp := startSpinner("creating sandbox " + *name)
 		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits, Image: *imgRef, Mounts: mounts})
 		sp.Stop()
@@ -362,6 +363,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 				return err
 			}
 		}
+		noteNoIsolation(g, p) // provider_local.go
 		sp := startSpinner("creating sandbox " + name)
 		_, err = reg.Create(ctx, p.Name(), name, opts)
 		sp.Stop()

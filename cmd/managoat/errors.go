@@ -88,6 +88,9 @@ func hint(cmd string, err error, kind string) string {
 		return "check the path: the sandbox's user must be able to read it, or to write where it goes"
 	case sandbox.IsExecTimeout(err):
 		return "give it a longer --timeout"
+	case errors.As(err, &ie) && ie.Reason == "command" && strings.Contains(err.Error(), "fake: "):
+		// The fake runs no program: what looks like a command is its script.
+		return "the fake provider runs no program: a command's arguments are its script (out:TEXT err:TEXT exit:N sleep:D env:KEY pwd stay drop); --provider local runs real commands"
 	case couldNotRun(err):
 		switch exitCode(err) {
 		case exitCmdNotFound:

@@ -22,6 +22,22 @@ type globals struct {
 	ephemeral bool
 	// retention is set by create's --journal-max-size/--journal-max-age.
 	retention *journal.Retention
+	// providerChosen is set when the provider was chosen by the
+	// configuration file or MANAGOAT_PROVIDER (a --provider is seen in
+	// sets, the FlagSets flagSet made for this invocation).
+	providerChosen bool
+	sets           []*flag.FlagSet
+}
+
+// chosenProvider reports whether the provider was chosen (--provider,
+// MANAGOAT_PROVIDER, the configuration file, or the platform's variables)
+// rather than left at its default.
+func (g *globals) chosenProvider() bool {
+	given := g.providerChosen
+	for _, fs := range g.sets {
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "provider" })
+	}
+	return given
 }
 
 // The global flags' defaults.
@@ -39,6 +55,7 @@ func (g *globals) flagSet(name string) *flag.FlagSet {
 	fs.Usage = func() {}
 	fs.StringVar(&g.provider, "provider", g.provider, "sandbox provider")
 	fs.StringVar(&g.mechanism, "mechanism", g.mechanism, "isolation mechanism for the local provider: jail, trusted, oci (runc) or oci:runsc")
+	g.sets = append(g.sets, fs)
 	return fs
 }
 

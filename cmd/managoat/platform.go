@@ -45,20 +45,40 @@ func init() {
 		registerProvider(client.Name+":"+pin, platformClient(pin))
 	}
 	if os.Getenv(envAPIKey) != "" && os.Getenv(envPlatformURL) != "" {
-		current.provider = client.Name
+		current.provider, current.providerChosen = client.Name, true
 	}
 }
 
-// platformClient builds the platform client; the key is read from the
-// environment (never a flag: ps shows flags) and taken out of it.
+// noteLocalFallback says once, on stderr, that the local provider is used
+// though MANAGOAT_URL names a platform: without MANAGOAT_API_KEY the
+// platform is not chosen, and a user who exported only the URL would
+// otherwise see this machine's sandboxes as if they were the platform's.
+func noteLocalFallback(name string) {
+	if name != defaultProvider || current.chosenProvider() || os.Getenv(envPlatformURL) == "" || os.Getenv(envAPIKey) != "" {
+		return
+	}
+	noteOnce("MANAGOAT_URL is set but MANAGOAT_API_KEY is not: using the local provider on this machine, not the platform at " +
+		runner.RedactURL(os.Getenv(envPlatformURL)) + " (export MANAGOAT_API_KEY, or give --provider local)")
+}
+
+// platformKey is the API key, read from the environment (never a flag: ps
+// shows flags) once and taken out of it, so that no process started from
+// here inherits it; a command that opens the client more than once (rm of
+// several names) reads the same key each time.
+var platformKey = sync.OnceValue(func() string {
+	key := strings.TrimSpace(os.Getenv(envAPIKey))
+	os.Unsetenv(envAPIKey)
+	return key
+})
+
+// platformClient builds the platform client with platformKey.
 func platformClient(pin string) func() (sandbox.Provider, error) {
 	return func() (sandbox.Provider, error) {
 		url := os.Getenv(envPlatformURL)
 		if url == "" {
 			url = "http://127.0.0.1:8080"
 		}
-		key := strings.TrimSpace(os.Getenv(envAPIKey))
-		os.Unsetenv(envAPIKey)
+		key := platformKey()
 		if key == "" {
 			return nil, fmt.Errorf("%s is not set: an API key of your account on the platform at %s (managoat serve admin key create ACCOUNT)", envAPIKey, url)
 		}

@@ -26,6 +26,20 @@ func init() {
 	register("doctor", "[flags]", "Show what this host can isolate, with the evidence", cmdDoctor)
 }
 
+// noteNoIsolation says, once, that a sandbox about to be made on the
+// trusted mechanism isolates nothing: its commands run as this process's
+// user (root, often) on this host, with its files and network.
+func noteNoIsolation(g *globals, p sandbox.Provider) {
+	if p.Name() != local.Name || g.mechanism != "trusted" {
+		return
+	}
+	who := fmt.Sprintf("uid %d", os.Geteuid())
+	if os.Geteuid() == 0 {
+		who = "root (uid 0)"
+	}
+	noteOnce("--mechanism trusted isolates nothing: the sandbox's commands run as " + who + " on this host, with its files and network (the jail, the default, isolates them)")
+}
+
 func cmdDoctor(g *globals, fs *flag.FlagSet) action {
 	var of outputFlags
 	of.add(fs, false)

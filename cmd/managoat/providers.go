@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 	buildersMu.Lock()
 	build, ok := providerBuilders[name]
 	buildersMu.Unlock()
+	noteLocalFallback(name) // platform.go
 	if !ok {
 		return nil, nil, &sandbox.InvalidError{Reason: sandbox.ReasonProvider,
 			Msg: fmt.Sprintf("unknown provider %q — known: %s", name, strings.Join(providerNames(), ", "))}
@@ -72,6 +74,24 @@ func openProvider(name string) (*sandbox.Registry, sandbox.Provider, error) {
 var (
 	openedMu sync.Mutex
 	opened   []io.Closer
+)
+
+// noteOnce writes a line about what managoat is doing that the user may
+// not expect (a fallback, a default taken, no isolation) to stderr, once
+// per process however often it is asked.
+func noteOnce(msg string) {
+	notedMu.Lock()
+	defer notedMu.Unlock()
+	if noted[msg] {
+		return
+	}
+	noted[msg] = true
+	fmt.Fprintln(os.Stderr, "managoat: note: "+msg)
+}
+
+var (
+	notedMu sync.Mutex
+	noted   = map[string]bool{}
 )
 
 // closeProviders closes what openProvider opened and forgets it.

@@ -284,8 +284,16 @@ func cmdEnroll(g *globals, fs *flag.FlagSet) action {
 			return wrap("enroll", err)
 		}
 		fmt.Println(secret)
-		fmt.Fprintf(os.Stderr, "managoat enroll: %s enrolled in %s; its credential (above) is shown once:\n"+
-			"  put it in a file and run: managoat runner --url URL --name %s --token-file FILE\n", pos[0], *runners, pos[0])
+		accountGiven := false
+		fs.Visit(func(f *flag.Flag) { accountGiven = accountGiven || f.Name == "account" })
+		if !accountGiven {
+			// The default is a fallback a user of serve admin's accounts
+			// does not expect: their --provider platform:runner would find
+			// no runner online while this one is connected.
+			noteOnce(fmt.Sprintf("no --account: %s serves account %q, the default (the static token's); a runner for an account made with serve admin needs --account NAME (enroll --rotate --account NAME %s changes it)", pos[0], *account, pos[0]))
+		}
+		fmt.Fprintf(os.Stderr, "managoat enroll: %s enrolled in %s for account %q; its credential (above) is shown once:\n"+
+			"  put it in a file and run: managoat runner --url URL --name %s --token-file FILE\n", pos[0], *runners, *account, pos[0])
 		return nil
 	}
 }

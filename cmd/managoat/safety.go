@@ -52,7 +52,7 @@ func defaultsFromEnv(g *globals) {
 				}
 				switch v = strings.TrimSpace(v); strings.TrimSpace(k) {
 				case "provider":
-					g.provider = v
+					g.provider, g.providerChosen = v, true
 				case "mechanism":
 					g.mechanism = v
 				}
@@ -60,7 +60,7 @@ func defaultsFromEnv(g *globals) {
 		}
 	}
 	if p := os.Getenv(envProvider); p != "" {
-		g.provider = p
+		g.provider, g.providerChosen = p, true
 	}
 }
 

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestQuietFallbacksAreSaid: what managoat does that a new user would not
+// guess is said once on stderr. MANAGOAT_URL without MANAGOAT_API_KEY uses
+// the local provider, and says so (not when a provider was chosen); enroll
+// without --account enrolls for account local, and says so; the fake's
+// refusal of a real command says the fake runs no program.
+func TestQuietFallbacksAreSaid(t *testing.T) {
+	env := []string{"MANAGOAT_HOME=" + t.TempDir(), "MANAGOAT_URL=http://127.0.0.1:1", "MANAGOAT_API_KEY="}
+	const fallback = "managoat: note: MANAGOAT_URL is set but MANAGOAT_API_KEY is not: using the local provider on this machine, not the platform at http://127.0.0.1:1"
+	_, e, code := runBinary(t, nil, env, "--mechanism", "trusted", "ls")
+	if code != 0 || strings.Count(e, fallback) != 1 || strings.Count(e, "\n") != 1 {
+		t.Errorf("ls with MANAGOAT_URL and no key: exit %d stderr %q, want one note of the fallback", code, e)
+	}
+	for _, chosen := range [][]string{{"--provider", "local"}, {"--provider=local"}} {
+		if _, e, code := runBinary(t, nil, env, append(append([]string{"--mechanism", "trusted"}, chosen...), "ls")...); code != 0 || e != "" {
+			t.Errorf("%v ls with MANAGOAT_URL and no key: exit %d stderr %q, want nothing said", chosen, code, e)
+		}
+	}
+	if _, e, code := runBinary(t, nil, append(env, "MANAGOAT_PROVIDER=local"), "--mechanism", "trusted", "ls"); code != 0 || e != "" {
+		t.Errorf("MANAGOAT_PROVIDER=local ls: exit %d stderr %q, want nothing said", code, e)
+	}
+	if _, e, code := runBinary(t, nil, env, "--mechanism", "trusted", "ls", "--provider", "local"); code != 0 || e != "" {
+		t.Errorf("ls --provider local: exit %d stderr %q, want nothing said", code, e)
+	}
+
+	runners := filepath.Join(t.TempDir(), "runners.json")
+	out, e, code := runBinary(t, nil, nil, "enroll", "--runners", runners, "laptop")
+	if code != 0 || !strings.HasPrefix(out, "mgr_") || !strings.Contains(e, `managoat: note: no --account: laptop serves account "local", the default`) ||
+		!strings.Contains(e, "--account NAME") {
+		t.Errorf("enroll without --account: exit %d stderr %q, want a note naming account local and --account", code, e)
+	}
+	if _, e, code := runBinary(t, nil, nil, "enroll", "--runners", runners, "--account", "alice", "desk"); code != 0 || strings.Contains(e, "note") ||
+		!strings.Contains(e, `for account "alice"`) {
+		t.Errorf("enroll --account alice: exit %d stderr %q", code, e)
+	}
+
+	_, e, code = runBinary(t, nil, nil, "--provider", "fake", "run", "--", "echo", "hi")
+	if code != exitCouldNotRun || strings.Count(e, "\n") != 1 || !strings.Contains(e, "the fake provider runs no program") || !strings.Contains(e, "--provider local runs real commands") {
+		t.Errorf("--provider fake run -- echo hi: exit %d stderr %q, want one line saying the fake runs no program", code, e)
+	}
+}
