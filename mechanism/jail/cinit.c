@@ -86,6 +86,10 @@
 #define CI_CONFIG_MAGIC 0x4943474du /* "MGCI" */
 #define CI_CONFIG_VERSION 1u
 #define CI_MAX_FILTER 4096
+/* A command's open-file limit (jail.go workloadNoFile): soft, and the
+ * most its hard limit is, at most the init's own. */
+#define CI_NOFILE_SOFT 1024u
+#define CI_NOFILE_HARD 65536u
 
 struct ci_config {
 	uint32_t magic, version, uid, gid, flags, keep0, keep1, nfilter;
@@ -101,6 +105,10 @@ struct ci_conn {
 };
 
 static struct ci_config cfg;
+/* struct rlimit64: what every command's RLIMIT_NOFILE is set to. */
+static struct {
+	uint64_t cur, max;
+} nofile;
 static struct sock_filter filter[CI_MAX_FILTER];
 static struct ci_conn *conns;
 static int pending; /* connections that have not sent their request yet */
@@ -469,6 +477,8 @@ static void child(const struct ci_spawn *s, const char *path, const int fds[3], 
 		r = syscall(SYS_setgroups, 0, NULL) || syscall(SYS_setgid, cfg.gid) || syscall(SYS_setuid, cfg.uid);
 	if (r == 0)
 		r = syscall(SYS_chdir, s->dir);
+	if (r == 0)
+		r = syscall(SYS_prlimit64, 0, 7 /* RLIMIT_NOFILE */, &nofile, NULL);
 	for (int i = 0; r == 0 && i < 3; i++) /* above 2, so dup2 clobbers none of them */
 		if (fd[i] < 3 && (fd[i] = (int)syscall(SYS_fcntl, fd[i], F_DUPFD_CLOEXEC, 3)) < 0)
 			r = -1;
@@ -698,6 +708,11 @@ static void ci_main(void) {
 			close(fd);
 
 	read_config();
+	if (syscall(SYS_prlimit64, 0, 7 /* RLIMIT_NOFILE */, NULL, &nofile) != 0)
+		ci_fail("getrlimit: %s", strerror(errno));
+	if (nofile.max > CI_NOFILE_HARD)
+		nofile.max = CI_NOFILE_HARD;
+	nofile.cur = nofile.max < CI_NOFILE_SOFT ? nofile.max : CI_NOFILE_SOFT;
 	if (cfg.flags & 16)
 		hold_userns(); /* never returns */
 	join_userns(); /* closes CI_FD_USERNS in any case */

@@ -58,7 +58,10 @@
 // /home/sprite (read-write, nosuid, nodev), a private tmpfs /tmp, a fresh
 // /proc (kcore, keys, timer_list masked; sys, sysrq-trigger read-only), and
 // a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm),
-// with lo up (the only interface).
+// with lo up (the only interface). The devpts instance holds at most 256
+// terminals (max=: the kernel's pool for every instance but the host's is
+// shared), and a command's open-file limit is 1024, its hard limit at most
+// 65536 (the manager's was inherited).
 //
 // # Network
 //

@@ -1,12 +1,16 @@
 package jail
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
@@ -77,6 +81,110 @@ func TestStackedFilterCannotUndoTheDenyList(t *testing.T) {
 			}
 			if c.ExitStatus != 0 || !strings.Contains(out, "clone3 refused: Function not implemented") {
 				t.Fatalf("clone3 under a stacked USER_NOTIF filter: exit %d, %q %q", c.ExitStatus, out, c.Stderr)
+			}
+		})
+	}
+}
+
+// ptyHog opens terminals until the kernel refuses one (its open-file
+// limit raised to its hard limit first), says how many and why, and holds
+// them until its stdin closes.
+const ptyHog = `import errno, os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fds, why = [], "none"
+while len(fds) < 5000:
+    try:
+        m, s = os.openpty()
+    except OSError as e:
+        why = errno.errorcode[e.errno]
+        break
+    os.close(s)
+    fds.append(m)
+print("nofile %d %d opened %d %s" % (soft, hard, len(fds), why), flush=True)
+sys.stdin.read()
+`
+
+// openptyWorks is a workload's openpty, printing "openpty ok" or why not.
+const openptyWorks = `import os
+try:
+    m, s = os.openpty()
+    print("openpty ok")
+except OSError as e:
+    print("openpty failed:", e)
+`
+
+// TestPtyExhaustionStaysInItsSandbox: a sandbox that opens every
+// terminal it can gets at most ptyMax (its devpts instance's max=) and
+// ENOSPC, and while it holds them another sandbox's openpty, and the
+// host's, still work; a command's open-file limit is workloadNoFile
+// (soft) and at most workloadNoFileMax (hard). Fails on the old code:
+// the hog got 3,071 ptys, and the other sandbox's openpty ENOSPC; its
+// limit was the manager's (20000:20000 here).
+func TestPtyExhaustionStaysInItsSandbox(t *testing.T) {
+	for _, mode := range InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			hog := startedJail(t, mode, "hog")
+			other := startedJail(t, mode, "other")
+			line := make(chan string, 1)
+			stdin, release := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				var out []byte
+				c, err := hog.Execute(context.Background(), "hog", []string{"python3", "-c", ptyHog}, mechanism.ExecOptions{
+					Stdin: stdin, Timeout: time.Minute,
+					OnOutput: func(s mechanism.Stream, chunk []byte) {
+						if s != mechanism.Stdout {
+							return
+						}
+						out = append(out, chunk...)
+						if i := bytes.IndexByte(out, '\n'); i >= 0 {
+							select {
+							case line <- string(out[:i]):
+							default:
+							}
+						}
+					},
+				})
+				if err == nil && c.ExitStatus != 0 {
+					err = fmt.Errorf("the hog exited %d: %s", c.ExitStatus, c.Stderr)
+				}
+				done <- err
+			}()
+			defer func() {
+				release.Close()
+				if err := <-done; err != nil {
+					t.Error(err)
+				}
+			}()
+			var got string
+			select {
+			case got = <-line:
+			case err := <-done:
+				done <- err
+				t.Fatalf("the hog ended before it said anything: %v", err)
+			}
+			var soft, hard, opened int
+			var why string
+			if _, err := fmt.Sscanf(got, "nofile %d %d opened %d %s", &soft, &hard, &opened, &why); err != nil {
+				t.Fatalf("hog said %q: %v", got, err)
+			}
+			t.Logf("hog: %s", got)
+			if soft != workloadNoFile || hard > workloadNoFileMax || hard < soft {
+				t.Errorf("a command's open-file limit is %d:%d, want %d:at most %d", soft, hard, workloadNoFile, workloadNoFileMax)
+			}
+			if opened > ptyMax || why != "ENOSPC" {
+				t.Errorf("one sandbox opened %d terminals (then %s), want at most %d, then ENOSPC", opened, why, ptyMax)
+			}
+			c, err := other.Execute(context.Background(), "other", []string{"python3", "-c", openptyWorks}, mechanism.ExecOptions{})
+			if err != nil || !strings.Contains(string(c.Stdout), "openpty ok") {
+				t.Errorf("another sandbox's openpty while the hog holds its terminals: %q %q, %v", c.Stdout, c.Stderr, err)
+			}
+			ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+			if err != nil {
+				t.Errorf("the host's openpty while the hog holds its terminals: %v", err)
+			} else {
+				ptmx.Close()
 			}
 		})
 	}

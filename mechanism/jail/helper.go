@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -198,6 +200,43 @@ type detached struct {
 	tmp, shm, pts int
 }
 
+// ptyMax bounds the terminals a sandbox's devpts instance holds at once
+// (its max= option): the kernel's pool for every devpts instance but the
+// host's own (kernel.pty.max less kernel.pty.reserve, 3072 by default)
+// is shared host-wide, and a sandbox that opened every pty it could
+// (3,071 here) made openpty fail with ENOSPC in every other sandbox. The
+// host's own instance keeps its reserve whatever the sandboxes do. The
+// pool still bounds all sandboxes together: pool/ptyMax sandboxes at
+// their bound (12 by default) would use it up.
+const ptyMax = 256
+
+// A command's open-file limit (RLIMIT_NOFILE): soft workloadNoFile, hard
+// at most workloadNoFileMax (and at most what the init inherited: the
+// manager's; raising it needs CAP_SYS_RESOURCE). A workload inherited
+// the manager's (20000:20000 here). cinit.c's CI_NOFILE_SOFT and
+// CI_NOFILE_HARD are the same numbers; the C init sets them in each
+// command before its exec, the Go init on itself (lowerNoFile).
+const (
+	workloadNoFile    = 1024
+	workloadNoFileMax = 65536
+)
+
+// lowerNoFile sets the Go init's RLIMIT_NOFILE, which every command it
+// starts inherits, to the workload's (through package syscall, which then
+// no longer restores the limit the runtime started with in a child).
+func lowerNoFile() error {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return fmt.Errorf("getrlimit: %w", err)
+	}
+	r.Max = min(r.Max, workloadNoFileMax)
+	r.Cur = min(r.Max, workloadNoFile)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return fmt.Errorf("setrlimit: %w", err)
+	}
+	return nil
+}
+
 // newDetached creates /tmp and /dev/shm tmpfs and a /dev/pts devpts
 // instance, detached.
 func newDetached() (*detached, error) {
@@ -205,7 +244,7 @@ func newDetached() (*detached, error) {
 	var err error
 	if d.tmp, err = fsmountFD("tmpfs", [][2]string{{"mode", "1777"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err == nil {
 		if d.shm, err = fsmountFD("tmpfs", [][2]string{{"mode", "1777"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err == nil {
-			d.pts, err = fsmountFD("devpts", [][2]string{{"newinstance", ""}, {"ptmxmode", "0666"}, {"mode", "0620"}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+			d.pts, err = fsmountFD("devpts", [][2]string{{"newinstance", ""}, {"ptmxmode", "0666"}, {"mode", "0620"}, {"max", strconv.Itoa(ptyMax)}}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
 		}
 	}
 	if err != nil {
@@ -482,7 +521,7 @@ func finishTree(cfg launchConfig, det *detached) error {
 	if err := det.place(detTmp, r+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	if err := det.place(detPts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := det.place(detPts, dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(ptyMax)); err != nil {
 		return err
 	}
 	if err := det.place(detShm, dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {

@@ -27,6 +27,9 @@ type server struct {
 // serve is the init after it dropped privileges: pid 1 of the sandbox,
 // reaping every orphan and starting commands on request.
 func serve(cfg launchConfig) error {
+	if err := lowerNoFile(); err != nil { // helper.go
+		return err
+	}
 	// pid 1 of a pid namespace receives from inside only the signals it
 	// handles, so a workload that may signal the init (one with its uid:
 	// without root, or run as uid 0) must not stop it with them. They are
