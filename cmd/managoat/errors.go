@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
+	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -80,15 +82,22 @@ func errorLine(cmd string, err error) string {
 	return line
 }
 
-// hint says what to do next about err, of the given kind.
+// hint says what to do next about err, of the given kind: the thing that
+// helps for that error (managoat doctor only for what this host cannot
+// isolate).
 func hint(cmd string, err error, kind string) string {
-	var ie *sandbox.InvalidError
+	var (
+		ie *sandbox.InvalidError
+		ue *sandbox.UnavailableError
+	)
+	msg := err.Error()
+	remote := current.provider == "runner" || strings.HasPrefix(current.provider, "platform")
 	switch {
-	case cmd == "cp" && (kind == "denied" || kind == "invalid" || kind == "not_found" && !strings.Contains(err.Error(), "sandbox \"")):
+	case cmd == "cp" && (kind == "denied" || kind == "invalid" || kind == "not_found" && !strings.Contains(msg, "sandbox \"")):
 		return "check the path: the sandbox's user must be able to read it, or to write where it goes"
 	case sandbox.IsExecTimeout(err):
 		return "give it a longer --timeout"
-	case errors.As(err, &ie) && ie.Reason == "command" && strings.Contains(err.Error(), "fake: "):
+	case errors.As(err, &ie) && ie.Reason == "command" && strings.Contains(msg, "fake: "):
 		// The fake runs no program: what looks like a command is its script.
 		return "the fake provider runs no program: a command's arguments are its script (out:TEXT err:TEXT exit:N sleep:D env:KEY pwd stay drop); --provider local runs real commands"
 	case couldNotRun(err):
@@ -98,19 +107,36 @@ func hint(cmd string, err error, kind string) string {
 		case exitCannotInvoke:
 			return "make it executable (chmod +x), or run it through its interpreter"
 		}
-		return "managoat doctor shows what this host can run"
-	case kind == "not_found" && strings.Contains(err.Error(), "checkpoint \""):
+		if strings.Contains(msg, "working directory") {
+			return "give a -w that exists in the sandbox (create -w makes its directory)"
+		}
+		return "check the command, its working directory (-w) and its environment (-e)"
+	case errors.As(err, &ie) && ie.Reason == "capability_unavailable":
+		return "managoat doctor shows what this host can isolate, or pick another --mechanism"
+	case errors.As(err, &ue) && ue.Reason == "no_runner_online":
+		return "start a runner for this account (managoat runner --url URL --token-file FILE, with the account's API key or an enrolment made with enroll --account ACCOUNT NAME), then try again"
+	case errors.As(err, &ue) && ue.Reason == "registry":
+		return "check the image's name, and that this host reaches its registry (a proxy: HTTPS_PROXY)"
+	case errors.As(err, &ue) && ue.Reason == sandbox.ReasonTransport && remote:
+		return "check that managoat serve runs at " + platformURL() + " (MANAGOAT_URL), then try again"
+	case errors.As(err, &ue) && ue.Reason == sandbox.ReasonTransport:
+		return "check this host's network and the provider's status, then try again"
+	case cmd == "image" && kind == "not_found" && strings.Contains(msg, "image "):
+		return "managoat image ls lists the images here; managoat image pull REF fetches one"
+	case kind == "not_found" && strings.Contains(msg, "checkpoint \""):
 		return "managoat checkpoint ls NAME lists the sandbox's checkpoints"
-	case kind == "not_found" && strings.Contains(err.Error(), "session"):
+	case kind == "not_found" && strings.Contains(msg, "session"):
 		return "managoat sessions NAME lists the sandbox's sessions"
 	case kind == "not_found":
 		return "managoat ls lists the sandboxes; managoat create NAME makes one"
 	case kind == "already_exists":
 		return "use another name, or managoat rm the existing one"
 	case kind == "not_supported":
-		return "this provider cannot do it; see the providers in the README"
+		return "provider " + current.provider + " cannot do it; the README's providers section says which can"
 	case kind == "rate_limited":
 		return "wait, then try again"
+	case kind == "denied" && strings.HasPrefix(current.provider, "platform"):
+		return "check MANAGOAT_API_KEY: a key of your account that is not revoked (managoat serve admin key ls ACCOUNT)"
 	case kind == "denied":
 		return "check the provider's credentials"
 	case kind == "truncated":
@@ -118,7 +144,15 @@ func hint(cmd string, err error, kind string) string {
 	case errors.As(err, &ie) && ie.Reason == sandbox.ReasonProvider:
 		return "pick one with --provider or MANAGOAT_PROVIDER"
 	case kind == "unavailable":
-		return "try again; managoat doctor shows what this host can run"
+		return "try again"
 	}
 	return ""
+}
+
+// platformURL is the platform the runner and platform providers reach.
+func platformURL() string {
+	if u := os.Getenv(envPlatformURL); u != "" {
+		return runner.RedactURL(u)
+	}
+	return "http://127.0.0.1:8080"
 }

@@ -46,3 +46,29 @@ func TestQuietFallbacksAreSaid(t *testing.T) {
 		t.Errorf("--provider fake run -- echo hi: exit %d stderr %q, want one line saying the fake runs no program", code, e)
 	}
 }
+
+// TestHintsNameWhatHelps: each error's hint names what helps for that
+// error; managoat doctor only for what this host cannot isolate. A platform
+// that does not answer names MANAGOAT_URL and serve; a registry that does
+// not answer names the image and the registry; a missing image names
+// image ls, not ls.
+func TestHintsNameWhatHelps(t *testing.T) {
+	home := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"MANAGOAT_URL=http://127.0.0.1:1", "MANAGOAT_API_KEY=mgk_0000000000000000_x"}, []string{"ls"},
+			"(unavailable transport); check that managoat serve runs at http://127.0.0.1:1 (MANAGOAT_URL), then try again"},
+		{[]string{"MANAGOAT_URL=http://127.0.0.1:1", "MANAGOAT_RUNNER_TOKEN=x"}, []string{"--provider", "runner", "ls"},
+			"(unavailable transport); check that managoat serve runs at http://127.0.0.1:1 (MANAGOAT_URL)"},
+		{nil, []string{"image", "pull", "127.0.0.1:1/nothing"}, "(unavailable registry); check the image's name, and that this host reaches its registry"},
+		{nil, []string{"image", "rm", "nosuch"}, "(not_found); managoat image ls lists the images here"},
+	} {
+		_, e, code := runBinary(t, nil, append(append([]string{}, home...), tc.env...), tc.args...)
+		if code != exitCouldNotRun || strings.Count(e, "\n") != 1 || !strings.Contains(e, tc.want) || strings.Contains(e, "doctor") {
+			t.Errorf("%v: exit %d stderr %q, want one line with %q and no doctor", tc.args, code, e, tc.want)
+		}
+	}
+}
