@@ -139,9 +139,6 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return nil, sandbox.Unavailable("image_store", err)
-	}
 	dst := filepath.Join(s.dir, "roots", mhex)
 	if err := os.Rename(tmp, dst); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
 		return nil, sandbox.Unavailable("image_store", err)

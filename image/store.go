@@ -51,16 +51,51 @@ type Store struct {
 }
 
 // Open returns the store kept in dir (created when missing).
+//
+// The store is private to the user who owns it: dir, and any directory
+// above it Open makes (the state directory, when an image command is
+// the first to run on a host), are made 0700, and a store left more open
+// (by an older managoat) is made 0700 again. Image roots keep their
+// files' owners and set-id bits, as the sandboxes need them; a setuid
+// root program in an image is thus never reachable by another host user,
+// who cannot traverse the store, and runs as root only in a sandbox,
+// whose mounts of the root are nosuid.
 func Open(dir string) (*Store, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, sandbox.Invalid("image_store", "the store's directory must be an absolute path")
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, sandbox.Unavailable("image_store", err)
+	}
 	for _, d := range []string{"blobs/sha256", "roots", "refs", "uses", "tmp", "locks"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, sandbox.Unavailable("image_store", err)
 		}
 	}
+	for _, d := range []string{dir, filepath.Join(dir, "roots")} {
+		if err := private(d); err != nil {
+			return nil, err
+		}
+	}
 	return &Store{dir: dir}, nil
+}
+
+// private makes directory d 0700 when it is open to others.
+func private(d string) error {
+	st, err := os.Lstat(d)
+	if err != nil {
+		return sandbox.Unavailable("image_store", err)
+	}
+	if !st.IsDir() {
+		return sandbox.Unavailable("image_store", fmt.Errorf("%s is not a directory", d))
+	}
+	if st.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return sandbox.Unavailable("image_store", fmt.Errorf("%s is mode %#o and cannot be made private: %w", d, st.Mode().Perm(), err))
+	}
+	return nil
 }
 
 // Dir is the store's directory.
@@ -592,9 +627,6 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return nil, sandbox.Unavailable("image_store", err)
-	}
 	dst := filepath.Join(s.dir, "roots", mdigest.Hex)
 	if err := os.Rename(tmp, dst); err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
@@ -720,7 +752,7 @@ func (s *Store) Use(img *Image, user string) error {
 		return err
 	}
 	d := filepath.Join(s.dir, "uses", hx)
-	if err := os.MkdirAll(d, 0o755); err != nil {
+	if err := os.MkdirAll(d, 0o700); err != nil {
 		return sandbox.Unavailable("image_store", err)
 	}
 	if err := os.WriteFile(filepath.Join(d, filepath.Base(user)), nil, 0o644); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"archive/tar"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,5 +76,30 @@ func TestImageCommands(t *testing.T) {
 	}
 	if _, _, code := mg("image", "frob"); code != exitUsage {
 		t.Fatalf("unknown image command: exit %d", code)
+	}
+}
+
+// image pull as the first command on a host (issue 30): the state
+// directory it makes, the store, its roots and each root's directory are
+// 0700, so no other host user reaches a setuid file of the image.
+func TestImagePullFirstKeepsTheStatePrivate(t *testing.T) {
+	reg := imagetest.Serve(t)
+	ref := reg.Push(t, "first:v1", v1.Config{}, imagetest.Layer{{Name: "bin/", Type: tar.TypeDir}, {Name: "bin/su", Mode: 0o4755, Body: "x"}})
+	home := filepath.Join(t.TempDir(), "state")
+	if out, e, code := runBinary(t, nil, []string{"MANAGOAT_HOME=" + home}, "image", "pull", ref); code != 0 {
+		t.Fatalf("pull: %d %q %q", code, out, e)
+	}
+	roots, err := filepath.Glob(filepath.Join(home, "images", "roots", "*"))
+	if err != nil || len(roots) != 1 {
+		t.Fatalf("roots: %v %v", roots, err)
+	}
+	for _, d := range []string{home, filepath.Join(home, "images"), filepath.Join(home, "images", "roots"), roots[0]} {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o700 {
+			t.Errorf("%s is mode %#o, want 0700", d, st.Mode().Perm())
+		}
 	}
 }
