@@ -167,7 +167,11 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 		}
 		noteNoIsolation(g, p) // provider_local.go
 		sp := startSpinner("creating sandbox " + *name)
-		h, err := reg.Create(ctx, p.Name(), *name, sandbox.CreateOptions{Limits: limits, Image: *imgRef, Mounts: mounts})
+		copts := sandbox.CreateOptions{Limits: limits, Image: *imgRef, Mounts: mounts}
+		if p.Name() == "local" {
+			copts.Dir = ef.dir // made at create, as docker run -w does
+		}
+		h, err := reg.Create(ctx, p.Name(), *name, copts)
 		sp.Stop()
 		if err != nil {
 			return createErr(ctx, err)

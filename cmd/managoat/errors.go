@@ -111,6 +111,8 @@ func hint(cmd string, err error, kind string) string {
 			return "give a -w that exists in the sandbox (create -w makes its directory)"
 		}
 		return "check the command, its working directory (-w) and its environment (-e)"
+	case errors.As(err, &ie) && ie.Reason == "dir":
+		return "give -w a directory the sandbox's user may make, such as one under /home/sprite or /tmp"
 	case errors.As(err, &ie) && ie.Reason == "capability_unavailable":
 		return "managoat doctor shows what this host can isolate, or pick another --mechanism"
 	case errors.As(err, &ue) && ue.Reason == "no_runner_online":

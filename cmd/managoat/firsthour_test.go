@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/managoat/managoat/internal/testenv"
 )
 
 // TestQuietFallbacksAreSaid: what managoat does that a new user would not
@@ -70,5 +72,32 @@ func TestHintsNameWhatHelps(t *testing.T) {
 		if code != exitCouldNotRun || strings.Count(e, "\n") != 1 || !strings.Contains(e, tc.want) || strings.Contains(e, "doctor") {
 			t.Errorf("%v: exit %d stderr %q, want one line with %q and no doctor", tc.args, code, e, tc.want)
 		}
+	}
+}
+
+// TestCreateMakesItsWorkingDir: the README's create -w /home/sprite/app
+// makes the directory, owned by the sandbox's user, so that later execs
+// start there (they failed with "not a directory"); run -w does the same; a
+// directory the sandbox's user cannot make refuses the create, naming it,
+// and leaves no sandbox.
+func TestCreateMakesItsWorkingDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "--label", "team=a", "-e", "LANG=C.UTF-8", "-w", "/home/sprite/app", "box1"); code != 0 {
+		t.Fatalf("create -w /home/sprite/app: exit %d %s", code, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "box1") })
+	if out, e, code := managoatEnv(t, env, "exec", "box1", "--", "sh", "-c", "pwd; stat -c %U .; touch mine"); code != 0 || out != "/home/sprite/app\nsprite\n" {
+		t.Errorf("exec in box1: exit %d stdout %q stderr %q, want it in its own /home/sprite/app", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, env, "run", "-w", "/home/sprite/new/deep", "--", "pwd"); code != 0 || out != "/home/sprite/new/deep\n" {
+		t.Errorf("run -w /home/sprite/new/deep: exit %d stdout %q stderr %q", code, out, e)
+	}
+	_, e, code := managoatEnv(t, env, "create", "-w", "/etc/managoat-nope", "box2")
+	if code != exitCouldNotRun || strings.Count(e, "\n") != 1 || !strings.Contains(e, "working directory /etc/managoat-nope cannot be made") || !strings.Contains(e, "(invalid dir); give -w") {
+		t.Errorf("create -w /etc/managoat-nope: exit %d stderr %q, want one line refusing it", code, e)
+	}
+	if out, _, _ := managoatEnv(t, env, "ls"); strings.Contains(out, "box2") {
+		t.Errorf("a refused create left its sandbox: %q", out)
 	}
 }

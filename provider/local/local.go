@@ -602,6 +602,13 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 		_ = p.destroy(context.WithoutCancel(ctx), name)
 		return nil, mechErr("start", err)
 	}
+	if opts.Dir != "" {
+		if err := p.makeWorkDir(ctx, name, opts.Dir); err != nil { // workdir.go
+			unlock()
+			_ = p.destroy(context.WithoutCancel(ctx), name)
+			return nil, err
+		}
+	}
 	h := sandbox.BuildHandle(Name, name)
 	if fresh {
 		h.InstanceID = iid
