@@ -29,6 +29,16 @@ func errDisconnected() error { return sandbox.Unavailable(ReasonDisconnected, ni
 
 // Subscription routes one spawn's or attach's stream frames into a
 // Command's Stream. Make one with NewSubscription and pass it to Call.
+//
+// A stream-backed subscription never lets its Command's reader fall so
+// far behind that the Stream drops it (sandbox.StreamLimit): one socket
+// carries every session of a runner, so its reading cannot wait for one
+// slow reader. When the reader has more than half the Stream's bound
+// queued, the subscription stops delivering (it is behind) and calls its
+// onBehind once, with the count of output bytes it delivered; the
+// Provider then attaches again and resumes from that offset of the
+// session's journal (see Provider.resume). Output positions count stdout
+// and stderr as one sequence, as the daemon's replay orders them.
 type Subscription struct {
 	stream *sandbox.Stream
 	frames func(*wire.Stream) // instead of stream (NewFrameSubscription)
@@ -37,6 +47,12 @@ type Subscription struct {
 	conn      *Conn
 	sessionID string
 	reqID     int64
+
+	mu       sync.Mutex
+	skip     int64           // output bytes of the replay still to drop (a resumed subscription)
+	pos      int64           // output bytes delivered to stream, skip included
+	behind   bool            // stopped delivering; onBehind was called
+	onBehind func(pos int64) // nil: a reader that falls behind is dropped (the Stream's rule)
 }
 
 // NewSubscription returns a subscription that feeds s.
@@ -82,11 +98,42 @@ func (sub *Subscription) deliver(s *wire.Stream) {
 		sub.frames(s)
 		return
 	}
+	sub.mu.Lock()
+	if sub.behind {
+		// Everything from here on, the end too, comes again with the
+		// resumed subscription's replay.
+		sub.mu.Unlock()
+		return
+	}
+	if s.Kind == wire.StreamStdout || s.Kind == wire.StreamStderr {
+		data := s.Data
+		if sub.skip > 0 {
+			k := min(int64(len(data)), sub.skip)
+			sub.skip -= k
+			data = data[k:]
+		}
+		if len(data) == 0 {
+			sub.mu.Unlock()
+			return
+		}
+		if sub.onBehind != nil && !hasRoom(sub.stream, len(data)) {
+			sub.behind = true
+			pos, f := sub.pos, sub.onBehind
+			sub.mu.Unlock()
+			f(pos)
+			return
+		}
+		sub.pos += int64(len(data))
+		sub.mu.Unlock()
+		if s.Kind == wire.StreamStdout {
+			sub.stream.Stdout(data)
+		} else {
+			sub.stream.Stderr(data)
+		}
+		return
+	}
+	sub.mu.Unlock()
 	switch s.Kind {
-	case wire.StreamStdout:
-		sub.stream.Stdout(s.Data)
-	case wire.StreamStderr:
-		sub.stream.Stderr(s.Data)
 	case wire.StreamExit:
 		if s.Malformed {
 			sub.stream.Fail(&sandbox.ProviderError{Provider: wire.ProviderName, Reason: "malformed_exit", Err: errors.New(s.Detail)})
@@ -98,6 +145,15 @@ func (sub *Subscription) deliver(s *wire.Stream) {
 	default:
 		// Unknown stream kinds deliver nothing.
 	}
+}
+
+// hasRoom reports, without waiting, whether st's reader has room for n
+// more bytes (sandbox.Stream.WaitRoom's rule: at most half its bound
+// queued after them).
+func hasRoom(st *sandbox.Stream, n int) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return st.WaitRoom(ctx, n) || st.Terminated() || st.Detached()
 }
 
 type pending struct {

@@ -62,6 +62,15 @@
 //     truncated, denied, rate_limited, restore_failed), and a terminal
 //     "error" stream frame carries a transport failure behind the daemon
 //     (closed_before_exit) instead of a made-up exit.
+//   - A slow reader loses nothing and holds up nobody: one socket carries
+//     every session of a runner, so a Command's reader that has more than
+//     half its Stream's bound (sandbox.StreamLimit) queued is not fed
+//     further; its subscription is dropped, and once the reader has
+//     drained, the Command attaches again and resumes at the output offset
+//     it reached (the daemon replays the session from byte zero, from its
+//     memory or the provider's journal; the bytes before the offset are
+//     dropped here). The original dropped nothing and queued without bound;
+//     the Stream's own rule would cut the reader off (slow_reader).
 //   - ListSessions gives each session its state: the daemon's "state"
 //     extension field, else (an original daemon) exited with its code when
 //     the entry has exit_code and running when it has none. The original

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/managoat/managoat/provider/runner/wire"
@@ -118,8 +119,16 @@ func (p *Provider) Mint(ctx context.Context) (string, error) {
 
 type cmdPrivate struct {
 	runnerID, name string
-	sub            *Subscription
+	stdin          bool
+
+	mu      sync.Mutex
+	sub     *Subscription // the current one; a resume replaces it
+	sid     string        // the session's wire id, once the spawn or attach answered
+	stopped bool
+	cancel  context.CancelFunc // ends a resume under way
+	ready   chan struct{}      // closed once the spawn or attach answered (sid set or not)
 }
+
 
 func (p *Provider) call(ctx context.Context, runnerID string, req *wire.Request, sub *Subscription) (json.RawMessage, error) {
 	if _, ok := ctx.Deadline(); !ok {
@@ -394,11 +403,15 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 		return nil, err
 	}
 	req.Name = h.Name
-	priv := &cmdPrivate{runnerID: rid, name: h.Name}
+	rctx, cancel := context.WithCancel(context.Background())
+	priv := &cmdPrivate{runnerID: rid, name: h.Name, stdin: req.Stdin || req.TTY, cancel: cancel, ready: make(chan struct{})}
+	defer close(priv.ready)
 	cmd, stream := sandbox.NewCommand(p, "", priv)
-	priv.sub = NewSubscription(stream)
-	res, err := p.call(ctx, rid, req, priv.sub)
+	sub := p.newSub(rctx, stream, priv, 0)
+	priv.sub = sub
+	res, err := p.call(ctx, rid, req, sub)
 	if err != nil {
+		cancel()
 		stream.Detach()
 		return nil, err
 	}
@@ -407,12 +420,78 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 	}
 	_ = json.Unmarshal(res, &r)
 	if r.SessionID == "" || (want != "" && r.SessionID != want && !canonicalOf(r.SessionID, want, h.Name)) {
-		p.c.Unsubscribe(priv.sub)
+		cancel()
+		p.c.Unsubscribe(sub)
 		stream.Detach()
 		return nil, malformed(req.Op, res)
 	}
 	cmd.SessionID = r.SessionID
+	priv.mu.Lock()
+	priv.sid = r.SessionID
+	priv.mu.Unlock()
 	return cmd, nil
+}
+
+// newSub is a subscription feeding stream that resumes when its reader
+// falls behind (see Subscription), dropping the first skip output bytes
+// of its replay.
+func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, skip int64) *Subscription {
+	sub := NewSubscription(stream)
+	sub.skip = skip
+	sub.onBehind = func(pos int64) {
+		// Called under the connection's lock: the resume runs apart,
+		// from the offset this subscription began at plus what it
+		// delivered.
+		go p.resume(ctx, stream, priv, sub, skip+pos)
+	}
+	return sub
+}
+
+// resume takes over from a subscription whose reader fell behind: once
+// the reader has drained most of what is queued, it attaches to the
+// session again and delivers its replay from output offset pos on (the
+// daemon replays from byte zero; the bytes before pos, which the reader
+// has, are dropped), then the live output. So a slow reader slows only
+// itself and loses nothing, as on provider/local, whose journal the
+// daemon's replay reads. A resume that cannot attach ends the Command
+// with the attach's error.
+func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, old *Subscription, pos int64) {
+	select {
+	case <-priv.ready:
+	case <-ctx.Done():
+		return
+	}
+	p.c.Unsubscribe(old)
+	if !stream.WaitRoom(ctx, sandbox.StreamLimit/4) {
+		return // stopped, or ended
+	}
+	sub := p.newSub(ctx, stream, priv, pos)
+	priv.mu.Lock()
+	sid := priv.sid
+	if priv.stopped || sid == "" {
+		priv.mu.Unlock()
+		return
+	}
+	priv.sub = sub
+	priv.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	r, err := p.c.Call(actx, priv.runnerID, &wire.Request{Op: wire.OpAttach, Name: priv.name, SessionID: sid, Stdin: priv.stdin}, sub)
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			stream.Fail(err)
+		}
+		return
+	}
+	priv.mu.Lock()
+	stopped := priv.stopped
+	priv.mu.Unlock()
+	if stopped {
+		p.c.Unsubscribe(sub) // a Stop came during the call
+	}
 }
 
 // canonicalOf reports whether got is the daemon's wire id of the session
@@ -485,7 +564,12 @@ func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 // was the session's last listener. The remote process keeps running.
 func (p *Provider) StopCommand(c *sandbox.Command) error {
 	if priv, err := p.private(c); err == nil {
-		p.c.Unsubscribe(priv.sub)
+		priv.mu.Lock()
+		priv.stopped = true
+		sub := priv.sub
+		priv.mu.Unlock()
+		priv.cancel()
+		p.c.Unsubscribe(sub)
 	}
 	return nil
 }
