@@ -129,7 +129,6 @@ type cmdPrivate struct {
 	ready   chan struct{}      // closed once the spawn or attach answered (sid set or not)
 }
 
-
 func (p *Provider) call(ctx context.Context, runnerID string, req *wire.Request, sub *Subscription) (json.RawMessage, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
