@@ -46,7 +46,8 @@
 // Nothing else has anywhere to go: a packet no rule redirects loops back
 // through lo and is dropped, as the namespace forwards nothing. Other
 // sandboxes are not reachable: they have no address but their own
-// loopback, and what they publish on the host's loopback is loopback.
+// loopback, and what they publish is on the host's loopback, for their
+// owner only (below).
 // A sandbox whose proxy is gone (the process serving it died) fails
 // closed: its connections are refused and its queries go unanswered.
 //
@@ -87,6 +88,23 @@
 // dies) or when the sandbox's init exits; one killed while the sandbox
 // runs is started again (publish_rootless.go).
 // RootlessSupported says whether nsenter is there.
+//
+// # Published ports
+//
+// Publish and PublishPorts make a port of a sandbox's loopback reachable
+// from this host, and only to the user that published it (and root):
+// each published port is a unix socket, mode 0600 in PortsDir (a
+// directory of that user's, 0700, that must not be reachable by anyone
+// else or no socket is made there), which another user's connect(2)
+// fails on with EACCES: what `managoat serve` proxies behind its API
+// keys (SocketFor finds it from the address below); and a TCP port of
+// 127.0.0.1 for the user's own browser and tools (`managoat url`), where
+// a connection is relayed only when the kernel's socket diagnostics
+// (sock_diag, through github.com/vishvananda/netlink) say the socket at
+// its other end is owned by that user or by root: any other user's is
+// reset before a byte is read from it or anything is dialled inside the
+// sandbox. (A user is the unit: every process of that user, and root,
+// can reach the ports it publishes, as they can read its files.)
 //
 // # The guarantee of a policy
 //

@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(publisherEnv) != "" {
 		os.Exit(publisherMain()) // a manager that dies (publish_rootless_test.go)
 	}
+	if os.Getenv(attackerEnv) != "" {
+		os.Exit(attackerMain()) // another local user (ports_owner_test.go)
+	}
 	testenv.Enclose()
 	goleak.VerifyTestMain(m)
 }

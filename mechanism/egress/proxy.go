@@ -373,8 +373,14 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	relay(c, out)
 }
 
+// halfCloser is a connection that can end its writing half (TCP, unix).
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
 // relay copies both ways until both are done, passing on half-closes.
-func relay(in *net.TCPConn, out net.Conn) {
+func relay(in halfCloser, out net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

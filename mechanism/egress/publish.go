@@ -5,22 +5,36 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// Published relays the connections made to an address on the host's
-// loopback (127.0.0.1, never an address another machine can reach) to a
-// port on a sandbox's own loopback: how an application served inside a
-// sandbox is reached from this machine.
+// Published relays the connections made to a published port on this
+// host to a port on a sandbox's own loopback: how an application served
+// inside a sandbox is reached from this machine. It listens in two
+// places, neither of which another machine, or another user of this one,
+// can use:
+//
+//   - a unix socket, mode 0600 in a directory of this user's, mode 0700
+//     (PortsDir; Socket): what `managoat serve` proxies, behind its API
+//     keys; no other user can connect(2) to it at all;
+//   - a TCP port of 127.0.0.1 (Addr), for this user's own tools (a
+//     browser, curl: `managoat url`): a connection is relayed only when
+//     the socket at its other end belongs to this user (or root), which
+//     the kernel says (sock_diag, the socket's owner uid); any other
+//     user's connection is reset before a byte is read or relayed.
 type Published struct {
 	ln    *net.TCPListener
+	sock  *net.UnixListener // nil where PortsDir is unusable
 	d     portDialer
 	ownsD bool // Close closes d (Publish's; PublishPorts' Ports close theirs)
 	port  int
+	owner uint32 // the uid whose connections to ln are relayed (and root's)
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	done  bool
@@ -28,10 +42,10 @@ type Published struct {
 }
 
 // Publish publishes port of the sandbox whose init is pid on a free port
-// of 127.0.0.1. As root it enters the sandbox's network namespace for
-// each connection; as another user pid must be in a user namespace this
-// user owns (a rootless sandbox), where a helper makes the sockets (see
-// the package doc's Rootless).
+// of 127.0.0.1 and on a unix socket (see Published). As root it enters
+// the sandbox's network namespace for each connection; as another user
+// pid must be in a user namespace this user owns (a rootless sandbox),
+// where a helper makes the sockets (see the package doc's Rootless).
 func Publish(pid, port int) (*Published, error) {
 	if err := checkPort(port); err != nil {
 		return nil, err
@@ -92,21 +106,70 @@ func (d netnsDialer) dialPort(port int) (c net.Conn, err error) {
 
 func (d netnsDialer) close() { unix.Close(int(d)) }
 
-// publishWith listens on a free port of 127.0.0.1 and relays each
-// connection to port through d.
+// publishWith listens on a free port of 127.0.0.1 (and on its unix
+// socket in PortsDir) and relays each connection to port through d.
 func publishWith(d portDialer, port int) (*Published, error) {
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, err
 	}
-	p := &Published{ln: ln, d: d, port: port, conns: map[net.Conn]struct{}{}}
+	p := &Published{ln: ln, d: d, port: port, owner: uint32(os.Geteuid()), conns: map[net.Conn]struct{}{}}
+	if dir, err := PortsDir(); err == nil {
+		if p.sock, err = listenPrivate(filepath.Join(dir, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("the published port's socket: %w", err)
+		}
+	}
 	p.wg.Add(1)
-	go p.serve()
+	go p.serve(ln, p.ownerOnly)
+	if p.sock != nil {
+		p.wg.Add(1)
+		go p.serve(p.sock, nil)
+	}
 	return p, nil
 }
 
-// Addr is the host's loopback address ("127.0.0.1:PORT") it listens on.
+// Addr is the host's loopback address ("127.0.0.1:PORT") it listens on,
+// for this user only.
 func (p *Published) Addr() string { return p.ln.Addr().String() }
+
+// Socket is the path of its unix socket ("" where PortsDir is unusable).
+func (p *Published) Socket() string {
+	if p.sock == nil {
+		return ""
+	}
+	return p.sock.Addr().String()
+}
+
+// ownerOnly says whether the connection c accepted on the loopback port
+// comes from a socket of the owner's (or root's): the kernel's socket
+// diagnostics give the owner uid of the socket at c's other end, which
+// is on this host's loopback, so in this network namespace. A socket it
+// cannot find (gone already) is refused too.
+func (p *Published) ownerOnly(c net.Conn) bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	uid, err := peerUID(tc)
+	return err == nil && (uid == p.owner || uid == 0)
+}
+
+// peerUID is the owner uid of the socket at the other end of c, a
+// connection over this host's loopback.
+func peerUID(c *net.TCPConn) (uint32, error) {
+	var err error
+	for range 3 { // a dump interrupted by a change of the table is retried
+		var s *netlink.Socket
+		if s, err = netlink.SocketGet(c.RemoteAddr(), c.LocalAddr()); err == nil {
+			return s.UID, nil
+		}
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return 0, err
+}
 
 func (p *Published) track(c net.Conn) bool {
 	p.mu.Lock()
@@ -125,14 +188,22 @@ func (p *Published) untrack(c net.Conn) {
 	c.Close()
 }
 
-func (p *Published) serve() {
+func (p *Published) serve(ln net.Listener, allow func(net.Conn) bool) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.AcceptTCP()
+		c, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			time.Sleep(5 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		if allow != nil && !allow(c) {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0) // reset: another user's connection
+			}
+			c.Close()
 			continue
 		}
 		if !p.track(c) {
@@ -152,7 +223,7 @@ func (p *Published) serve() {
 				return
 			}
 			defer p.untrack(in)
-			relay(c, in)
+			relay(c.(halfCloser), in)
 		}()
 	}
 }
@@ -170,6 +241,9 @@ func (p *Published) Close() {
 	p.conns = map[net.Conn]struct{}{}
 	p.mu.Unlock()
 	p.ln.Close()
+	if p.sock != nil {
+		p.sock.Close() // and unlinks it
+	}
 	for c := range conns {
 		c.Close()
 	}

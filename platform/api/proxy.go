@@ -3,6 +3,8 @@ package api
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +25,11 @@ import (
 
 // The proxy: /v1/sandboxes/{name}/ports/{port}/PATH, any method, is
 // forwarded to PATH on port of the sandbox, where its provider publishes
-// it on this host's loopback (a PortPublisher: provider/local on the jail
-// or runc, as root). It is authorized as every /v1 call (the account's
+// it on this host (a PortPublisher: provider/local on the jail or runc,
+// whose published port is a unix socket in a directory of this
+// process's user that no other user can connect to, so the proxy, behind
+// the account's key, is the only way to it; the host header the
+// application then gets is localhost:PORT). It is authorized as every /v1 call (the account's
 // Bearer key; another account's sandbox is 404 not_found) and the key is
 // never forwarded: the Authorization header is the platform's, an
 // application that wants credentials of its own takes them in another
@@ -63,9 +68,11 @@ import (
 type PortPublisher interface {
 	// PublishedPorts are the ports the sandbox publishes, in order.
 	PublishedPorts(ctx context.Context, h *sandbox.Handle) ([]int, error)
-	// PortAddress is the host's loopback "127.0.0.1:PORT" where port of
-	// the running sandbox is published: Invalid{port} for a port it does
-	// not publish, Unavailable{not_running} when it does not run.
+	// PortAddress is where port of the running sandbox is published:
+	// "unix:PATH", a unix socket only this process's user can connect to
+	// (provider/local's), or the host's loopback "127.0.0.1:PORT";
+	// Invalid{port} for a port it does not publish,
+	// Unavailable{not_running} when it does not run.
 	PortAddress(ctx context.Context, h *sandbox.Handle, port int) (string, error)
 }
 
@@ -180,6 +187,14 @@ func newProxyTransport(idle time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	return &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if path, ok := ctx.Value(unixPathKey{}).(string); ok {
+				// A request to a unix socket names it by unixHost: a
+				// connection of the pool for that name is that socket's.
+				if h, _, _ := net.SplitHostPort(addr); h != unixHost(path) {
+					return nil, fmt.Errorf("dial %s: not the socket %s", addr, path)
+				}
+				network, addr = "unix", path
+			}
 			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
@@ -192,6 +207,19 @@ func newProxyTransport(idle time.Duration) *http.Transport {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true, // the application's encoding passes as it is
 	}
+}
+
+// unixPathKey carries the unix socket a proxied request goes to (a
+// PortAddress "unix:PATH") to the transport's dial.
+type unixPathKey struct{}
+
+// unixHost is the host name a request to the unix socket path is sent
+// to: the transport keeps idle connections by host, so each socket has
+// its own (a hash of the path; the application sees Host
+// localhost:PORT).
+func unixHost(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return hex.EncodeToString(sum[:10]) + ".sock"
 }
 
 // proxyBuffers are the copy buffers of proxied bodies: 256 KiB, eight
@@ -358,6 +386,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 	}()
 	stop := context.AfterFunc(s.closed, cancel) // Close ends upgraded connections too
 	defer stop()
+	host, outHost := addr, ""
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		ctx = context.WithValue(ctx, unixPathKey{}, path)
+		host, outHost = unixHost(path), "localhost:"+strconv.Itoa(port)
+	}
 	r = r.WithContext(ctx)
 	// The application may answer while the request body still comes
 	// (an echo, a stream both ways).
@@ -377,7 +410,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", addr, ""
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", host, outHost
 			pr.Out.URL.RawPath = rest
 			pr.Out.URL.Path, _ = url.PathUnescape(rest)
 			pr.Out.Header.Del("Authorization") // the account's key stays here

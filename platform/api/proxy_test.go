@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -499,5 +500,52 @@ func TestProxyBounds(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 || !strings.Contains(string(b), "not_running") {
 		t.Errorf("a stopped sandbox = %d %s, want 503 not_running", resp.StatusCode, b)
+	}
+}
+
+// TestProxyUnixSocket: a port published on a unix socket (PortAddress
+// "unix:PATH", as provider/local's are) is proxied there, keep-alive
+// connections and all, with the key's authorization; the application
+// sees Host localhost:PORT.
+func TestProxyUnixSocket(t *testing.T) {
+	noServerPanics(t)
+	sock := filepath.Join(t.TempDir(), "app.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var hosts []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host)
+		mu.Unlock()
+		fmt.Fprintf(w, "unix app: %s", r.URL.Path)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	f := fake.New()
+	t.Cleanup(func() { _ = f.Close() })
+	pub := &publisher{Provider: f, addr: "unix:" + sock, ports: map[string][]int{}}
+	pl := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"fake": pub}, Env: map[string]string{"SANDBOX_PROVIDER": "fake"}})
+	alice := pl.Account(t, "alice")
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "web", "publish": [8080]}`)); a.status != 201 {
+		t.Fatalf("create = %d %s", a.status, a.body)
+	}
+	u := pl.URL + "/v1/sandboxes/web/ports/8080/"
+	for i := range 3 {
+		if a := call(t, "GET", u+fmt.Sprint("p", i), alice, nil); a.status != 200 || string(a.body) != fmt.Sprint("unix app: /p", i) {
+			t.Fatalf("GET %d through the unix socket = %d %q", i, a.status, a.body)
+		}
+	}
+	if a := call(t, "GET", u, "", nil); a.status != 401 {
+		t.Errorf("no key = %d, want 401", a.status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range hosts {
+		if h != "localhost:8080" {
+			t.Errorf("the application saw Host %q, want localhost:8080", h)
+		}
 	}
 }

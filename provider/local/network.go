@@ -94,7 +94,9 @@ func (p *Provider) publishOf(ports []int) ([]int, error) {
 }
 
 // publicURL is http://ADDRESS of r's first published port: never an
-// address another machine can reach. A sandbox that publishes nothing is
+// address another machine can reach, and one that relays only this
+// user's (and root's) connections: another local user's are reset
+// (egress.Published). A sandbox that publishes nothing is
 // Invalid{no_published_port}; one that is not running is
 // Unavailable{not_running}.
 func (p *Provider) publicURL(ctx context.Context, r *record) (string, error) {
@@ -129,11 +131,15 @@ func (p *Provider) PublishedPorts(ctx context.Context, h *sandbox.Handle) ([]int
 	return append([]int{}, r.Publish...), nil
 }
 
-// PortAddress is the host's loopback address ("127.0.0.1:PORT") where
-// port of the sandbox h is published while it runs. A port h does not
-// publish is Invalid{port}; a sandbox that is not running, or is
-// suspended (its application would not answer), is
-// Unavailable{not_running}. It starts nothing and reads files only.
+// PortAddress is where port of the sandbox h is published while it
+// runs, for a platform on this host to proxy: "unix:PATH", the published
+// port's unix socket (mode 0600 in a directory of this user's, 0700:
+// egress.SocketFor), which no other local user can connect to; or, for
+// a port published by an older managoat that made no socket, its
+// loopback address "127.0.0.1:PORT". A port h does not publish is
+// Invalid{port}; a sandbox that is not running, or is suspended (its
+// application would not answer), is Unavailable{not_running}. It starts
+// nothing and reads files only.
 func (p *Provider) PortAddress(ctx context.Context, h *sandbox.Handle, port int) (string, error) {
 	r, dir, err := p.handle(h)
 	if err != nil {
@@ -155,6 +161,9 @@ func (p *Provider) PortAddress(ctx context.Context, h *sandbox.Handle, port int)
 	}
 	if addr == "" {
 		return "", sandbox.Unavailable("not_running", fmt.Errorf("sandbox %s is not running: its port %d is published only while it runs", r.Name, port))
+	}
+	if sock, err := egress.SocketFor(addr); err == nil {
+		return "unix:" + sock, nil
 	}
 	return addr, nil
 }

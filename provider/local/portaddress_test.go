@@ -3,11 +3,13 @@ package local
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,9 +18,11 @@ import (
 )
 
 // TestPortAddress: on the jail and on runc, a sandbox made with Publish
-// has PublishedPorts and a PortAddress (127.0.0.1:PORT, the PublicURL's
-// host) through which its application answers; a port it does not publish
-// is Invalid{port}; suspended, it is Unavailable{not_running} at once
+// has PublishedPorts, a PortAddress (unix:PATH, what a platform
+// proxies) and a PublicURL (http://127.0.0.1:PORT, this user's) through
+// both of which its application answers, while another local user (uid
+// 65534) gets nothing through either; a port it does not publish is
+// Invalid{port}; suspended, it is Unavailable{not_running} at once
 // (its application would not answer), and reachable again once resumed.
 func TestPortAddress(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -52,26 +56,44 @@ func TestPortAddress(t *testing.T) {
 				t.Fatalf("PublishedPorts = %v, %v", ports, err)
 			}
 			addr, err := p.PortAddress(ctx, h, 8080)
-			if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") {
-				t.Fatalf("PortAddress = %q, %v; want 127.0.0.1:PORT", addr, err)
+			sock, isUnix := strings.CutPrefix(addr, "unix:")
+			if err != nil || !isUnix {
+				t.Fatalf("PortAddress = %q, %v; want unix:PATH", addr, err)
 			}
-			if u, err := p.PublicURL(ctx, h); err != nil || u != "http://"+addr {
-				t.Errorf("PublicURL = %q, %v; want http://%s", u, err, addr)
+			u, err := p.PublicURL(ctx, h)
+			if err != nil || !strings.HasPrefix(u, "http://127.0.0.1:") {
+				t.Fatalf("PublicURL = %q, %v; want http://127.0.0.1:PORT", u, err)
 			}
-			var body string
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				resp, err := http.Get("http://" + addr + "/index.html")
-				if err != nil {
-					continue
+			overUnix := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}
+			defer overUnix.CloseIdleConnections()
+			get := func(c *http.Client, u string) string {
+				var body string
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					resp, err := c.Get(u)
+					if err != nil {
+						continue
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if body = string(b); resp.StatusCode == 200 {
+						break
+					}
 				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if body = string(b); resp.StatusCode == 200 {
-					break
-				}
+				return body
 			}
-			if body != "hello from "+mech+"\n" {
+			if body := get(overUnix, "http://localhost:8080/index.html"); body != "hello from "+mech+"\n" {
 				t.Fatalf("GET through PortAddress = %q", body)
+			}
+			if body := get(http.DefaultClient, u+"/index.html"); body != "hello from "+mech+"\n" {
+				t.Fatalf("GET through PublicURL = %q", body)
+			}
+			// Another local user reaches neither.
+			for _, target := range []string{"unix " + sock, "tcp " + strings.TrimPrefix(u, "http://")} {
+				if got := otherUserGet(t, target); got != "refused" {
+					t.Errorf("uid 65534 through %s: %s; want refused", target, got)
+				}
 			}
 			if _, err := p.PortAddress(ctx, h, 9999); !isInvalid(err) {
 				t.Errorf("PortAddress of a port not published = %v, want Invalid", err)
@@ -90,4 +112,36 @@ func TestPortAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherUserGet asks for /index.html as uid 65534 ("unix PATH" or "tcp
+// HOST:PORT", through python3): "refused" when it got nothing, else
+// what it got.
+func otherUserGet(t *testing.T, target string) string {
+	t.Helper()
+	network, addr, _ := strings.Cut(target, " ")
+	script := `
+import socket, sys
+net, addr = sys.argv[1], sys.argv[2]
+try:
+    if net == "unix":
+        s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(addr)
+    else:
+        h, p = addr.rsplit(":", 1)
+        s = socket.create_connection((h, int(p)), timeout=3)
+    s.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+    got = s.recv(4096)
+    print("got %r" % got if got else "refused")
+except OSError as e:
+    print("refused")
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, network, addr)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 as uid 65534: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
