@@ -18,7 +18,7 @@ type networkFlags struct {
 
 func (f *networkFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.network, "network", "", "the sandbox's network: egress (the default: the outside world, under its network policy) or none (only loopback; local provider)")
-	fs.Var(&f.publish, "publish", "publish `PORT` of the sandbox on this machine's loopback; managoat url NAME prints http://127.0.0.1:PORT for the first, or through the platform its proxied URL (repeatable; local provider)")
+	fs.Var(&f.publish, "publish", "publish `PORT` of the sandbox on this machine's loopback, for your user only (another user's connections are reset); managoat url NAME prints http://127.0.0.1:PORT for the first, or through the platform its proxied URL (repeatable; local provider)")
 }
 
 // options checks the flags for provider and returns CreateOptions'
