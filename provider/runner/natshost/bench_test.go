@@ -3,6 +3,7 @@ package natshost_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -253,7 +254,7 @@ func BenchmarkOnlineThousandRunners(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, Logger: quiet})
+		h, err := natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, Logger: quiet, ClusterKey: clusterKey})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
@@ -313,9 +314,15 @@ func TestMalformedMessages(t *testing.T) {
 	}
 	defer nc.Close()
 	for range 3 {
-		m, err := nc.Request("managoat.runners.call.a", []byte("not json"), 5*time.Second)
-		if err != nil || m.Header.Get("Managoat-Code") != "invalid" {
-			t.Fatalf("a malformed call: %v %+v", err, m)
+		// Not a replica's (not sealed): dropped unanswered.
+		m, err := nc.Request("managoat.runners.call.a", []byte("not json"), 200*time.Millisecond)
+		if !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("a malformed call: %v %+v, want no answer", err, m)
+		}
+		// A replica's call that is not a request: answered invalid.
+		ans, err := sealedCall(t, nc, a.host, "managoat.runners.call.a", nats.Header{"Managoat-Runner": {id}}, []byte("not json"))
+		if err != nil || ans.Header.Get("Managoat-Code") != "invalid" {
+			t.Fatalf("a sealed malformed call: %v %+v", err, ans)
 		}
 		_ = nc.Publish("managoat.runners.delete", []byte{0xff, 0})
 		_ = nc.Publish("managoat.runners.unsub.a", []byte("{"))

@@ -75,7 +75,7 @@ func replicaOn(t *testing.T, name string, nodes ...*server.Server) *replica {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h, err = natshost.New(ctx, natshost.Config{Conn: nc, Replica: name, TTL: 5 * time.Second, KeepAlive: 100 * time.Millisecond,
-			BucketReplicas: 3, Logger: quiet})
+			BucketReplicas: 3, Logger: quiet, ClusterKey: clusterKey})
 		cancel()
 		if err == nil {
 			break
@@ -182,7 +182,8 @@ func TestGapEndsTheStream(t *testing.T) {
 	if len(inboxes) != 1 {
 		t.Fatalf("%d relayed streams on b, want 1", len(inboxes))
 	}
-	m := &nats.Msg{Subject: inboxes[0], Data: []byte("x"), Header: nats.Header{"Managoat-Out": {"stdout"}, "Managoat-Seq": {"7"}}}
+	// As replica a would send it (sealed), but out of order.
+	m := &nats.Msg{Subject: inboxes[0], Data: natshost.Seal(a.host, "answer", inboxes[0], "", nats.Header{"Managoat-Out": {"stdout"}, "Managoat-Seq": {"7"}}, []byte("x"))}
 	if err := a.nc.PublishMsg(m); err != nil {
 		t.Fatal(err)
 	}

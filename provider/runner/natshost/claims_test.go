@@ -89,9 +89,10 @@ func TestStaleClaimOfALiveReplica(t *testing.T) {
 }
 
 // TestLostClaimClosesWith4409: replica b took the claim of a runner whose
-// socket replica a still holds (a looked dead to b for a moment). At its
-// next heartbeat a finds the claim is b's: it closes its socket with 4409
-// instead of writing the claim back (two replicas both serving one
+// socket replica a still holds (a looked dead to b for a moment, and the
+// runner connected to b). At its next heartbeat a finds the claim is
+// b's, and b answers that it holds the runner: a closes its socket with
+// 4409 instead of writing the claim back (two replicas both serving one
 // runner id), and leaves b's claim in place.
 func TestLostClaimClosesWith4409(t *testing.T) {
 	ns := startNATS(t)
@@ -104,6 +105,7 @@ func TestLostClaimClosesWith4409(t *testing.T) {
 	info := a.host.Whereis(id).Info()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	defer natshost.Claiming(b.host, id)()
 	if err := natshost.PutPresence(ctx, b.host, b.host.Replica(), info); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +384,7 @@ func TestHolderSilentAfterReply(t *testing.T) {
 	}
 	defer nc.Close()
 	sub, err := nc.Subscribe("managoat.runners.call.z", func(m *nats.Msg) {
-		_ = nc.Publish(m.Reply, wire.AppendOK(nil, 1, []byte(`{"session_id":"s1"}`)))
+		_ = nc.Publish(m.Reply, natshost.Seal(b.host, "answer", m.Reply, "", nil, wire.AppendOK(nil, 1, []byte(`{"session_id":"s1"}`))))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -474,9 +476,9 @@ func TestRelayedDataIsBase64(t *testing.T) {
 	}
 	defer nc.Close()
 	bare := []byte(`{"id":1,"op":"write_file","name":"` + h.Name + `","path":"/x"}`)
-	m := &nats.Msg{Subject: "managoat.runners.call.a", Data: append(bare, `aGk=","path":"/etc/evil`...),
-		Header: nats.Header{"Managoat-Runner": {id}, "Managoat-Data-At": {fmt.Sprint(len(bare))}}}
-	ans, err := nc.RequestMsg(m, 5*time.Second)
+	// As replica b would relay it (sealed), with data that is not base64.
+	ans, err := sealedCall(t, nc, b.host, "managoat.runners.call.a", nats.Header{"Managoat-Runner": {id}, "Managoat-Account": {"local"},
+		"Managoat-Data-At": {fmt.Sprint(len(bare))}}, append(bare, `aGk=","path":"/etc/evil`...))
 	if err != nil || ans.Header.Get("Managoat-Code") != "invalid" {
 		t.Fatalf("a relayed call with data that is not base64: %v %+v", err, ans)
 	}

@@ -20,7 +20,11 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	h, err := natshost.New(ctx, natshost.Config{Conn: nc})
+	key, err := natshost.ReadKeyFile("/etc/managoat/cluster.key") // the same on every replica
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := natshost.New(ctx, natshost.Config{Conn: nc, ClusterKey: key})
 	if err != nil {
 		log.Fatal(err)
 	}

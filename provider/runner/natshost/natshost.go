@@ -38,14 +38,15 @@
 //     exec's answer) travel in parts; a call's large data field travels
 //     beside its JSON and reaches the runner's frame as it is (checked to
 //     be base64), never decoded and encoded again on the way.
-//   - A call made with CallAs names its account (Managoat-Account), and
-//     the replica holding the runner's socket, which authenticated it,
-//     serves it only when the runner is that account's: another account's
-//     runner is not_found (as another account's sandbox is 404) and is
-//     never reached, whatever the calling replica checked or whoever
-//     published the call. A deletion names its account likewise. A call
-//     or deletion naming no account (Call, or a replica of an earlier
-//     version) is served unless Config.RequireAccount.
+//   - Every relayed call names its account (Managoat-Account): CallAs's,
+//     or for Call (whose caller checked) the account the runner's presence
+//     records. The replica holding the runner's socket, which
+//     authenticated it, serves it only when the runner is that account's:
+//     another account's runner is not_found (as another account's
+//     sandbox is 404) and is never reached, whatever the calling replica
+//     checked. A call naming no account, or several, is refused the same
+//     way; there is no switch that serves one. A deletion names its
+//     account likewise and is ignored otherwise.
 //   - A replica that dies: a request to it fails at once (no responders)
 //     or, for a call already in flight there (a long exec), after three
 //     of its pings go unanswered, one per keep-alive interval; at the
@@ -69,7 +70,6 @@ package natshost
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,20 +118,21 @@ type Config struct {
 	// runners present when the Host joins get no notice (Online lists
 	// them).
 	OnPresence func(info runner.Info, online bool)
-	// RequireAccount makes this replica refuse (not_found) a relayed
-	// call, and ignore a runner deletion, that names no account (one made
-	// by Call rather than CallAs, or by a replica of an earlier version).
-	// Set it once every replica's callers use CallAs.
-	RequireAccount bool
-	Logger         *slog.Logger
+	// ClusterKey is the platform's secret, the same on every replica and
+	// held by nothing else (at least MinKeyBytes; ParseKey, ReadKeyFile);
+	// required. Every message between replicas and every presence entry
+	// is sealed with it (see the package doc).
+	ClusterKey ClusterKey
+	Logger     *slog.Logger
 }
 
 // Host is a runner.Host, runner.Caller and runner.Deleter over NATS.
 type Host struct {
-	cfg Config
-	nc  *nats.Conn
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	cfg  Config
+	nc   *nats.Conn
+	kv   jetstream.KeyValue
+	log  *slog.Logger
+	seal *sealer
 
 	subs []*nats.Subscription
 
@@ -192,8 +193,9 @@ const (
 	hdrDetail   = "Managoat-Detail"
 )
 
-// keepAliveMsg is a relayed stream's keep-alive (not a wire frame).
-var keepAliveMsg = []byte(`{"keepalive":true}`)
+// hdrKeepAlive marks a relayed stream's keep-alive (no data, not a wire
+// frame, not numbered).
+const hdrKeepAlive = "Managoat-Keep-Alive"
 
 // New joins the platform: the presence bucket (created if missing) and
 // this replica's subjects.
@@ -201,6 +203,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("natshost: Config.Conn is required")
 	}
+	sl, err := newSealer(cfg.ClusterKey)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClusterKey = nil // the sealer keeps its own copy
 	if cfg.Replica == "" {
 		cfg.Replica = nats.NewInbox()[len(nats.InboxPrefix):]
 	}
@@ -237,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natshost: presence bucket %s: %w", cfg.Bucket, err)
 	}
-	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger, synced: make(chan struct{}), cache: map[string]entry{},
+	h := &Host{cfg: cfg, nc: cfg.Conn, kv: kv, log: cfg.Logger, seal: sl, synced: make(chan struct{}), cache: map[string]entry{},
 		waiting: map[string]*waiter{}, respPrefix: nats.NewInbox() + ".",
 		local: map[string]*runner.Conn{}, revs: map[string]uint64{}, joining: map[string]bool{}, relays: map[string]*relay{}, remotes: map[*runner.Subscription]*remote{}}
 	wctx, stop := context.WithCancel(context.Background())
@@ -326,15 +333,19 @@ func (h *Host) watch(w jetstream.KeyWatcher) {
 				}
 				continue
 			}
+			k := upd.Key()
 			var e entry
 			put := upd.Operation() == jetstream.KeyValuePut
 			if put {
-				if err := json.Unmarshal(upd.Value(), &e); err != nil {
-					h.badMessage("presence "+upd.Key(), err)
-					put = false
+				var ok bool
+				if e, ok = h.openEntry(k, upd.Value()); !ok {
+					// Not a replica's: ignored, whatever it replaced
+					// (a NATS user without the cluster key writes no
+					// presence).
+					h.badMessage("presence "+k, errUnsealed)
+					continue
 				}
 			}
-			k := upd.Key()
 			h.mu.Lock()
 			old, had := h.cache[k]
 			if put {
@@ -369,9 +380,32 @@ func (h *Host) subject(parts ...string) string {
 	return s
 }
 
-// key is a runner id's presence key (ids may hold characters a key may
-// not, so it is their base64url).
-func key(id string) string { return "r_" + base64.RawURLEncoding.EncodeToString([]byte(id)) }
+// key is a runner id's presence key: a keyed hash of the id (ids may
+// hold characters a key may not, and the bucket's keys must not tell a
+// NATS user the runners' ids).
+func (h *Host) key(id string) string { return h.seal.keyOf(id) }
+
+// sealEntry is e as the bucket holds it under key k: sealed, so that only
+// a replica reads it and only a replica writes one that is taken.
+func (h *Host) sealEntry(k string, e entry) []byte {
+	b, _ := json.Marshal(e)
+	return h.seal.seal(classPresence, h.cfg.Bucket, k, nil, b)
+}
+
+// openEntry opens a presence entry read under key k; false when it is not
+// a replica's (not sealed with the cluster key, sealed for another key,
+// or for another runner's).
+func (h *Host) openEntry(k string, val []byte) (entry, bool) {
+	_, b, _, err := h.seal.open(append([]byte(nil), val...), h.cfg.Bucket, k, classPresence)
+	if err != nil {
+		return entry{}, false
+	}
+	var e entry
+	if json.Unmarshal(b, &e) != nil || h.key(e.Info.ID) != k {
+		return entry{}, false
+	}
+	return e, true
+}
 
 func opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 5*time.Second)
@@ -431,10 +465,10 @@ func (h *Host) Register(id string, c *runner.Conn) error {
 		delete(h.joining, id)
 		h.mu.Unlock()
 	}()
-	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: c.Info(), Stamp: time.Now().UTC()})
+	val := h.sealEntry(h.key(id), entry{Replica: h.cfg.Replica, Info: c.Info(), Stamp: time.Now().UTC()})
 	ctx, cancel := opCtx()
 	defer cancel()
-	rev, err := h.kv.Create(ctx, key(id), val)
+	rev, err := h.kv.Create(ctx, h.key(id), val)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		rev, err = h.takeOver(ctx, id, val)
 	}
@@ -456,9 +490,9 @@ func (h *Host) Register(id string, c *runner.Conn) error {
 // the entry failed); a holder that still has it keeps it
 // (ErrAlreadyRegistered).
 func (h *Host) takeOver(ctx context.Context, id string, val []byte) (uint64, error) {
-	kve, err := h.kv.Get(ctx, key(id))
+	kve, err := h.kv.Get(ctx, h.key(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		rev, err := h.kv.Create(ctx, key(id), val)
+		rev, err := h.kv.Create(ctx, h.key(id), val)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, runner.ErrAlreadyRegistered
 		}
@@ -467,11 +501,12 @@ func (h *Host) takeOver(ctx context.Context, id string, val []byte) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	var e entry
-	if json.Unmarshal(kve.Value(), &e) == nil && h.holds(ctx, e.Replica, id) {
+	// An entry that is not a replica's claims nothing.
+	e, ok := h.openEntry(kve.Key(), kve.Value())
+	if ok && h.holds(ctx, e.Replica, id) {
 		return 0, runner.ErrAlreadyRegistered
 	}
-	rev, err := h.kv.Update(ctx, key(id), val, kve.Revision())
+	rev, err := h.kv.Update(ctx, h.key(id), val, kve.Revision())
 	if err != nil {
 		return 0, runner.ErrAlreadyRegistered // another replica took it first
 	}
@@ -488,21 +523,69 @@ var (
 )
 
 // onPing answers a ping: alive, and whether this replica holds (or is
-// claiming) the runner id the ping names.
+// claiming) the runner id the ping names. A ping not sealed by a replica
+// is not answered.
 func (h *Host) onPing(m *nats.Msg) {
-	if len(m.Data) == 0 {
-		_ = m.Respond(nil)
+	_, data, _, err := h.seal.open(m.Data, m.Subject, m.Reply, classRequest)
+	if err != nil || m.Reply == "" {
+		h.badMessage(m.Subject, errUnsealed)
 		return
 	}
-	id := string(m.Data)
+	var ans []byte
+	if len(data) > 0 {
+		id := string(data)
+		h.mu.Lock()
+		_, held := h.local[id]
+		held = held || h.joining[id]
+		h.mu.Unlock()
+		ans = pongFree
+		if held {
+			ans = pongHeld
+		}
+	}
+	_ = h.nc.Publish(m.Reply, h.seal.seal(classAnswer, m.Reply, "", nil, ans))
+}
+
+// ping asks replica whether it is alive and, with an id, whether it holds
+// that runner: its sealed answer, or an error (no responders, no answer
+// within a second). Answers on this replica's response subject that are
+// not sealed by a replica for this ping are skipped, not taken.
+func (h *Host) ping(ctx context.Context, replica string, id []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	token := nats.NewInbox()[len(nats.InboxPrefix):]
+	w := &waiter{wake: make(chan struct{}, 1)}
 	h.mu.Lock()
-	_, held := h.local[id]
-	held = held || h.joining[id]
+	h.waiting[token] = w
 	h.mu.Unlock()
-	if held {
-		_ = m.Respond(pongHeld)
-	} else {
-		_ = m.Respond(pongFree)
+	defer func() {
+		h.mu.Lock()
+		delete(h.waiting, token)
+		h.mu.Unlock()
+	}()
+	subject, reply := h.subject("ping", replica), h.respPrefix+token
+	if err := h.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: h.seal.seal(classRequest, subject, reply, nil, id)}); err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case <-w.wake:
+			msgs, err := w.take()
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range msgs {
+				if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+					return nil, nats.ErrNoResponders
+				}
+				if _, data, _, err := h.seal.open(m.Data, m.Subject, "", classAnswer); err == nil {
+					return data, nil
+				}
+				h.badMessage(m.Subject, errUnsealed)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
@@ -515,10 +598,8 @@ func (h *Host) holds(ctx context.Context, replica, id string) bool {
 		_, ok := h.local[id]
 		return ok
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	m, err := h.nc.RequestWithContext(ctx, h.subject("ping", replica), []byte(id))
-	return err == nil && string(m.Data) != string(pongFree)
+	ans, err := h.ping(ctx, replica, []byte(id))
+	return err == nil && string(ans) != string(pongFree)
 }
 
 // alive reports whether replica answers a ping.
@@ -526,9 +607,7 @@ func (h *Host) alive(ctx context.Context, replica string) bool {
 	if replica == h.cfg.Replica {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, err := h.nc.RequestWithContext(ctx, h.subject("ping", replica), nil)
+	_, err := h.ping(ctx, replica, nil)
 	return err == nil
 }
 
@@ -556,13 +635,12 @@ func (h *Host) dropLocal(id string, c *runner.Conn) bool {
 func (h *Host) release(id string) {
 	ctx, cancel := opCtx()
 	defer cancel()
-	kve, err := h.kv.Get(ctx, key(id))
+	kve, err := h.kv.Get(ctx, h.key(id))
 	if err != nil {
 		return
 	}
-	var e entry
-	if json.Unmarshal(kve.Value(), &e) == nil && e.Replica == h.cfg.Replica {
-		_ = h.kv.Delete(ctx, key(id), jetstream.LastRevision(kve.Revision()))
+	if e, ok := h.openEntry(kve.Key(), kve.Value()); ok && e.Replica == h.cfg.Replica {
+		_ = h.kv.Delete(ctx, h.key(id), jetstream.LastRevision(kve.Revision()))
 	}
 }
 
@@ -602,28 +680,26 @@ func (h *Host) online(ctx context.Context) ([]runner.Info, error) {
 	return out, nil
 }
 
-// owner is the replica holding id's socket, "" when it is offline.
-func (h *Host) owner(ctx context.Context, id string) (string, error) {
+// owner is the presence entry of id (its Replica holds the socket); a
+// zero entry when it is offline.
+func (h *Host) owner(ctx context.Context, id string) (entry, error) {
 	h.mu.Lock()
-	e, ok := h.cache[key(id)]
+	e, ok := h.cache[h.key(id)]
 	h.mu.Unlock()
 	if ok && (e.Stamp.IsZero() || time.Since(e.Stamp) < h.cfg.TTL) {
-		return e.Replica, nil
+		return e, nil
 	}
-	kve, err := h.kv.Get(ctx, key(id))
+	kve, err := h.kv.Get(ctx, h.key(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
+		return entry{}, nil
 	}
 	if err != nil {
-		return "", sandbox.Unavailable("presence_unavailable", err)
+		return entry{}, sandbox.Unavailable("presence_unavailable", err)
 	}
-	// A fresh entry: decoding into e, a copy of the cached one, would
-	// write into the Caps array it shares with the cache.
-	var fresh entry
-	if err := json.Unmarshal(kve.Value(), &fresh); err != nil {
-		return "", nil
-	}
-	return fresh.Replica, nil
+	// A fresh entry (decoded apart from the cached one, whose Caps
+	// array the cache shares); one that is not a replica's names none.
+	fresh, _ := h.openEntry(kve.Key(), kve.Value())
+	return fresh, nil
 }
 
 // RunnerAccount implements runner.RunnerAccounter: the account of runner
@@ -633,17 +709,17 @@ func (h *Host) RunnerAccount(ctx context.Context, id string) (string, bool) {
 		return c.Info().Account, true
 	}
 	h.mu.Lock()
-	e, ok := h.cache[key(id)]
+	e, ok := h.cache[h.key(id)]
 	h.mu.Unlock()
 	if ok {
 		return e.Info.Account, true
 	}
-	kve, err := h.kv.Get(ctx, key(id))
+	kve, err := h.kv.Get(ctx, h.key(id))
 	if err != nil {
 		return "", false
 	}
-	var fresh entry
-	if json.Unmarshal(kve.Value(), &fresh) != nil {
+	fresh, ok := h.openEntry(kve.Key(), kve.Value())
+	if !ok {
 		return "", false
 	}
 	return fresh.Info.Account, true
@@ -664,7 +740,7 @@ func (h *Host) Heartbeat(id string) {
 	}
 	info := c.Info()
 	info.LastSeen = time.Now().UTC()
-	val, _ := json.Marshal(entry{Replica: h.cfg.Replica, Info: info, Stamp: info.LastSeen})
+	val := h.sealEntry(h.key(id), entry{Replica: h.cfg.Replica, Info: info, Stamp: info.LastSeen})
 	ctx, cancel := opCtx()
 	defer cancel()
 	h.mu.Lock()
@@ -674,13 +750,13 @@ func (h *Host) Heartbeat(id string) {
 	if hook != nil {
 		hook()
 	}
-	nrev, err := h.kv.Update(ctx, key(id), val, rev)
+	nrev, err := h.kv.Update(ctx, h.key(id), val, rev)
 	if err != nil {
 		// Not the revision this replica wrote: see what the bucket holds.
-		kve, gerr := h.kv.Get(ctx, key(id))
+		kve, gerr := h.kv.Get(ctx, h.key(id))
 		switch {
 		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-			nrev, err = h.kv.Create(ctx, key(id), val)
+			nrev, err = h.kv.Create(ctx, h.key(id), val)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				h.lose(id, c, "")
 				return
@@ -688,12 +764,15 @@ func (h *Host) Heartbeat(id string) {
 		case gerr != nil:
 			err = gerr
 		default:
-			var e entry
-			if json.Unmarshal(kve.Value(), &e) == nil && e.Replica != h.cfg.Replica {
+			// Another replica's claim lets go of the socket only when
+			// that replica says it holds the runner: an entry that is
+			// not a replica's, or an old one of a replica that no longer
+			// holds it written back (replayed), is overwritten.
+			if e, ok := h.openEntry(kve.Key(), kve.Value()); ok && e.Replica != h.cfg.Replica && h.holds(ctx, e.Replica, id) {
 				h.lose(id, c, e.Replica)
 				return
 			}
-			nrev, err = h.kv.Update(ctx, key(id), val, kve.Revision())
+			nrev, err = h.kv.Update(ctx, h.key(id), val, kve.Revision())
 		}
 	}
 	if err != nil {
@@ -710,7 +789,7 @@ func (h *Host) Heartbeat(id string) {
 		// The socket closed while this heartbeat wrote, and its release
 		// came first: the claim written here would list a gone runner
 		// online until the TTL. Remove it, unless someone wrote since.
-		_ = h.kv.Delete(ctx, key(id), jetstream.LastRevision(nrev))
+		_ = h.kv.Delete(ctx, h.key(id), jetstream.LastRevision(nrev))
 	}
 }
 
@@ -744,41 +823,49 @@ func (h *Host) Runners(ctx context.Context) ([]runner.Info, error) {
 func (h *Host) DeleteRunner(id, account string) bool {
 	ctx, cancel := opCtx()
 	defer cancel()
-	kve, err := h.kv.Get(ctx, key(id))
+	kve, err := h.kv.Get(ctx, h.key(id))
 	if err != nil {
 		return false
 	}
-	var e entry
-	if json.Unmarshal(kve.Value(), &e) != nil || e.Info.Account != account {
+	e, ok := h.openEntry(kve.Key(), kve.Value())
+	if !ok || e.Info.Account != account {
 		return false
 	}
 	b, _ := json.Marshal(map[string]string{"runner": id, "account": account})
-	return h.nc.Publish(h.subject("delete"), b) == nil && h.nc.FlushWithContext(ctx) == nil
+	subject := h.subject("delete")
+	return h.nc.Publish(subject, h.seal.seal(classRequest, subject, "", nil, b)) == nil && h.nc.FlushWithContext(ctx) == nil
 }
 
 // onDelete closes the socket of a deleted runner this replica holds, when
-// the deletion names the runner's account (or names none, from a replica
-// of an earlier version, unless RequireAccount).
+// the deletion is a replica's (sealed, and opened once: a replay is
+// refused) and names the runner's account.
 func (h *Host) onDelete(m *nats.Msg) {
-	var d struct {
-		Runner  string  `json:"runner"`
-		Account *string `json:"account"`
+	_, data, _, err := h.seal.open(m.Data, m.Subject, m.Reply, classRequest)
+	if err != nil {
+		h.badMessage(m.Subject, err)
+		return
 	}
-	if err := json.Unmarshal(m.Data, &d); err != nil {
+	var d struct {
+		Runner  string `json:"runner"`
+		Account string `json:"account"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
 		h.badMessage(m.Subject, err)
 		return
 	}
 	c := h.Whereis(d.Runner)
-	if c == nil || (d.Account == nil && h.cfg.RequireAccount) || (d.Account != nil && *d.Account != c.Info().Account) {
+	if c == nil || d.Account == "" || d.Account != c.Info().Account {
 		return
 	}
 	c.Close(wire.CloseDeleted, "runner deleted")
 }
 
 // Call implements runner.Caller: on this replica's socket when it holds
-// the runner's, else relayed to the replica that does. It names no
-// account: the caller has checked the runner's (CallAs has the holder
-// check it).
+// the runner's, else relayed to the replica that does. It is for callers
+// that checked the runner's account themselves: relayed, it names the
+// account the runner's presence entry records (the holder refuses a call
+// naming none), which the holder checks against its socket's as for
+// CallAs. A platform's API calls through CallAs.
 func (h *Host) Call(ctx context.Context, runnerID string, req *wire.Request, sub *runner.Subscription) (*wire.Reply, error) {
 	return h.call(ctx, nil, runnerID, req, sub)
 }
@@ -803,17 +890,18 @@ func (h *Host) call(ctx context.Context, account *string, runnerID string, req *
 		}
 		return c.Call(ctx, req, sub)
 	}
-	owner, err := h.owner(ctx, runnerID)
+	oe, err := h.owner(ctx, runnerID)
 	if err != nil {
 		return nil, err
 	}
+	owner := oe.Replica
 	if owner == "" || owner == h.cfg.Replica {
 		return nil, sandbox.Unavailable(runner.ReasonOffline, nil)
 	}
-	hdr := nats.Header{hdrRunner: []string{runnerID}}
-	if account != nil {
-		hdr[hdrAccount] = []string{*account}
+	if account == nil {
+		account = &oe.Info.Account
 	}
+	hdr := nats.Header{hdrRunner: []string{runnerID}, hdrAccount: []string{*account}}
 	body, err := encodeCall(req, hdr)
 	if err != nil {
 		return nil, err
@@ -909,7 +997,7 @@ func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data 
 		delete(h.waiting, token)
 		h.mu.Unlock()
 	}()
-	if err := h.publish(h.subject("call", owner), h.respPrefix+token, hdr, data); err != nil {
+	if err := h.publish(h.subject("call", owner), h.respPrefix+token, classRequest, hdr, data); err != nil {
 		return nil, nil, err
 	}
 	var asm assembler
@@ -928,9 +1016,18 @@ func (h *Host) request(ctx context.Context, owner string, hdr nats.Header, data 
 				if err != nil {
 					return nil, nil, err
 				}
-				if whole {
-					return out, m.Header, nil
+				if !whole {
+					continue
 				}
+				// Only the holder's sealed answer is taken; anything
+				// else on this subject (a NATS user who saw it) is
+				// skipped.
+				ahdr, adata, _, err := h.seal.open(out, m.Subject, "", classAnswer)
+				if err != nil {
+					h.badMessage(m.Subject, err)
+					continue
+				}
+				return adata, ahdr, nil
 			}
 		case <-probe.C:
 			probing = true
@@ -1035,7 +1132,20 @@ func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, err
 	r.timer = time.AfterFunc(time.Hour, func() { h.endRemote(r, runner.ReasonDisconnected) })
 	// One handler at a time, in arrival order: frames stay in order.
 	ns, err := h.nc.Subscribe(r.inbox, func(m *nats.Msg) {
+		// The holder's frames are sealed answers, numbered; its
+		// keep-alives are sealed requests (each opens once). Anything
+		// else on the inbox is dropped, and neither feeds the stream nor
+		// keeps it alive.
+		hdr, data, class, err := h.seal.open(m.Data, m.Subject, m.Reply, classAnswer, classRequest)
+		if err != nil || (class == classRequest) != (hdr.Get(hdrKeepAlive) != "") || (class == classAnswer && hdr.Get(hdrSeq) == "") {
+			h.badMessage(m.Subject, errUnsealed)
+			return
+		}
 		r.timer.Reset(3 * h.cfg.KeepAlive)
+		if class == classRequest {
+			return // a keep-alive
+		}
+		m = &nats.Msg{Subject: m.Subject, Header: hdr, Data: data}
 		if sq := m.Header.Get(hdrSeq); sq != "" {
 			n, err := strconv.ParseUint(sq, 10, 64)
 			if err != nil || n != r.seq+1 {
@@ -1051,9 +1161,6 @@ func (h *Host) startRemote(owner string, sub *runner.Subscription) (*remote, err
 			return
 		case "stderr":
 			sub.Deliver(&wire.Stream{Kind: wire.StreamStderr, Data: m.Data})
-			return
-		}
-		if string(m.Data) == string(keepAliveMsg) {
 			return
 		}
 		f, err := wire.Decode(m.Data)
@@ -1099,7 +1206,8 @@ func (h *Host) dropRemote(r *remote, tell bool) {
 		h.mu.Unlock()
 		if tell {
 			b, _ := json.Marshal(map[string]string{"relay": r.id})
-			_ = h.nc.Publish(h.subject("unsub", r.owner), b)
+			subject := h.subject("unsub", r.owner)
+			_ = h.nc.Publish(subject, h.seal.seal(classRequest, subject, "", nil, b))
 		}
 	})
 }
@@ -1201,47 +1309,55 @@ func (h *Host) onCall(m *nats.Msg) {
 	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
-		fail := func(code, detail string) {
-			if m.Reply != "" {
-				_ = h.publish(m.Reply, "", nats.Header{hdrCode: []string{code}, hdrDetail: []string{detail}}, nil)
-			}
-		}
-		data, whole, err := h.calls.add(m)
+		sealed, whole, err := h.calls.add(m)
 		if err != nil {
 			h.badMessage(m.Subject, err)
-			fail(wire.CodeInvalid, "bad relayed call")
 			return
 		}
 		if !whole {
 			return // more parts to come
 		}
-		req, err := decodeCall(data, m.Header)
+		// Only a replica's call is served, once: one that is not sealed
+		// with the cluster key (or was opened before: a replay, or a
+		// stale one) is dropped unanswered.
+		hdr, data, _, err := h.seal.open(sealed, m.Subject, m.Reply, classRequest)
+		if err != nil {
+			h.badMessage(m.Subject, err)
+			return
+		}
+		fail := func(code, detail string) {
+			if m.Reply != "" {
+				_ = h.publish(m.Reply, "", classAnswer, nats.Header{hdrCode: []string{code}, hdrDetail: []string{detail}}, nil)
+			}
+		}
+		req, err := decodeCall(data, hdr)
 		if err != nil {
 			h.badMessage(m.Subject, err)
 			fail(wire.CodeInvalid, "bad relayed call")
 			return
 		}
-		c := h.Whereis(m.Header.Get(hdrRunner))
+		c := h.Whereis(hdr.Get(hdrRunner))
 		if c == nil {
 			fail(wire.CodeUnavailable, runner.ReasonOffline)
 			return
 		}
-		// The caller's account, when the call names one, must be the
-		// runner's: this replica authenticated the runner's socket and
-		// does not take the calling replica's word that it checked.
-		if acct, named := m.Header[hdrAccount]; (named && (len(acct) != 1 || acct[0] != c.Info().Account)) || (!named && h.cfg.RequireAccount) {
+		// The call names its account, which must be the runner's: this
+		// replica authenticated the runner's socket and does not take
+		// the calling replica's word that it checked. A call naming no
+		// account, or several, is refused.
+		if acct := hdr[hdrAccount]; len(acct) != 1 || acct[0] == "" || acct[0] != c.Info().Account {
 			fail(wire.CodeNotFound, detailNotAccounts)
 			return
 		}
 		ctx := context.Background()
-		if d, err := strconv.ParseInt(m.Header.Get(hdrDeadline), 10, 64); err == nil && d > 0 {
+		if d, err := strconv.ParseInt(hdr.Get(hdrDeadline), 10, 64); err == nil && d > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
 			defer cancel()
 		}
 		var rl *relay
-		if inbox := m.Header.Get(hdrInbox); inbox != "" {
-			rl = &relay{id: m.Header.Get(hdrRelay), caller: m.Header.Get(hdrCaller), conn: c, inbox: inbox, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+		if inbox := hdr.Get(hdrInbox); inbox != "" {
+			rl = &relay{id: hdr.Get(hdrRelay), caller: hdr.Get(hdrCaller), conn: c, inbox: inbox, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 			rl.sub = runner.NewFrameSubscription(func(f *wire.Stream) { h.relayFrame(rl, f) })
 			h.mu.Lock()
 			h.relays[rl.id] = rl
@@ -1268,7 +1384,7 @@ func (h *Host) onCall(m *nats.Msg) {
 			go h.forward(rl)
 		}
 		if m.Reply != "" {
-			_ = h.publish(m.Reply, "", nil, encodeReply(reply))
+			_ = h.publish(m.Reply, "", classAnswer, nil, encodeReply(reply))
 		}
 	}()
 }
@@ -1377,7 +1493,7 @@ func (h *Host) forward(rl *relay) {
 		case <-rl.done:
 			return
 		case <-tick.C:
-			_ = h.nc.Publish(rl.inbox, keepAliveMsg)
+			_ = h.nc.Publish(rl.inbox, h.seal.seal(classRequest, rl.inbox, "", nats.Header{hdrKeepAlive: []string{"1"}}, nil))
 			if rl.caller != "" && !probing {
 				probing = true
 				go func() { pong <- h.alive(pctx, rl.caller) }()
@@ -1400,11 +1516,11 @@ func (h *Host) forward(rl *relay) {
 		rl.mu.Unlock()
 		for _, it := range items {
 			rl.seq++
-			m := &nats.Msg{Subject: rl.inbox, Data: it.data, Header: nats.Header{hdrSeq: []string{strconv.FormatUint(rl.seq, 10)}}}
+			hdr := nats.Header{hdrSeq: []string{strconv.FormatUint(rl.seq, 10)}}
 			if !it.terminal {
-				m.Header.Set(hdrOut, it.kind)
+				hdr.Set(hdrOut, it.kind)
 			}
-			if err := h.nc.PublishMsg(m); err != nil {
+			if err := h.nc.Publish(rl.inbox, h.seal.seal(classAnswer, rl.inbox, "", hdr, it.data)); err != nil {
 				return
 			}
 			if it.terminal {
@@ -1416,10 +1532,15 @@ func (h *Host) forward(rl *relay) {
 
 // onUnsub stops relaying a stream whose caller left.
 func (h *Host) onUnsub(m *nats.Msg) {
+	_, data, _, err := h.seal.open(m.Data, m.Subject, m.Reply, classRequest)
+	if err != nil {
+		h.badMessage(m.Subject, err)
+		return
+	}
 	var u struct {
 		Relay string `json:"relay"`
 	}
-	if err := json.Unmarshal(m.Data, &u); err != nil {
+	if err := json.Unmarshal(data, &u); err != nil {
 		h.badMessage(m.Subject, err)
 		return
 	}

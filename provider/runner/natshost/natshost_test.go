@@ -1,6 +1,7 @@
 package natshost_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -44,6 +45,9 @@ func openTrusted(name, stateDir string) (mechanism.Mechanism, error) {
 }
 
 const token = "s3cret"
+
+// clusterKey is the test platform's cluster key.
+var clusterKey = natshost.ClusterKey(bytes.Repeat([]byte("k"), natshost.MinKeyBytes))
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -93,6 +97,9 @@ func newReplicaWith(t testing.TB, ns *server.Server, cfg natshost.Config) *repli
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg.Conn = nc
+	if cfg.ClusterKey == nil {
+		cfg.ClusterKey = clusterKey
+	}
 	h, err := natshost.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +256,8 @@ func TestOneConnectionPerRunner(t *testing.T) {
 	}
 
 	// Deleted through b: a's socket closes (the daemon reconnects after).
+	// (a writes the claim before it records the socket.)
+	waitFor(t, "a to hold the socket", 5*time.Second, func() bool { return a.host.Whereis(id) != nil })
 	conn := a.host.Whereis(id)
 	if !b.host.DeleteRunner(id, conn.Info().Account) {
 		t.Fatal("DeleteRunner through b found no runner")
@@ -356,4 +365,28 @@ func TestCallToDeadReplicaIsBounded(t *testing.T) {
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("the call took %v, past its deadline", el)
 	}
+}
+
+// sealedCall sends a call to subject as the replica of sealer (h) would
+// relay it, sealed with the cluster key, and returns its answer opened.
+func sealedCall(t testing.TB, nc *nats.Conn, h *natshost.Host, subject string, hdr nats.Header, data []byte) (*nats.Msg, error) {
+	t.Helper()
+	reply := nats.NewInbox()
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: natshost.Seal(h, "request", subject, reply, hdr, data)}); err != nil {
+		return nil, err
+	}
+	m, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	ahdr, adata, err := natshost.Open(h, m.Data, m.Subject, "")
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: m.Subject, Header: ahdr, Data: adata}, nil
 }

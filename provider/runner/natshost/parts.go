@@ -30,25 +30,25 @@ const (
 	partTimeout   = 30 * time.Second
 )
 
-// publish sends data with hdr on subject (with reply, if set), in parts
-// when it is larger than the connection's maximum payload allows; every
-// part carries hdr.
-func (h *Host) publish(subject, reply string, hdr nats.Header, data []byte) error {
+// publish seals hdr and data (a message of class, for subject and reply)
+// and sends it on subject (with reply, if set), in parts when it is
+// larger than the connection's maximum payload allows. The parts carry
+// only hdrMsg and hdrPart in the clear; the receiver opens the message
+// once it has every part.
+func (h *Host) publish(subject, reply string, class byte, hdr nats.Header, data []byte) error {
+	data = h.seal.seal(class, subject, reply, hdr, data)
 	limit := int(h.nc.MaxPayload()) - 1024 // room for the headers
 	if limit < 1024 {
 		limit = 1024
 	}
 	if len(data) <= limit {
-		return h.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: data, Header: hdr})
+		return h.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: data})
 	}
 	n := (len(data) + limit - 1) / limit
 	id := nats.NewInbox()[len(nats.InboxPrefix):]
 	for i := 0; i < n; i++ {
 		part := data[i*limit : min(len(data), (i+1)*limit)]
 		m := &nats.Msg{Subject: subject, Reply: reply, Data: part, Header: nats.Header{}}
-		for k, v := range hdr {
-			m.Header[k] = v
-		}
 		m.Header.Set(hdrMsg, id)
 		m.Header.Set(hdrPart, fmt.Sprintf("%d/%d", i+1, n))
 		if err := h.nc.PublishMsg(m); err != nil {
