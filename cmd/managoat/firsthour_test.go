@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +101,69 @@ func TestCreateMakesItsWorkingDir(t *testing.T) {
 	}
 	if out, _, _ := managoatEnv(t, env, "ls"); strings.Contains(out, "box2") {
 		t.Errorf("a refused create left its sandbox: %q", out)
+	}
+}
+
+// TestSurfacesAgree: a multi-line command is one row of the sessions
+// table (escaped, as is an escape sequence, which never reaches the
+// terminal raw); ls -q prints the names alone; bash completion completes a
+// sandbox's name for the commands that take one (not after --, nor for
+// create, whose name is new).
+func TestSurfacesAgree(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	for _, n := range []string{"alpha", "beta"} {
+		if _, e, code := managoatEnv(t, env, "create", n); code != 0 {
+			t.Fatalf("create %s: %s", n, e)
+		}
+		t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", n) })
+	}
+	if _, e, code := managoatEnv(t, env, "exec", "alpha", "--", "sh", "-c", "echo one\necho two\n: \x1b[2J"); code != 0 {
+		t.Fatalf("exec of a multi-line command: %s", e)
+	}
+	out, e, code := managoatEnv(t, env, "sessions", "alpha")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasSuffix(lines[1], `sh -c echo one\necho two\n: \x1b[2J`) || strings.Contains(out, "\x1b") {
+		t.Errorf("sessions after a multi-line command: exit %d stderr %q, want a header and one escaped row:\n%s", code, e, out)
+	}
+	if out, _, _ := managoatEnv(t, env, "sessions", "-o", "json", "alpha"); !strings.Contains(out, `"command":"sh -c echo one\necho two\n: \u001b[2J"`) {
+		t.Errorf("sessions -o json keeps the command whole: %s", out)
+	}
+	if out, e, code := managoatEnv(t, env, "ls", "-q"); code != 0 || out != "alpha\nbeta\n" {
+		t.Errorf("ls -q: exit %d %q %s", code, out, e)
+	}
+	bash, err := exec.LookPath("bash")
+	testenv.Require(t, err == nil, "bash runs the completion script")
+	script, _, _ := managoatEnv(t, nil, "completion", "bash")
+	complete := func(words ...string) string {
+		t.Helper()
+		c := exec.Command(bash, append([]string{"-c", script + "\nCOMP_WORDS=(\"$0\" \"$@\"); COMP_CWORD=$#; _managoat; echo \"${COMPREPLY[@]}\"", binary}, words...)...)
+		c.Env = append(append(os.Environ(), "MANAGOAT_CONFIG=/nonexistent/managoat-test-config"), env...)
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("completion of %v: %v", words, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for words, want := range map[string]string{
+		"exec |":                "alpha beta",
+		"exec a|":               "alpha",
+		"rm alpha |":            "alpha beta",
+		"--provider local rm |": "alpha beta",
+		"checkpoint |":          "create ls restore alpha beta",
+		"exec alpha -- |":       "",
+		"create |":              "!alpha", // its flags, no existing name
+		"rm --f|":               "--force",
+		"exe|":                  "exec",
+	} {
+		// | is the cursor: the word it ends is the one completed.
+		pre := strings.TrimSuffix(words, "|")
+		w := strings.Fields(pre)
+		if strings.HasSuffix(pre, " ") {
+			w = append(w, "")
+		}
+		if got := complete(w...); got != want && !(strings.HasPrefix(want, "!") && got != "" && !strings.Contains(got, want[1:])) {
+			t.Errorf("completion of %q: %q, want %q", words, got, want)
+		}
 	}
 }

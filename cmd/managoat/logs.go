@@ -295,7 +295,8 @@ func cmdSessions(g *globals, fs *flag.FlagSet) action {
 			if r.CreatedAt != nil {
 				started = r.CreatedAt.Local().Format(time.DateTime)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, state, exit, started, r.Command)
+			// One row a session: a multi-line command is escaped (output.go).
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.ID), cell(state), exit, started, cell(r.Command))
 		}
 		return tw.Flush()
 	}

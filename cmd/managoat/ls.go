@@ -80,6 +80,8 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 	of.add(fs, true)
 	var filters multiFlag
 	fs.Var(&filters, "filter", "only sandboxes with a label: `label=KEY=VALUE` or label=KEY (repeatable: all must match)")
+	quiet := fs.Bool("q", false, "print only the sandboxes' names, one a line (for scripts and shell completion)")
+	fs.BoolVar(quiet, "quiet", false, "the same as -q")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -116,6 +118,13 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 			}
 		} else if names, err = reg.ListAllNames(ctx, p.Name()); err != nil {
 			return wrap("ls", err)
+		}
+		if *quiet && len(fl) == 0 {
+			// The names alone need no look-up of each sandbox.
+			for _, n := range names {
+				fmt.Println(cell(n))
+			}
+			return incomplete(failed)
 		}
 		rows := make([]lsRow, 0, len(names))
 		for _, n := range names {
@@ -154,25 +163,36 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 				rows = append(rows, row)
 			}
 		}
-		if of.json() {
+		switch {
+		case *quiet:
+			for _, r := range rows {
+				fmt.Println(cell(r.Name))
+			}
+		case of.json():
 			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
 				return err
 			}
-		} else if err := lsTable(rows, of.isWide(), isPlatform(p)); err != nil {
-			return err
-		}
-		// What was listed is shown; a source that did not answer makes
-		// the listing incomplete, which the exit code says (as kubectl's
-		// partial results do) with the sources named.
-		if len(failed) > 0 {
-			var why []string
-			for _, f := range failed {
-				why = append(why, fmt.Sprintf("%s did not answer (%v)", f.Source, f.Err))
+		default:
+			if err := lsTable(rows, of.isWide(), isPlatform(p)); err != nil {
+				return err
 			}
-			return wrap("ls", fmt.Errorf("the listing is incomplete: %s: %w", strings.Join(why, "; "), sandbox.ErrTruncated))
 		}
+		return incomplete(failed)
+	}
+}
+
+// incomplete is ls's error when a source did not answer: what was listed
+// is shown, and the listing's being incomplete is said by the exit code
+// (as kubectl's partial results do), with the sources named.
+func incomplete(failed []sandbox.ListPart) error {
+	if len(failed) == 0 {
 		return nil
 	}
+	var why []string
+	for _, f := range failed {
+		why = append(why, fmt.Sprintf("%s did not answer (%v)", f.Source, f.Err))
+	}
+	return wrap("ls", fmt.Errorf("the listing is incomplete: %s: %w", strings.Join(why, "; "), sandbox.ErrTruncated))
 }
 
 // lsTable prints rows; withProvider adds the PROVIDER column to the narrow
@@ -191,15 +211,15 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 		if s == "" {
 			return "-"
 		}
-		return s
+		return cell(s) // what a provider said is one cell (output.go)
 	}
 	for _, r := range rows {
 		if !wide && withProvider {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State), r.Provider)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Name), r.Status, dash(r.State), cell(r.Provider))
 			continue
 		}
 		if !wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, dash(r.State))
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", cell(r.Name), r.Status, dash(r.State))
 			continue
 		}
 		lim := func(k string) string {
@@ -232,9 +252,9 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 		if r.DiskUsed != nil && disk != "-" {
 			disk = fmt.Sprintf("%dM/%s", (*r.DiskUsed+1<<20-1)>>20, disk)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, dash(r.State),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), r.Status, dash(r.State),
 			lim("memory_bytes"), lim("pids"), lim("cpu_millis"), disk, lim("wall_clock"),
-			r.Provider, dash(r.Mechanism), created, dash(strings.Join(labels, ",")))
+			cell(r.Provider), dash(r.Mechanism), created, dash(strings.Join(labels, ",")))
 	}
 	return tw.Flush()
 }

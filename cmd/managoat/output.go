@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // outputFlags are --json and -o FORMAT (json, or with wide, wide), as
@@ -100,6 +102,39 @@ func snake(s string) string {
 			c = '_'
 		}
 		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// maxCell bounds a table cell, in runes: a command of a megabyte is one
+// line of the sessions table, not a megabyte of it (-o json has it whole).
+const maxCell = 120
+
+// cell is s as one cell of a table: what would break the row or reach the
+// terminal as a control (a newline or tab of a multi-line command, an
+// escape sequence a sandbox wrote into a name or state, invalid UTF-8) is
+// shown escaped as Go does (\n, \t, \x1b), and a cell past maxCell runes
+// ends in "…".
+func cell(s string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := 0, 0; i < len(s); i += w {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		w = size
+		if n >= maxCell {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || !unicode.IsPrint(r) && r != ' ':
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+		n++
 	}
 	return b.String()
 }
