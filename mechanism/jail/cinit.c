@@ -84,7 +84,7 @@
 #define CI_MAX_PACKET (1 << 20)
 #define CI_MAX_STRINGS (1 << 16)
 #define CI_CONFIG_MAGIC 0x4943474du /* "MGCI" */
-#define CI_CONFIG_VERSION 1u
+#define CI_CONFIG_VERSION 2u
 #define CI_MAX_FILTER 4096
 /* A command's open-file limit (jail.go workloadNoFile): soft, and the
  * most its hard limit is, at most the init's own. */
@@ -93,6 +93,9 @@
 
 struct ci_config {
 	uint32_t magic, version, uid, gid, flags, keep0, keep1, nfilter;
+	/* With flags 4, 8 or 16: the host id that owns the sandbox's user
+	 * namespace (its range's first, base; 0: the host's root). */
+	uint32_t owner;
 };
 
 /* A connection: awaiting its request, or bound to the process it started. */
@@ -184,6 +187,25 @@ static void check_restricted(void) {
 		ci_fail("init born without no_new_privs");
 }
 
+/* become_owner takes the host ids that own (or are to own) the
+ * sandbox's user namespace, cfg.owner, before the namespace is made or
+ * joined. The kernel charges the per-user counts of every process in a
+ * user namespace (inotify instances and watches, pending signals, message
+ * queue bytes, processes, ...) to the namespace's owner in its parent as
+ * well: owned by the host's root, every sandbox used up root's quotas
+ * (128 inotify instances in one made host root's inotify_init1 fail with
+ * EMFILE) and the other sandboxes'. Owned by base, a uid no host user and
+ * no other sandbox has, each sandbox has quotas of its own. As the
+ * owner's euid the process holds every capability in the namespace
+ * (joined or made); in the host's it keeps none. */
+static void become_owner(void) {
+	if (cfg.owner == 0)
+		return;
+	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, cfg.owner, cfg.owner, cfg.owner) != 0 ||
+	    syscall(SYS_setresuid, cfg.owner, cfg.owner, cfg.owner) != 0)
+		ci_fail("become the owner %u of the sandbox's user namespace: %s", cfg.owner, strerror(errno));
+}
+
 /* With flag 4 the manager made the sandbox's user namespace (mapping its
  * range, owned by the host's root, whose child it is) and passed it at
  * CI_FD_USERNS: the init, still the host's root, joins it (as the owner's
@@ -195,6 +217,7 @@ static void join_userns(void) {
 		close(CI_FD_USERNS); /* nothing, or the memory file executed */
 		return;
 	}
+	become_owner(); /* the owner's euid holds every capability in it */
 	if (syscall(SYS_setns, CI_FD_USERNS, CLONE_NEWUSER) != 0)
 		ci_fail("join the sandbox's user namespace: %s", strerror(errno));
 	close(CI_FD_USERNS);
@@ -210,6 +233,7 @@ static void join_userns(void) {
  * (or by dying). It runs nothing else, and is started with vfork, unlike
  * a child cloned into a new user namespace (userns_image.go, holdUserns). */
 static void hold_userns(void) {
+	become_owner();
 	if (syscall(SYS_unshare, CLONE_NEWUSER) != 0)
 		ci_fail("make a user namespace: %s", strerror(errno));
 	if (write(CI_FD_READY, "userns\n", 7) != 7)
@@ -231,6 +255,7 @@ static void hold_userns(void) {
 static void unshare_userns(void) {
 	if (!(cfg.flags & 8))
 		return;
+	become_owner();
 	if (syscall(SYS_unshare, CLONE_NEWUSER) != 0)
 		ci_fail("make the sandbox's user namespace: %s", strerror(errno));
 	if (write(CI_FD_READY, "userns\n", 7) != 7)

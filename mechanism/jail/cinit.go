@@ -118,7 +118,7 @@ var standaloneInit = sync.OnceValues(func() (*os.File, error) {
 // Layout of cinit.c's struct ci_config.
 const (
 	cInitMagic   = 0x4943474d // "MGCI"
-	cInitVersion = 1
+	cInitVersion = 2
 )
 
 // managerSeccomp is the filter, assembled once per manager process and
@@ -142,9 +142,9 @@ func cInitConfig(lc launchConfig, prog seccompProgram) []byte {
 	if lc.unshareUserns {
 		flags |= 8 // make it, wait for the maps: unshare_userns
 	}
-	b := make([]byte, 0, 32+8*len(prog))
+	b := make([]byte, 0, 36+8*len(prog))
 	for _, v := range []uint32{cInitMagic, cInitVersion, uint32(lc.UID), uint32(lc.GID), flags,
-		want[0].Permitted, want[1].Permitted, uint32(len(prog))} {
+		want[0].Permitted, want[1].Permitted, uint32(len(prog)), uint32(lc.IDBase)} {
 		b = ne.AppendUint32(b, v)
 	}
 	for _, f := range prog {

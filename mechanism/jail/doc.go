@@ -192,8 +192,16 @@
 // the idmapped layer: it is made while the start goes on by the C init's
 // program in a mode of its own (started with vfork, it unshares, the
 // manager maps and holds the namespace, and it exits), and a C init
-// joins it (setns, as the host's root that owns it). The Go init, whose runtime is threaded and can neither make nor
+// joins it (setns, as its owner). The Go init, whose runtime is threaded and can neither make nor
 // join one, is born in a new one (its clone then cannot use vfork).
+// Each namespace is owned by host uid base, not the host's root (the C
+// init takes base's ids before it makes or joins it, the thread cloning
+// the Go init or a holder takes them with its capabilities kept): the
+// kernel charges the per-user counts of every process in a user namespace
+// (user.max_inotify_instances and max_inotify_watches, pending signals,
+// message queue bytes, processes) to its owner in the host's namespace as
+// well, so each sandbox has quotas of its own, and neither the host's
+// root nor another sandbox loses any to it (TestInotifyQuotaIsTheSandboxs).
 // Every init lowers the full set of capabilities a user namespace gives
 // its root to the ones it keeps (SETUID, SETGID, KILL) before anything
 // else. The mount, network, uts and ipc

@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism"
@@ -185,6 +188,112 @@ func TestPtyExhaustionStaysInItsSandbox(t *testing.T) {
 				t.Errorf("the host's openpty while the hog holds its terminals: %v", err)
 			} else {
 				ptmx.Close()
+			}
+		})
+	}
+}
+
+// inotifyHog makes inotify instances until the kernel refuses one, says
+// how many and why, and holds them until its stdin closes.
+const inotifyHog = `import ctypes, errno, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fds, why = [], "none"
+while len(fds) < 900:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        why = errno.errorcode[ctypes.get_errno()]
+        break
+    fds.append(fd)
+print("opened %d %s" % (len(fds), why), flush=True)
+sys.stdin.read()
+`
+
+// holdWhile runs script in sandbox id of j until the returned release is
+// called, and returns the first line it printed.
+func holdWhile(t *testing.T, j *Jail, id, script string) (first string, release func()) {
+	t.Helper()
+	line := make(chan string, 1)
+	stdin, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		var out []byte
+		c, err := j.Execute(context.Background(), id, []string{"python3", "-c", script}, mechanism.ExecOptions{
+			Stdin: stdin, Timeout: time.Minute,
+			OnOutput: func(s mechanism.Stream, chunk []byte) {
+				if s != mechanism.Stdout {
+					return
+				}
+				out = append(out, chunk...)
+				if i := bytes.IndexByte(out, '\n'); i >= 0 {
+					select {
+					case line <- string(out[:i]):
+					default:
+					}
+				}
+			},
+		})
+		if err == nil && c.ExitStatus != 0 {
+			err = fmt.Errorf("%s exited %d: %s", id, c.ExitStatus, c.Stderr)
+		}
+		done <- err
+	}()
+	release = func() {
+		w.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	select {
+	case first = <-line:
+	case err := <-done:
+		done <- err
+		release()
+		t.Fatalf("%s ended before it said anything: %v", id, err)
+	}
+	return first, release
+}
+
+// TestInotifyQuotaIsTheSandboxs: a sandbox that makes every inotify
+// instance it can gets the per-user bound (user.max_inotify_instances)
+// and EMFILE, and while it holds them the host's root and another
+// sandbox still make one: each sandbox's user namespace is owned by its
+// range's first id (cinit.c become_owner), to which the kernel charges
+// it in the host's namespace. Fails on the old code (namespaces owned by
+// the host's root): host root's inotify_init1 EMFILE.
+func TestInotifyQuotaIsTheSandboxs(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/user/max_inotify_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	for _, mode := range InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			hog := startedJail(t, mode, "hog")
+			other := startedJail(t, mode, "other")
+			if base, _, _ := hog.IDRange("hog"); base == 0 {
+				testenv.Require(t, false, "the sandbox has no uid range of its own: "+hog.usernsSupport().Error())
+			}
+			got, release := holdWhile(t, hog, "hog", inotifyHog)
+			defer release()
+			var opened int
+			var why string
+			if _, err := fmt.Sscanf(got, "opened %d %s", &opened, &why); err != nil {
+				t.Fatalf("hog said %q: %v", got, err)
+			}
+			t.Logf("hog: %s (user.max_inotify_instances %d)", got, limit)
+			if opened > limit || why != "EMFILE" {
+				t.Errorf("one sandbox made %d inotify instances (then %s), want at most %d, then EMFILE", opened, why, limit)
+			}
+			fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+			if err != nil {
+				t.Errorf("host root's inotify_init1 while the sandbox holds its instances: %v", err)
+			} else {
+				unix.Close(fd)
+			}
+			c, err := other.Execute(context.Background(), "other", []string{"python3", "-c",
+				"import ctypes; fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0); print('inotify ok' if fd >= 0 else 'inotify failed %d' % ctypes.get_errno())"}, mechanism.ExecOptions{})
+			if err != nil || !strings.Contains(string(c.Stdout), "inotify ok") {
+				t.Errorf("another sandbox's inotify_init1 while the hog holds its instances: %q %q, %v", c.Stdout, c.Stderr, err)
 			}
 		})
 	}

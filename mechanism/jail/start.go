@@ -187,6 +187,9 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			err = fmt.Errorf("enter the sandbox's network namespace: %w", err)
 			return
 		}
+		if err = ownNewUserns(req.cmd.SysProcAttr); err != nil { // userns.go
+			return
+		}
 		if err = req.cmd.Start(); err == nil {
 			// Hand over at once: this thread's end and the scheduler's
 			// wake-up of the caller are not on the way to a ready init.

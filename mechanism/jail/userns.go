@@ -369,6 +369,42 @@ func mapRange(sys *syscall.SysProcAttr, base int) {
 	sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 }
 
+// secbitNoSetuidFixup is SECBIT_NO_SETUID_FIXUP: a change of the
+// thread's uids keeps its capabilities.
+const secbitNoSetuidFixup = 1 << 2
+
+// ownNewUserns makes the calling thread, a locked one the runtime
+// discards afterwards (onDiscardedThread), the owner of the user
+// namespace sys's clone makes (CLONE_NEWUSER, 0 mapped to base): its
+// effective uid and gid become base, its capabilities stay (the clone's
+// writes of the maps need CAP_SETUID and CAP_SETGID in the host's
+// namespace). The kernel charges the per-user counts of every process in
+// a user namespace (inotify instances and watches, pending signals,
+// message queue bytes, ...) to the namespace's owner in its parent too:
+// owned by the host's root, every sandbox used up root's quotas and one
+// another's (cinit.c become_owner does the same for the C init). The
+// child is born in the new namespace, where its securebits are the
+// default again, as root (base maps to 0). A sys without a new user
+// namespace of a range is left alone.
+func ownNewUserns(sys *syscall.SysProcAttr) error {
+	if sys == nil || sys.Cloneflags&unix.CLONE_NEWUSER == 0 || len(sys.UidMappings) != 1 ||
+		sys.UidMappings[0].ContainerID != 0 || sys.UidMappings[0].HostID == 0 || sys.UidMappings[0].Size != idRangeSize {
+		return nil
+	}
+	base := uintptr(sys.UidMappings[0].HostID)
+	keep := ^uintptr(0) // -1: unchanged
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoSetuidFixup, 0); e != 0 {
+		return fmt.Errorf("securebits: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, base, keep); e != 0 {
+		return fmt.Errorf("become the owner of the sandbox's user namespace: setresgid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, base, keep); e != 0 {
+		return fmt.Errorf("become the owner of the sandbox's user namespace: setresuid: %w", e)
+	}
+	return nil
+}
+
 // rootCaps are what a workload that is root of its sandbox's user
 // namespace keeps besides keepCaps (the init holds them for it: under
 // no_new_privs an exec grants no more than the init has). They act only

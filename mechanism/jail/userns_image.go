@@ -151,8 +151,8 @@ func idmapMount(src string, usernsFD int, dst string) error {
 }
 
 // holdUserns returns a descriptor of a new user namespace mapping
-// 0..idRangeSize-1 to base.. (uids and gids), owned by this process's
-// euid (the host's root). Where there is a C init, it is made by that
+// 0..idRangeSize-1 to base.. (uids and gids), owned by host uid base
+// (cinit.c become_owner, ownNewUserns). Where there is a C init, it is made by that
 // program in a mode of its own (cinit.c hold_userns: unshare, say so,
 // wait to be killed), started with vfork: a child cloned into a new user
 // namespace is a full fork of this process, whose cost grows with its
@@ -206,8 +206,8 @@ func holdUserns(base int) (int, error) {
 	readyW.Close()
 	// cinit.c's struct ci_config, flag 16, and a one-instruction filter
 	// it never loads.
-	b := make([]byte, 0, 40)
-	for _, v := range []uint32{cInitMagic, cInitVersion, 0, 0, 16, 0, 0, 1} {
+	b := make([]byte, 0, 44)
+	for _, v := range []uint32{cInitMagic, cInitVersion, 0, 0, 16, 0, 0, 1, uint32(base)} {
 		b = ne.AppendUint32(b, v)
 	}
 	b = ne.AppendUint16(b, unix.BPF_RET|unix.BPF_K)
@@ -242,18 +242,19 @@ func holdUsernsTraced(base int) (int, error) {
 	fd, err := -1, error(nil)
 	onDiscardedThread(func() {
 		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRangeSize}}
+		sys := &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+			// setgroups stays allowed: a C init joining the namespace
+			// drops its groups (cinit.c join_userns), and so does it
+			// for each workload.
+			GidMappingsEnableSetgroups: true,
+			Ptrace:                     true, Pdeathsig: syscall.SIGKILL,
+		}
+		if err = ownNewUserns(sys); err != nil { // userns.go
+			return
+		}
 		var pid int
-		pid, err = syscall.ForkExec("/proc/self/exe", []string{"managoat-userns"}, &syscall.ProcAttr{
-			Env: []string{},
-			Sys: &syscall.SysProcAttr{
-				Cloneflags: unix.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
-				// setgroups stays allowed: a C init joining the namespace
-				// drops its groups (cinit.c join_userns), and so does it
-				// for each workload.
-				GidMappingsEnableSetgroups: true,
-				Ptrace:                     true, Pdeathsig: syscall.SIGKILL,
-			},
-		})
+		pid, err = syscall.ForkExec("/proc/self/exe", []string{"managoat-userns"}, &syscall.ProcAttr{Env: []string{}, Sys: sys})
 		if err != nil {
 			err = fmt.Errorf("make a user namespace: %w", err)
 			return
