@@ -409,7 +409,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		now := s.cfg.Now().UTC()
 		rec = store.Sandbox{AccountID: accountID, Name: name, Provider: prov, ProviderName: pname, State: store.StateCreating,
 			Limits: lim, CreatedAt: now, LastActivity: now}
-		err = s.cfg.Store.InsertSandbox(ctx, rec)
+		err = s.insertCounted(ctx, rec)
 		if errors.Is(err, store.ErrAlreadyExists) && attempt < 3 {
 			continue // another create of this name won: adopt its record, or refuse for create_new
 		}
@@ -451,6 +451,23 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		}
 		return rec, true, err
 	}
+}
+
+// insertCounted inserts a new sandbox's record if the account holds
+// fewer than MaxSandboxesPerAccount: the count and the insert are made
+// under the account's lock, so this process's creates are counted one at
+// a time.
+func (s *Server) insertCounted(ctx context.Context, rec store.Sandbox) error {
+	defer s.lock(rec.AccountID, "")() // "" is no sandbox's name
+	recs, err := s.cfg.Store.ListSandboxes(ctx, rec.AccountID)
+	if err != nil {
+		return err
+	}
+	if len(recs) >= s.cfg.MaxSandboxesPerAccount {
+		return &apiError{http.StatusForbidden, &Error{Kind: "denied", Reason: "resource_exhausted",
+			Message: fmt.Sprintf("resource_exhausted: the account holds %d sandboxes, the most it may (serve --sandboxes-per-account); destroy one first", len(recs))}}
+	}
+	return s.cfg.Store.InsertSandbox(ctx, rec)
 }
 
 // unrecorded destroys a sandbox that a create or a wake made while its

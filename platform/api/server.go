@@ -46,7 +46,11 @@
 // without a store lookup, its good keys too, until a token comes back; an
 // account's open streams (Config.StreamMaxPerAccount, default 256: 429
 // rate_limited{streams} with Retry-After, before the upgrade; a closed
-// stream frees its place); a sandbox's proxied connections (proxy.go).
+// stream frees its place); a sandbox's proxied connections (proxy.go);
+// an account's sandboxes (Config.MaxSandboxesPerAccount, default 1000)
+// and runner names (RunnerAuth.MaxRunners, default 100): one more is 403
+// denied{resource_exhausted} (a runner's: resource_exhausted) with a
+// message naming the bound.
 //
 // Where this differs from the original platform (Fountain), on purpose: a
 // create with no runner of the account online is 503 no_runner_online with
@@ -131,7 +135,18 @@ type Config struct {
 	// and shares its bound.
 	FailedAuthRate  rate.Limit
 	FailedAuthBurst int
+	// MaxSandboxesPerAccount bounds the sandbox records an account holds,
+	// every provider's, parked ones too (default
+	// DefaultMaxSandboxesPerAccount): a create of one more is 403
+	// denied{resource_exhausted} saying so; adopting a name it holds is
+	// not a new one. Creates in this process are counted one at a time;
+	// creates through several replicas at once may pass it by the creates
+	// in flight. The runners' bound is RunnerAuth.MaxRunners.
+	MaxSandboxesPerAccount int
 }
+
+// DefaultMaxSandboxesPerAccount is Config.MaxSandboxesPerAccount's default.
+const DefaultMaxSandboxesPerAccount = 1000
 
 // Server serves /v1.
 type Server struct {
@@ -206,6 +221,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.FailedAuthBurst <= 0 {
 		cfg.FailedAuthBurst = DefaultFailedAuthBurst
+	}
+	if cfg.MaxSandboxesPerAccount <= 0 {
+		cfg.MaxSandboxesPerAccount = DefaultMaxSandboxesPerAccount
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), limiters: map[string]*rate.Limiter{},
 		active: map[string]int{}, touched: map[string]time.Time{}, streams: map[*websocket.Conn]struct{}{}, locks: map[string]*recLock{}, touchedSweep: minTouchedSweep,
@@ -579,32 +597,144 @@ func (a accountRunners) Runners(ctx context.Context) ([]runnerprov.Info, error) 
 // (the runner then belongs to that account), else with an enrolment of
 // the runners file (Fallback, may be nil), whose account name is mapped to
 // the account of that name.
+//
+// Each runner name an account connects is recorded (store.Runner) with a
+// random id, made when the name is first claimed and never derived from
+// the account and the name: its sandboxes route to that id. What may
+// connect as the name afterwards: once the runner has connected with its
+// enrolment credential, only that credential (an API key of the account
+// is refused 403, also after the runner was deleted: DELETE
+// /api/runners/ID closes the socket and keeps the record); a name first
+// claimed by an API key, only that key until it is revoked (then the next
+// key of the account to connect takes it over, keeping the id). An
+// enrolment takes over a name an API key claimed. The record goes only by
+// an operator's act (store.DeleteRunner; `managoat serve admin runner rm`),
+// and the name's next claimant gets a new id, never the old sandboxes.
+//
+// MaxRunners bounds the runner names an account holds (default
+// DefaultMaxRunnersPerAccount): a connection under one more name is 403
+// resource_exhausted.
 type RunnerAuth struct {
-	Store    store.Store
-	Fallback runnerprov.RunnerAuthenticator
+	Store      store.Store
+	Fallback   runnerprov.RunnerAuthenticator
+	MaxRunners int
 }
+
+// DefaultMaxRunnersPerAccount is RunnerAuth.MaxRunners' default.
+const DefaultMaxRunnersPerAccount = 100
+
+var _ runnerprov.RunnerIdentifier = RunnerAuth{}
 
 // AuthenticateRunner implements runner.RunnerAuthenticator.
 func (a RunnerAuth) AuthenticateRunner(r *http.Request, key, name string) (string, error) {
+	acct, _, err := a.IdentifyRunner(r, key, name)
+	return acct, err
+}
+
+// IdentifyRunner implements runner.RunnerIdentifier: the account and the
+// id recorded for the runner's name, claiming the name if the account
+// does not hold it yet.
+func (a RunnerAuth) IdentifyRunner(r *http.Request, key, name string) (string, string, error) {
+	ctx := r.Context()
 	if strings.HasPrefix(key, KeyPrefix) {
-		k, err := Authenticate(r.Context(), a.Store, key)
+		k, err := Authenticate(ctx, a.Store, key)
 		if err != nil {
-			return "", runnerprov.ErrUnauthorized
+			if !errors.Is(err, ErrBadKey) {
+				return "", "", sandbox.Unavailable("store", err)
+			}
+			return "", "", runnerprov.ErrUnauthorized
 		}
-		return k.AccountID, nil
+		if !runnerprov.ValidName(name) {
+			return k.AccountID, "", nil // the handshake refuses the name (400)
+		}
+		id, err := a.claim(ctx, k.AccountID, name, k.ID)
+		return k.AccountID, id, err
 	}
 	if a.Fallback == nil {
-		return "", runnerprov.ErrUnauthorized
+		return "", "", runnerprov.ErrUnauthorized
 	}
 	acct, err := a.Fallback.AuthenticateRunner(r, key, name)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	if ac, err := a.Store.AccountByName(r.Context(), acct); err == nil {
-		return ac.ID, nil
+	if ac, err := a.Store.AccountByName(ctx, acct); err == nil {
+		acct = ac.ID
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return "", "", sandbox.Unavailable("store", err)
 	}
-	return acct, nil
+	id, err := a.claim(ctx, acct, name, "")
+	return acct, id, err
 }
+
+// claim returns the id of account's runner name, recording the name for
+// the caller (an API key's id, or "" for the runner's own enrolment
+// credential) when the account does not hold it, and refusing a caller
+// that may not connect as it.
+func (a RunnerAuth) claim(ctx context.Context, account, name, keyID string) (string, error) {
+	enrolled := keyID == ""
+	for attempt := 0; attempt < 4; attempt++ {
+		rec, err := a.Store.RunnerByName(ctx, account, name)
+		if errors.Is(err, store.ErrNotFound) {
+			max := a.MaxRunners
+			if max <= 0 {
+				max = DefaultMaxRunnersPerAccount
+			}
+			held, err := a.Store.ListRunners(ctx, account)
+			if err != nil {
+				return "", sandbox.Unavailable("store", err)
+			}
+			if len(held) >= max {
+				return "", refusal{runnerprov.ErrResourceExhausted, fmt.Sprintf("the account holds %d runner names, the most it may (serve --runners-per-account); "+
+					"connect one of them, or have an operator free one (managoat serve admin runner rm ACCOUNT NAME)", len(held))}
+			}
+			rec = store.Runner{AccountID: account, Name: name, ID: runnerprov.NewRunnerID(), Enrolled: enrolled, KeyID: keyID, CreatedAt: time.Now().UTC()}
+			if err := a.Store.AddRunner(ctx, rec); errors.Is(err, store.ErrAlreadyExists) {
+				continue // another connection claimed it first: judge against its record
+			} else if err != nil {
+				return "", sandbox.Unavailable("store", err)
+			}
+			return rec.ID, nil
+		}
+		if err != nil {
+			return "", sandbox.Unavailable("store", err)
+		}
+		next := rec
+		switch {
+		case enrolled && rec.Enrolled, !enrolled && !rec.Enrolled && rec.KeyID == keyID:
+			return rec.ID, nil
+		case enrolled:
+			next.Enrolled, next.KeyID = true, "" // an enrolment takes over a key's claim
+		case rec.Enrolled:
+			return "", refusal{runnerprov.ErrForbidden, fmt.Sprintf("runner %q is enrolled: only its own credential connects as it, no API key (not after a delete either)", name)}
+		default:
+			k, err := a.Store.KeyByID(ctx, rec.KeyID)
+			if err == nil && k.RevokedAt.IsZero() {
+				return "", refusal{runnerprov.ErrForbidden, fmt.Sprintf("runner name %q is held by another API key of the account (%s): only it connects as the name while it is valid", name, rec.KeyID)}
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return "", sandbox.Unavailable("store", err)
+			}
+			next.KeyID = keyID // its key is revoked or gone: this key takes the name over
+		}
+		if err := a.Store.UpdateRunner(ctx, rec, next); errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return "", sandbox.Unavailable("store", err)
+		}
+		return rec.ID, nil
+	}
+	return "", sandbox.Unavailable("store", errors.New("the runner's record kept changing"))
+}
+
+// refusal is a runner's refusal with its own message, matching the
+// relay's error (runner.ErrForbidden, ErrResourceExhausted) for its status.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (r refusal) Error() string { return r.msg }
+func (r refusal) Unwrap() error { return r.kind }
 
 // Authenticate implements runner.Authenticator with account API keys (for
 // the runner list and the proxy of the relay).

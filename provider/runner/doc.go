@@ -52,9 +52,16 @@
 //     to detach; the original installed it for a caller that was gone.
 //   - An exit frame whose code is not an integer is a ProviderError
 //     {malformed_exit}, never read as exit 0.
-//   - The runner id is stable (StableID of the account and name), so a
-//     runner keeps routing its sandboxes across reconnects, a platform
-//     restart and a forget; the original minted a new id and orphaned them.
+//   - The runner id is kept, so a runner keeps routing its sandboxes
+//     across reconnects, a platform restart and a forget (the original
+//     minted a new id and orphaned them), and it is not derivable: an
+//     enrolment (Enroll, RunnerFile) makes it at random and keeps it with
+//     the credential, across rotations; a RunnerIdentifier names it at each
+//     connection (the platform's records do, platform/api.RunnerAuth), and
+//     only without one is it StableID of the account and name.
+//   - A runner's metadata is its application's (ServerConfig.Meta, Info.Meta):
+//     opaque here, returned untouched by Online, Presence and the list.
+//   - A Server given no Host warns that it runs as a single node.
 //   - The daemon's capabilities travel in the handshake (caps), so
 //     network_policy and terminate_session are advertised when the runner's
 //     provider offers them (the original could not, ADR 0036).

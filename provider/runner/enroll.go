@@ -29,6 +29,26 @@ type RunnerAuthenticator interface {
 	AuthenticateRunner(r *http.Request, key, name string) (account string, err error)
 }
 
+// RunnerIdentifier is a RunnerAuthenticator that also names the id of the
+// runner it admits: an id made at random when the name was enrolled (or
+// first claimed) and kept with it, never derived from the account and the
+// name, so nobody who can name a runner can compute where its sandboxes
+// route. The Server uses it in place of ServerConfig.RunnerID; an empty
+// id falls back to RunnerID.
+type RunnerIdentifier interface {
+	RunnerAuthenticator
+	IdentifyRunner(r *http.Request, key, name string) (account, id string, err error)
+}
+
+// NewRunnerID returns a random runner id (a version 4 UUID, dashed).
+func NewRunnerID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return dashed(hex.EncodeToString(b[:]))
+}
+
 // RunnerFile is a RunnerAuthenticator over a file of enrolled runners
 // (Enroll writes it): each entry binds a runner's name to its account and
 // to the SHA-256 of its credential; the credential itself is stored
@@ -38,9 +58,12 @@ type RunnerAuthenticator interface {
 // until it reconnects (DELETE the runner to close it).
 type RunnerFile struct{ Path string }
 
-// enrolled is one entry of the file.
+// enrolled is one entry of the file. ID is the runner's id, random at
+// its enrolment and kept across a rotation; an entry written before ids
+// were (none) gets StableID's.
 type enrolled struct {
 	Name       string    `json:"name"`
+	ID         string    `json:"id,omitempty"`
 	Account    string    `json:"account"`
 	SHA256     string    `json:"sha256"`
 	EnrolledAt time.Time `json:"enrolled_at"`
@@ -55,19 +78,30 @@ var ErrAlreadyEnrolled = fmt.Errorf("runner: a runner of that name is enrolled a
 
 // AuthenticateRunner implements RunnerAuthenticator: key must be the
 // credential enrolled for name (compared in constant time).
-func (f RunnerFile) AuthenticateRunner(_ *http.Request, key, name string) (string, error) {
+func (f RunnerFile) AuthenticateRunner(r *http.Request, key, name string) (string, error) {
+	a, _, err := f.IdentifyRunner(r, key, name)
+	return a, err
+}
+
+// IdentifyRunner implements RunnerIdentifier: AuthenticateRunner, and the
+// id the enrolment keeps.
+func (f RunnerFile) IdentifyRunner(_ *http.Request, key, name string) (string, string, error) {
 	rf, err := readRunners(f.Path)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrUnauthorized, err)
+		return "", "", fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
 	sum := sha256.Sum256([]byte(key))
 	got := hex.EncodeToString(sum[:])
 	for _, e := range rf.Runners {
 		if e.Name == name && key != "" && subtle.ConstantTimeCompare([]byte(got), []byte(e.SHA256)) == 1 {
-			return e.Account, nil
+			id := e.ID
+			if id == "" {
+				id = StableID(e.Account, e.Name)
+			}
+			return e.Account, id, nil
 		}
 	}
-	return "", ErrUnauthorized
+	return "", "", ErrUnauthorized
 }
 
 // Enroll makes a credential for the runner called name in account and
@@ -89,16 +123,20 @@ func Enroll(path, name, account string, rotate bool) (string, error) {
 	secret := "mgr_" + base64.RawURLEncoding.EncodeToString(raw[:])
 	sum := sha256.Sum256([]byte(secret))
 	err := updateRunners(path, func(rf *runnersFile) error {
+		id := NewRunnerID()
 		for i, e := range rf.Runners {
 			if e.Name == name {
 				if !rotate {
 					return ErrAlreadyEnrolled
 				}
+				if e.ID != "" && e.Account == account {
+					id = e.ID // a rotation keeps the runner's id, so its sandboxes keep routing
+				}
 				rf.Runners = append(rf.Runners[:i], rf.Runners[i+1:]...)
 				break
 			}
 		}
-		rf.Runners = append(rf.Runners, enrolled{Name: name, Account: account, SHA256: hex.EncodeToString(sum[:]), EnrolledAt: time.Now().UTC()})
+		rf.Runners = append(rf.Runners, enrolled{Name: name, ID: id, Account: account, SHA256: hex.EncodeToString(sum[:]), EnrolledAt: time.Now().UTC()})
 		return nil
 	})
 	if err != nil {

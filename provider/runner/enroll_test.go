@@ -133,3 +133,50 @@ func TestPlacementOnlyAmongTheCallersRunners(t *testing.T) {
 		t.Fatal("account b was given account a's runner")
 	}
 }
+
+// TestEnrolledIDIsRandomAndKept: an enrolled runner's id is made at
+// random at its enrolment (not StableID of its account and name, which
+// anyone who can name the runner computes), a rotation keeps it, and the
+// same name enrolled anew (another file: another platform) gets another.
+// Fails on the old code: the id was StableID("local", "laptop").
+func TestEnrolledIDIsRandomAndKept(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "runners.json")
+	pl := newPlatform(t, prov.ServerConfig{RunnerAuth: prov.RunnerFile{Path: file}})
+	cred, err := prov.Enroll(file, "laptop", "local", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dialAs(t, pl, "laptop", cred); got != 0 {
+		t.Fatalf("dial: %d", got)
+	}
+	id := pl.online(t)
+	if id == prov.StableID("local", "laptop") {
+		t.Fatalf("the enrolled runner's id %s is derived from its account and name", id)
+	}
+	if _, err := prov.Parse(prov.NamePrefix + strings.ReplaceAll(id, "-", "") + "-0"); err != nil {
+		t.Fatalf("id %s does not route sandbox names: %v", id, err)
+	}
+	pl.host.Delete(id)
+	pl.offline(t)
+	rotated, err := prov.Enroll(file, "laptop", "local", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dialAs(t, pl, "laptop", rotated); got != 0 {
+		t.Fatalf("dial with the rotated credential: %d", got)
+	}
+	if again := pl.online(t); again != id {
+		t.Fatalf("id after a rotation %s, want %s kept", again, id)
+	}
+	other := filepath.Join(t.TempDir(), "runners.json")
+	if _, err := prov.Enroll(other, "laptop", "local", false); err != nil {
+		t.Fatal(err)
+	}
+	_, id2, err := prov.RunnerFile{Path: other}.IdentifyRunner(nil, "wrong", "laptop")
+	if err == nil {
+		t.Fatalf("a wrong credential was identified as %s", id2)
+	}
+	if a, b := prov.NewRunnerID(), prov.NewRunnerID(); a == b {
+		t.Fatalf("two random ids are equal: %s", a)
+	}
+}

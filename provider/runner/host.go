@@ -21,17 +21,20 @@ var ErrAlreadyRegistered = errors.New("runner: already registered")
 // string, the account the authenticator named, and the extra capabilities
 // its provider offers.
 type Info struct {
-	ID          string    `json:"id"`
-	Account     string    `json:"account,omitempty"`
-	Name        string    `json:"name"`
-	Hostname    string    `json:"hostname,omitempty"`
-	OS          string    `json:"os,omitempty"`
-	Arch        string    `json:"arch,omitempty"`
-	Version     string    `json:"version,omitempty"`
-	Root        string    `json:"root,omitempty"`
-	Caps        []string  `json:"caps,omitempty"`
-	ConnectedAt time.Time `json:"connected_at"`
-	LastSeen    time.Time `json:"last_seen_at"`
+	ID       string   `json:"id"`
+	Account  string   `json:"account,omitempty"`
+	Name     string   `json:"name"`
+	Hostname string   `json:"hostname,omitempty"`
+	OS       string   `json:"os,omitempty"`
+	Arch     string   `json:"arch,omitempty"`
+	Version  string   `json:"version,omitempty"`
+	Root     string   `json:"root,omitempty"`
+	Caps     []string `json:"caps,omitempty"`
+	// Meta is the application's own (ServerConfig.Meta): opaque to this
+	// package, which never reads it, and returned as it was given.
+	Meta        map[string]string `json:"meta,omitempty"`
+	ConnectedAt time.Time         `json:"connected_at"`
+	LastSeen    time.Time         `json:"last_seen_at"`
 }
 
 // HasCap reports whether the runner advertised capability c.

@@ -490,14 +490,69 @@ func TestCloseCodes(t *testing.T) {
 		t.Fatalf("deleted: close %d, want 4404", code)
 	}
 	pl.offline(t)
+	// A real second connection of one runner: the relay's own host
+	// refuses it before the upgrade (409), and the first stays.
 	rd, _, err = dialRaw(t, pl, "twin")
 	if err != nil {
 		t.Fatal(err)
 	}
 	id = pl.online(t)
-	pl.host.Whereis(id).Close(wire.CloseDuplicate, "a runner named twin is already connected")
-	if code := websocket.CloseStatus(readErr(rd)); code != wire.CloseDuplicate {
-		t.Fatalf("duplicate: close %d, want 4409", code)
+	if _, resp, err := dialRaw(t, pl, "twin"); err == nil || resp == nil || resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a second connection of twin: %v %v, want 409", resp, err)
+	}
+	if c := pl.host.Whereis(id); c == nil {
+		t.Fatal("the first connection of twin is gone after the second was refused")
+	}
+	served := func(pl *platform, rd *rawDaemon, id string) {
+		t.Helper()
+		_, h := rawName(t, id)
+		res := make(chan error, 1)
+		go func() { _, err := pl.srv.Provider().Get(context.Background(), h); res <- err }()
+		r := rd.next()
+		rd.send(sprintf(`{"id":%d,"ok":true,"result":{"status":"running","path":"/x"}}`, r.ID))
+		if err := <-res; err != nil {
+			t.Fatalf("a call to twin: %v", err)
+		}
+	}
+	served(pl, rd, id)
+	_ = rd.ws.CloseNow()
+	pl.offline(t)
+
+	// The 4409 path: a host where the newer registration of an id wins
+	// and the older socket is let go (a cluster's claim moving to another
+	// replica, natshost's lose), met by a real second connection.
+	th := &takeoverHost{LocalHost: prov.NewLocalHost()}
+	pl2 := newPlatform(t, prov.ServerConfig{Host: th})
+	first, _, err := dialRaw(t, pl2, "twin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "twin online", 10*time.Second, func() bool { return len(th.Online()) == 1 })
+	second, _, err := dialRaw(t, pl2, "twin")
+	if err != nil {
+		t.Fatalf("the second connection of twin on a takeover host: %v", err)
+	}
+	if code := websocket.CloseStatus(readErr(first)); code != wire.CloseDuplicate {
+		t.Fatalf("duplicate: the first socket's close %d, want 4409", code)
+	}
+	served(pl2, second, th.Online()[0].ID)
+}
+
+// takeoverHost lets the newest registration of an id win: the older
+// connection is closed with 4409, as natshost does with a local socket
+// whose claim another replica holds.
+type takeoverHost struct{ *prov.LocalHost }
+
+func (h *takeoverHost) Register(id string, c *prov.Conn) error {
+	for {
+		err := h.LocalHost.Register(id, c)
+		if !errors.Is(err, prov.ErrAlreadyRegistered) {
+			return err
+		}
+		if old := h.LocalHost.Whereis(id); old != nil {
+			h.LocalHost.Unregister(id, old)
+			old.Close(wire.CloseDuplicate, "runner connected elsewhere")
+		}
 	}
 }
 

@@ -31,10 +31,15 @@ type AuthFunc func(r *http.Request, key string) (string, error)
 // Authenticate implements Authenticator.
 func (f AuthFunc) Authenticate(r *http.Request, key string) (string, error) { return f(r, key) }
 
-// Authentication refusals.
+// Authentication refusals. A RunnerAuthenticator's error wrapping
+// ErrForbidden is 403 forbidden, ErrResourceExhausted 403
+// resource_exhausted, a sandbox.UnavailableError 503 (the credentials
+// could not be checked), anything else 401; the message of each but the
+// last is the error's own.
 var (
-	ErrUnauthorized = errors.New("runner: missing or invalid API key")
-	ErrForbidden    = errors.New("runner: the API key is not full scope")
+	ErrUnauthorized      = errors.New("runner: missing or invalid API key")
+	ErrForbidden         = errors.New("runner: the API key is not full scope")
+	ErrResourceExhausted = errors.New("runner: resource_exhausted")
 )
 
 // StaticToken accepts exactly token (compared in constant time) for the
@@ -56,7 +61,12 @@ type ServerConfig struct {
 	// (RunnerFile), and no client key connects a runner. Unset, Auth
 	// admits runners too (the original's one shared key).
 	RunnerAuth RunnerAuthenticator
-	Host       Host // default NewLocalHost()
+	// Host is where connections are registered. Unset, it is a
+	// NewLocalHost() of this process only, and NewServer says so in a
+	// warning: a platform of several replicas that forgot its cluster-wide
+	// host would otherwise run as several single nodes, each blind to the
+	// others' runners. Set it (to NewLocalHost() for one node) to say so.
+	Host Host
 	// Disabled makes the runner endpoint answer 404 runners_disabled
 	// without registering anything.
 	Disabled bool
@@ -72,9 +82,16 @@ type ServerConfig struct {
 	// CallTimeout bounds a provider call whose ctx has no deadline
 	// (default 30 s); exec waits for its own timeout plus 10 s instead.
 	CallTimeout time.Duration
-	// RunnerID names a runner from its account and name; default StableID.
+	// RunnerID names a runner from its account and name when RunnerAuth
+	// does not (it is no RunnerIdentifier, or names none); default
+	// StableID.
 	RunnerID func(account, name string) string
-	Logger   *slog.Logger
+	// Meta, when set, gives each connecting runner its opaque metadata
+	// (Info.Meta), from the handshake's request and the runner's identity:
+	// the library never reads it; it goes to Host.Register with the
+	// connection, and comes back in Online, Presence and the runner list.
+	Meta   func(r *http.Request, info Info) map[string]string
+	Logger *slog.Logger
 }
 
 // Server is the platform end: an http.Handler for the daemon's WebSocket
@@ -104,8 +121,13 @@ const (
 //	mux.Handle("/api/runners", srv)
 //	mux.Handle("/api/runners/", srv)
 func NewServer(cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	if cfg.Host == nil {
 		cfg.Host = NewLocalHost()
+		cfg.Logger.Warn("runner: ServerConfig.Host is not set: runners are registered in this process only (NewLocalHost); " +
+			"a platform of several replicas must set a cluster-wide Host (provider/runner/natshost), one node should set NewLocalHost() to say so")
 	}
 	if cfg.Auth == nil {
 		cfg.Auth = StaticToken("")
@@ -122,9 +144,6 @@ func NewServer(cfg ServerConfig) *Server {
 	def(&cfg.CallTimeout, 30*time.Second)
 	if cfg.RunnerID == nil {
 		cfg.RunnerID = StableID
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*Conn]struct{}{}, proxies: map[*websocket.Conn]struct{}{}}
 }
@@ -232,6 +251,11 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"data": mine})
 }
 
+// ValidName reports whether name is a runner's name (what the handshake
+// accepts): ^[a-z0-9][a-z0-9._-]{0,62}$. An authenticator that records
+// names checks it before it records one.
+func ValidName(name string) bool { return validRunnerName(name) }
+
 // validRunnerName reports whether name matches ^[a-z0-9][a-z0-9._-]{0,62}$.
 // It is a loop rather than a package-level regexp, whose counted repetition
 // cost about 700 allocations at every process start (the CLI links this
@@ -286,14 +310,28 @@ func identity(r *http.Request, account string) (Info, error) {
 // registration with the Host (409), then the upgrade. The registration
 // happens before the upgrade, so every refusal is an HTTP status.
 func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
-	var account string
+	var account, id string
 	if s.cfg.RunnerAuth != nil {
-		a, err := s.cfg.RunnerAuth.AuthenticateRunner(r, bearer(r), r.URL.Query().Get(wire.ParamName))
+		var a string
+		var err error
+		name := r.URL.Query().Get(wire.ParamName)
+		if ri, ok := s.cfg.RunnerAuth.(RunnerIdentifier); ok {
+			a, id, err = ri.IdentifyRunner(r, bearer(r), name)
+		} else {
+			a, err = s.cfg.RunnerAuth.AuthenticateRunner(r, bearer(r), name)
+		}
 		if err != nil {
 			w.Header().Set("Connection", "close")
-			if errors.Is(err, ErrForbidden) {
+			var un *sandbox.UnavailableError
+			switch {
+			case errors.Is(err, ErrResourceExhausted):
+				httpError(w, http.StatusForbidden, "resource_exhausted", err.Error())
+			case errors.Is(err, ErrForbidden):
 				httpError(w, http.StatusForbidden, "forbidden", err.Error())
-			} else {
+			case errors.As(err, &un):
+				w.Header().Set("Retry-After", "5")
+				httpError(w, http.StatusServiceUnavailable, "auth_unavailable", "the runner's credential could not be checked now")
+			default:
 				httpError(w, http.StatusUnauthorized, "unauthorized", "not the credential of a runner enrolled under this name")
 			}
 			return
@@ -319,8 +357,14 @@ func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "invalid_runner", err.Error())
 		return
 	}
-	info.ID = s.cfg.RunnerID(account, info.Name)
+	info.ID = id
+	if info.ID == "" {
+		info.ID = s.cfg.RunnerID(account, info.Name)
+	}
 	info.ConnectedAt = time.Now().UTC()
+	if s.cfg.Meta != nil {
+		info.Meta = s.cfg.Meta(r, info)
+	}
 	c := newConn(s, info)
 
 	s.mu.Lock()

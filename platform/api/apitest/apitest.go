@@ -32,6 +32,9 @@ type Options struct {
 	Store store.Store
 	// Configure, when set, changes the API's configuration before New.
 	Configure func(*api.Config)
+	// RunnerAuth, when set, changes how the relay authenticates runners
+	// (a Fallback of enrolments, MaxRunners) before it starts.
+	RunnerAuth func(*api.RunnerAuth)
 }
 
 // Platform is a running platform.
@@ -72,7 +75,10 @@ func Start(t testing.TB, o Options) *Platform {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	auth := api.RunnerAuth{Store: st}
-	relay := runnerprov.NewServer(runnerprov.ServerConfig{Auth: auth, RunnerAuth: auth, Logger: quiet, Disabled: !pol.Enabled(policy.Runner)})
+	if o.RunnerAuth != nil {
+		o.RunnerAuth(&auth)
+	}
+	relay := runnerprov.NewServer(runnerprov.ServerConfig{Auth: auth, RunnerAuth: auth, Host: runnerprov.NewLocalHost(), Logger: quiet, Disabled: !pol.Enabled(policy.Runner)})
 	cfg := api.Config{Store: st, Policy: pol, Providers: o.Providers, Runners: relay, Logger: quiet}
 	if o.Configure != nil {
 		o.Configure(&cfg)
