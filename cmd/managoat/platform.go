@@ -112,6 +112,9 @@ type platformOptions struct {
 	streams   int
 	authRate  rate.Limit
 	authBurst int
+	// sandboxes, runnerNames: api.Config.MaxSandboxesPerAccount and
+	// api.RunnerAuth.MaxRunners (zero: their defaults).
+	sandboxes, runnerNames int
 }
 
 // newPlatform opens the records, reads the provider policy (refusing an
@@ -217,12 +220,12 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		os.Unsetenv(k)
 	}
 	auth := platformAuth{store: st, token: o.token}
-	rcfg := runnerprov.ServerConfig{Auth: auth, Logger: o.logger, Disabled: !pol.Enabled(policy.Runner)}
+	rcfg := runnerprov.ServerConfig{Auth: auth, Logger: o.logger, Disabled: !pol.Enabled(policy.Runner), Host: runnerprov.NewLocalHost()}
 	if nh != nil {
 		rcfg.Host = nh // runners registered cluster-wide, reached from any replica
 	}
 	if !o.open {
-		rcfg.RunnerAuth = api.RunnerAuth{Store: st, Fallback: runnerprov.RunnerFile{Path: o.runners}}
+		rcfg.RunnerAuth = api.RunnerAuth{Store: st, Fallback: runnerprov.RunnerFile{Path: o.runners}, MaxRunners: o.runnerNames}
 	}
 	relay := runnerprov.NewServer(rcfg)
 	var runners runnerprov.Caller = relay
@@ -230,7 +233,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		runners = nh
 	}
 	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL,
-		StreamMaxPerAccount: o.streams, FailedAuthRate: o.authRate, FailedAuthBurst: o.authBurst})
+		StreamMaxPerAccount: o.streams, FailedAuthRate: o.authRate, FailedAuthBurst: o.authBurst, MaxSandboxesPerAccount: o.sandboxes})
 	if err != nil {
 		closeCluster()
 		st.Close()
@@ -325,7 +328,7 @@ func (a platformAuth) Authenticate(r *http.Request, key string) (string, error) 
 
 // serveAdmin is `managoat serve [--db FILE] admin ...`: accounts and keys.
 func serveAdmin(ctx context.Context, db string, args []string) error {
-	usage := usageError{msg: "serve admin: account create NAME | account ls | key create ACCOUNT [--label L] | key ls ACCOUNT | key revoke KEY_ID"}
+	usage := usageError{msg: "serve admin: account create NAME | account ls | key create ACCOUNT [--label L] | key ls ACCOUNT | key revoke KEY_ID | runner ls ACCOUNT | runner rm ACCOUNT NAME"}
 	if len(args) < 2 {
 		return usage
 	}
@@ -409,6 +412,39 @@ func serveAdmin(ctx context.Context, db string, args []string) error {
 			return usage
 		}
 		if err := st.RevokeKey(ctx, args[2], time.Now().UTC()); err != nil {
+			return wrap("serve admin", err)
+		}
+	case "runner ls":
+		if len(args) != 3 {
+			return usage
+		}
+		a, err := account(args[2])
+		if err != nil {
+			return err
+		}
+		rs, err := st.ListRunners(ctx, a.ID)
+		if err != nil {
+			return wrap("serve admin", err)
+		}
+		fmt.Fprintln(tw, "NAME\tID\tHELD BY\tCREATED")
+		for _, r := range rs {
+			by := "its enrolment"
+			if !r.Enrolled {
+				by = "key " + r.KeyID
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.ID, by, r.CreatedAt.Format(time.RFC3339))
+		}
+	case "runner rm":
+		// Frees the name: its next claimant gets a new id, never the
+		// sandboxes of this one.
+		if len(args) != 4 {
+			return usage
+		}
+		a, err := account(args[2])
+		if err != nil {
+			return err
+		}
+		if err := st.DeleteRunner(ctx, a.ID, args[3]); err != nil {
 			return wrap("serve admin", err)
 		}
 	default:

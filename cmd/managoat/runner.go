@@ -157,6 +157,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	streams := fs.Int("streams-per-account", api.DefaultStreamMaxPerAccount, "WebSocket streams one account may hold open at once on this replica (more are 429)")
 	authRate := fs.Float64("failed-auth-rate", api.DefaultFailedAuthRate, "failed authentications a second per source address (an IPv6 /64) before its requests are 429 for a while, good keys too; behind a reverse proxy every client shares the proxy's address, so raise it there")
 	authBurst := fs.Int("failed-auth-burst", api.DefaultFailedAuthBurst, "failed authentications a source address may make at once before --failed-auth-rate applies")
+	sandboxes := fs.Int("sandboxes-per-account", api.DefaultMaxSandboxesPerAccount, "sandboxes one account may hold, every provider's, parked ones too (one more create is 403 resource_exhausted)")
+	runnerNames := fs.Int("runners-per-account", api.DefaultMaxRunnersPerAccount, "runner names one account may hold (a connection under one more is 403 resource_exhausted; serve admin runner rm frees one)")
 	publicURL := fs.String("public-url", "", "the platform's URL as clients reach it (behind a reverse proxy: its URL), which the URLs of sandboxes' published ports start with (default: the scheme and host each create came to)")
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
@@ -180,8 +182,8 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		if *maxConns < 1 || *maxPerSource < 1 {
 			return usageError{msg: "--max-conns and --max-conns-per-source must be at least 1"}
 		}
-		if *streams < 1 || *authBurst < 1 || !(*authRate > 0) {
-			return usageError{msg: "--streams-per-account, --failed-auth-rate and --failed-auth-burst must be positive"}
+		if *streams < 1 || *authBurst < 1 || !(*authRate > 0) || *sandboxes < 1 || *runnerNames < 1 {
+			return usageError{msg: "--streams-per-account, --failed-auth-rate, --failed-auth-burst, --sandboxes-per-account and --runners-per-account must be positive"}
 		}
 		if u, err := url.Parse(*publicURL); *publicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil) {
 			return usageError{msg: fmt.Sprintf("--public-url %q: http(s)://host[:port][/path], without credentials", *publicURL)}
@@ -212,7 +214,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
 			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-			streams: *streams, authRate: rate.Limit(*authRate), authBurst: *authBurst})
+			streams: *streams, authRate: rate.Limit(*authRate), authBurst: *authBurst, sandboxes: *sandboxes, runnerNames: *runnerNames})
 		if err != nil {
 			return err
 		}
