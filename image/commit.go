@@ -127,7 +127,10 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 	if err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
 	}
-	err = applyBlobDigest(u, s.blobPath(dhex), diffID)
+	// The layer is the sandbox's: it gets an image's default bounds.
+	u.bytesLeft, u.entriesLeft = PullOptions{}.bounds()
+	u.maxBytes, u.maxEntries = u.bytesLeft, u.entriesLeft
+	err = withRef(applyBlobDigest(u, s.blobPath(dhex), diffID), r.Name())
 	u.close()
 	if err != nil {
 		return nil, err

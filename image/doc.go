@@ -34,6 +34,24 @@
 // short leaves only a tmp/ entry that no sandbox can see and that Prune
 // removes.
 //
+// Every image is bounded (PullOptions.MaxBytes and MaxEntries, by
+// default DefaultMaxBytes and DefaultMaxEntries, managoat image pull
+// --max-bytes and --max-entries): the bytes its layers download, checked
+// against the manifest before any is fetched, the bytes of file content
+// they unpack to, checked against each file's header before it is
+// written, and the entries they hold, summed over the layers; past one,
+// the image is refused (BoundError, invalid image_too_large, naming the
+// bound) and nothing of it is published, its half-unpacked root removed.
+// A config over 16 MiB or a manifest of more than 1024 layers is refused
+// the same way. A commit's new layer gets the default bounds.
+//
+// The store is private: Open makes its directory and every one inside it
+// 0700 (and the directories above it it has to make, the state directory
+// when an image command runs first), and makes a store an older managoat
+// left open 0700 again. An unpacked root keeps its files' owners and
+// set-id bits, which its sandboxes need and which the mechanisms mount
+// nosuid; no other host user can walk to it.
+//
 // Errors are in the sandbox taxonomy: an unknown repository or tag is
 // not_found naming the reference (NotFoundError), a registry's 401 or 403
 // is denied, a malformed reference invalid.

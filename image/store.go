@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,6 +164,98 @@ type PullOptions struct {
 	// Progress, when set, is called as layers download (from several
 	// goroutines at once, never concurrently for one layer).
 	Progress func(Progress)
+	// MaxBytes bounds the bytes an image may bring: its layers as
+	// downloaded (compressed) and the content of the files they unpack
+	// to, each summed over its layers. 0 means DefaultMaxBytes; a
+	// negative value, no bound.
+	MaxBytes int64
+	// MaxEntries bounds the entries (files, directories, links,
+	// whiteouts) an image's layers hold, summed over its layers: the
+	// inodes its root may take. 0 means DefaultMaxEntries; a negative
+	// value, no bound.
+	MaxEntries int64
+}
+
+// The bounds of an image a pull or load takes unless told otherwise
+// (PullOptions.MaxBytes, MaxEntries; managoat image pull --max-bytes,
+// --max-entries). They are above the largest images in common use (a
+// CUDA development image unpacks to about 10 GB in some 150,000
+// entries) and cap what any image, a compression bomb among them (gzip
+// expands up to a thousandfold), writes to the host's disk.
+const (
+	DefaultMaxBytes   int64 = 16 << 30
+	DefaultMaxEntries int64 = 1_000_000
+)
+
+// Fixed bounds: no image needs more, and each is read whole into memory
+// (the config) or costs a download slot (a layer).
+const (
+	maxLayers      = 1024
+	maxConfigBytes = 16 << 20
+)
+
+func (o PullOptions) bounds() (maxBytes, maxEntries int64) {
+	maxBytes, maxEntries = o.MaxBytes, o.MaxEntries
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultMaxBytes
+	case maxBytes < 0:
+		maxBytes = math.MaxInt64
+	}
+	switch {
+	case maxEntries == 0:
+		maxEntries = DefaultMaxEntries
+	case maxEntries < 0:
+		maxEntries = math.MaxInt64
+	}
+	return maxBytes, maxEntries
+}
+
+// BoundError is an image refused for passing one of its bounds
+// (PullOptions.MaxBytes or MaxEntries, or a fixed one): nothing of it is
+// published, and what was unpacked of it is removed. Layers downloaded
+// whole and verified stay in the store's cache of blobs until a Prune.
+// It is sandbox.Invalid{image_too_large}.
+type BoundError struct {
+	Ref string
+	// Bound names it: "MaxBytes", "MaxEntries", "layers" or "config".
+	Bound string
+	// What says what passed it: "its layers unpack to more than ...".
+	What  string
+	Limit int64
+}
+
+func (e *BoundError) Error() string {
+	s := fmt.Sprintf("image %s refused: %s", e.Ref, e.What)
+	switch e.Bound {
+	case "MaxBytes", "MaxEntries":
+		s += fmt.Sprintf(" (its bound, PullOptions.%s, is %d; a larger one takes it)", e.Bound, e.Limit)
+	default:
+		s += fmt.Sprintf(" (a fixed bound of %d)", e.Limit)
+	}
+	return s
+}
+
+// Unwrap makes a BoundError sandbox.Invalid{image_too_large}.
+func (e *BoundError) Unwrap() error {
+	return &sandbox.InvalidError{Reason: "image_too_large", Msg: e.What}
+}
+
+// bytesBound is a BoundError of MaxBytes.
+func bytesBound(what string, limit int64) *BoundError {
+	return &BoundError{Bound: "MaxBytes", What: fmt.Sprintf("%s more than %s", what, humanBytes(limit)), Limit: limit}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func hexOf(digest string) (string, error) {
@@ -288,7 +381,8 @@ func registryErr(ref string, err error) error {
 	}
 	var de *DigestError
 	var le *LayerError
-	if errors.As(err, &de) || errors.As(err, &le) {
+	var be *BoundError
+	if errors.As(err, &de) || errors.As(err, &le) || errors.As(err, &be) {
 		return err
 	}
 	if strings.Contains(err.Error(), "error verifying sha256 checksum") {
@@ -540,6 +634,16 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	if err != nil {
 		return nil, registryErr(ref, err)
 	}
+	m, err := rimg.Manifest()
+	if err != nil {
+		return nil, registryErr(ref, err)
+	}
+	if m.Config.Size > maxConfigBytes {
+		return nil, &BoundError{Ref: ref, Bound: "config", What: fmt.Sprintf("its config is %d bytes", m.Config.Size), Limit: maxConfigBytes}
+	}
+	if len(m.Layers) > maxLayers {
+		return nil, &BoundError{Ref: ref, Bound: "layers", What: fmt.Sprintf("it has %d layers", len(m.Layers)), Limit: maxLayers}
+	}
 	cf, err := rimg.ConfigFile() // verified against cfgDigest by the library
 	if err != nil {
 		return nil, registryErr(ref, err)
@@ -547,6 +651,17 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	layers, err := rimg.Layers()
 	if err != nil {
 		return nil, registryErr(ref, err)
+	}
+	maxBytes, maxEntries := opts.bounds()
+	var download int64
+	for _, l := range layers {
+		size, err := l.Size()
+		if err != nil {
+			return nil, registryErr(ref, err)
+		}
+		if download += size; size < 0 || download > maxBytes {
+			return nil, withRef(bytesBound("its layers download", maxBytes), ref)
+		}
 	}
 	if len(cf.RootFS.DiffIDs) != len(layers) {
 		return nil, sandbox.Invalid("image", fmt.Sprintf("%s: %d layers but %d diff_ids in its config", ref, len(layers), len(cf.RootFS.DiffIDs)))
@@ -601,6 +716,7 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 		return nil, sandbox.Unavailable("image_store", err)
 	}
 	defer u.close()
+	u.bytesLeft, u.entriesLeft, u.maxBytes, u.maxEntries = maxBytes, maxEntries, maxBytes, maxEntries
 	img := &Image{Digest: mdigest.String(), ConfigDigest: cfgDigest.String(), PulledAt: time.Now().UTC(),
 		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
@@ -615,7 +731,7 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 			if errors.As(err, &de) {
 				os.Remove(g.path) // a blob whose content is not what the config says
 			}
-			return nil, err
+			return nil, withRef(err, ref)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -633,6 +749,15 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	}
 	img.Root = filepath.Join(dst, "rootfs")
 	return img, nil
+}
+
+// withRef names ref in a BoundError err.
+func withRef(err error, ref string) error {
+	var be *BoundError
+	if errors.As(err, &be) && be.Ref == "" {
+		be.Ref = ref
+	}
+	return err
 }
 
 // applyBlob unpacks one layer blob (gzip, zstd or plain tar) and checks

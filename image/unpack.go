@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"strings"
@@ -38,6 +39,12 @@ type unpacker struct {
 	dirName string
 	dirFD   int
 	skipped int // device nodes left out
+	// bytesLeft and entriesLeft are what the image's bounds leave of
+	// the bytes of file content and the entries still to unpack
+	// (maxBytes and maxEntries, set by newUnpacker's caller; both
+	// unbounded by default).
+	bytesLeft, entriesLeft int64
+	maxBytes, maxEntries   int64
 }
 
 func newUnpacker(dir string) (*unpacker, error) {
@@ -45,7 +52,8 @@ func newUnpacker(dir string) (*unpacker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &unpacker{root: fd, chown: os.Geteuid() == 0, dirFD: -1}, nil
+	return &unpacker{root: fd, chown: os.Geteuid() == 0, dirFD: -1,
+		bytesLeft: math.MaxInt64, entriesLeft: math.MaxInt64, maxBytes: math.MaxInt64, maxEntries: math.MaxInt64}, nil
 }
 
 func (u *unpacker) close() {
@@ -197,6 +205,9 @@ func (u *unpacker) apply(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("read layer: %w", err)
 		}
+		if u.entriesLeft--; u.entriesLeft < 0 {
+			return &BoundError{Bound: "MaxEntries", What: fmt.Sprintf("its layers hold more than %d entries", u.maxEntries), Limit: u.maxEntries}
+		}
 		p, err := cleanName(h.Name)
 		if err != nil {
 			return err
@@ -312,6 +323,9 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header, p string, buf []byte) er
 		u.markCreated(p)
 		return u.attrs(pfd, name, h, mode, false)
 	case tar.TypeReg:
+		if h.Size > u.bytesLeft {
+			return bytesBound("its layers unpack to", u.maxBytes)
+		}
 		pfd, name, err := u.parent(p)
 		if err != nil {
 			return err
@@ -329,7 +343,10 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header, p string, buf []byte) er
 			return fmt.Errorf("create %s: %w", p, err)
 		}
 		f := os.NewFile(uintptr(fd), p)
-		_, err = io.CopyBuffer(fileWriter{f}, tr, buf)
+		// The header's size is what the tar reader yields (a sparse
+		// file's holes as zeros, which are written): at most bytesLeft.
+		n, err := io.CopyBuffer(fileWriter{f}, tr, buf)
+		u.bytesLeft -= n
 		if err == nil {
 			err = u.fileAttrs(fd, h, mode)
 		}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -84,17 +86,69 @@ func ensureImage(ctx context.Context, g *globals, ref string) (*image.Image, err
 	if img, err := s.Get(ref); err == nil {
 		return img, nil
 	}
-	return pullImage(ctx, s, ref)
+	return pullImage(ctx, s, ref, image.PullOptions{})
 }
 
-func pullImage(ctx context.Context, s *image.Store, ref string) (*image.Image, error) {
+func pullImage(ctx context.Context, s *image.Store, ref string, opts image.PullOptions) (*image.Image, error) {
 	pr := newPullProgress(ref)
-	img, err := s.Pull(ctx, ref, image.PullOptions{Progress: pr.update})
+	opts.Progress = pr.update
+	img, err := s.Pull(ctx, ref, opts)
 	pr.stop()
 	if err != nil {
-		return nil, wrap("pull "+ref, err)
+		return nil, wrap("pull "+ref, cliBound(err))
 	}
 	return img, nil
+}
+
+// boundFlags are image pull's and image load's --max-bytes and
+// --max-entries (image.PullOptions.MaxBytes, MaxEntries).
+type boundFlags struct{ bytes, entries string }
+
+func (b *boundFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&b.bytes, "max-bytes", "", fmt.Sprintf("pull or load: refuse an image whose layers download, or unpack to, more than `SIZE` (default %dG; none: no bound)", image.DefaultMaxBytes>>30))
+	fs.StringVar(&b.entries, "max-entries", "", fmt.Sprintf("pull or load: refuse an image whose layers hold more than `N` files, directories and links (default %d; none: no bound)", image.DefaultMaxEntries))
+}
+
+func (b *boundFlags) apply(o *image.PullOptions) error {
+	if b.bytes == "none" {
+		o.MaxBytes = -1
+	} else if b.bytes != "" {
+		n, err := parseSize(b.bytes)
+		if err != nil {
+			return usageError{msg: "--max-bytes: " + err.Error()}
+		}
+		o.MaxBytes = n
+	}
+	if b.entries == "none" {
+		o.MaxEntries = -1
+	} else if b.entries != "" {
+		n, err := strconv.ParseInt(b.entries, 10, 64)
+		if err != nil || n <= 0 {
+			return usageError{msg: fmt.Sprintf("--max-entries: %q is not a positive count", b.entries)}
+		}
+		o.MaxEntries = n
+	}
+	return nil
+}
+
+// boundError is an image.BoundError said in the CLI's terms: the flag
+// that raises the bound.
+type boundError struct{ err error }
+
+func (e boundError) Error() string {
+	msg := e.err.Error()
+	msg = strings.Replace(msg, "PullOptions.MaxBytes", "--max-bytes of image pull and image load", 1)
+	return strings.Replace(msg, "PullOptions.MaxEntries", "--max-entries of image pull and image load", 1)
+}
+
+func (e boundError) Unwrap() error { return e.err }
+
+func cliBound(err error) error {
+	var be *image.BoundError
+	if errors.As(err, &be) {
+		return boundError{err}
+	}
+	return err
 }
 
 // pullProgress draws one line on a terminal's stderr: the layers done, the
@@ -156,6 +210,8 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 func cmdImage(g *globals, fs *flag.FlagSet) action {
 	var of outputFlags
 	of.add(fs, false)
+	var bounds boundFlags
+	bounds.add(fs)
 	return func(ctx context.Context, args []string) error {
 		// Flags may come before the subcommand (--help among them) and
 		// after it.
@@ -182,8 +238,12 @@ func cmdImage(g *globals, fs *flag.FlagSet) action {
 			if len(refs) == 0 {
 				return usageError{msg: "missing REF"}
 			}
+			var opts image.PullOptions
+			if err := bounds.apply(&opts); err != nil {
+				return err
+			}
 			for _, ref := range refs {
-				img, err := pullImage(ctx, s, ref)
+				img, err := pullImage(ctx, s, ref, opts)
 				if err != nil {
 					return err
 				}

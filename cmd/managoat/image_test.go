@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,6 +101,54 @@ func TestImagePullFirstKeepsTheStatePrivate(t *testing.T) {
 		}
 		if st.Mode().Perm() != 0o700 {
 			t.Errorf("%s is mode %#o, want 0700", d, st.Mode().Perm())
+		}
+	}
+}
+
+// image pull's bounds (issue 30): a compression bomb (64 MiB of zeros in
+// a layer of a few tens of KiB) is refused under --max-bytes 16M, and a
+// layer of 300 entries under --max-entries 100, each with an error naming
+// the flag that raises it and nothing of the image left in the store;
+// raised, both pull.
+func TestImagePullBounds(t *testing.T) {
+	reg := imagetest.Serve(t)
+	bomb := reg.Push(t, "bomb:v1", v1.Config{}, imagetest.Layer{{Name: "zeros", Body: strings.Repeat("\x00", 64<<20)}})
+	var l imagetest.Layer
+	for i := range 300 {
+		l = append(l, imagetest.Entry{Name: "f" + strconv.Itoa(i)})
+	}
+	many := reg.Push(t, "many:v1", v1.Config{}, l)
+	var home string
+	mg := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runBinary(t, nil, []string{"MANAGOAT_HOME=" + home}, args...)
+	}
+	empty := func() {
+		t.Helper()
+		for _, sub := range []string{"roots", "refs", "tmp"} {
+			if ents, _ := os.ReadDir(filepath.Join(home, "images", sub)); len(ents) != 0 {
+				t.Errorf("images/%s holds %d entries after a refusal", sub, len(ents))
+			}
+		}
+	}
+	for _, c := range []struct{ ref, flag, low, high string }{
+		{bomb, "--max-bytes", "16M", "128M"},
+		{many, "--max-entries", "100", "1000"},
+	} {
+		home = t.TempDir()
+		_, e, code := mg("image", "pull", c.flag, c.low, c.ref)
+		if code != exitCouldNotRun || !strings.Contains(e, "image_too_large") || !strings.Contains(e, c.flag+" of image pull") {
+			t.Errorf("pull %s %s %s: %d %q", c.flag, c.low, c.ref, code, e)
+		}
+		t.Logf("refused: %s", e)
+		empty()
+		if out, e, code := mg("image", "pull", c.flag, c.high, c.ref); code != 0 || !strings.HasPrefix(out, c.ref+" sha256:") {
+			t.Errorf("pull %s %s %s: %d %q %q", c.flag, c.high, c.ref, code, out, e)
+		}
+	}
+	for _, bad := range [][]string{{"--max-bytes", "lots"}, {"--max-entries", "-3"}} {
+		if _, _, code := mg(append([]string{"image", "pull"}, append(bad, many)...)...); code != exitUsage {
+			t.Errorf("pull %v: exit %d, want a usage error", bad, code)
 		}
 	}
 }
