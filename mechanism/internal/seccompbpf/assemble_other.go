@@ -15,6 +15,10 @@ var jail = sync.OnceValues(func() ([]unix.SockFilter, error) {
 	return policy.Assemble(policy.Jail(runtime.GOARCH))
 })
 
+var jailMounts = sync.OnceValues(func() ([]unix.SockFilter, error) {
+	return policy.Assemble(policy.JailMounts(runtime.GOARCH))
+})
+
 func filterExec() ([]unix.SockFilter, error) {
 	return nil, errors.New("the filter-exec helper exists for amd64 only")
 }

@@ -27,6 +27,7 @@ func main() {
 		pol  seccomp.Policy
 	}{
 		{"jailAMD64", policy.Jail("amd64")},
+		{"jailMountsAMD64", policy.JailMounts("amd64")},
 		{"filterExecAMD64", policy.FilterExec()},
 	} {
 		prog, err := policy.Assemble(p.pol)

@@ -18,6 +18,11 @@ import "golang.org/x/sys/unix"
 // Jail returns the jail's filter (policy.Jail) for this architecture.
 func Jail() ([]unix.SockFilter, error) { return jail() }
 
+// JailMounts returns the filter of a jail sandbox with a read-write host
+// mount (policy.JailMounts: Jail, and no set-user-ID or set-group-ID
+// mode) for this architecture.
+func JailMounts() ([]unix.SockFilter, error) { return jailMounts() }
+
 // FilterExec returns the filter the OCI bundles' filter-exec helper loads
 // (policy.FilterExec; x86-64 only).
 func FilterExec() ([]unix.SockFilter, error) { return filterExec() }

@@ -335,7 +335,7 @@ func TestNoVerdictAStackedFilterOutranks(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		prog func() ([]unix.SockFilter, error)
-	}{{"jail", Jail}, {"filter-exec", FilterExec}} {
+	}{{"jail", Jail}, {"jail-mounts", JailMounts}, {"filter-exec", FilterExec}} {
 		prog, err := c.prog()
 		if err != nil {
 			t.Fatal(err)
@@ -358,5 +358,99 @@ func TestNoVerdictAStackedFilterOutranks(t *testing.T) {
 		if rets == 0 {
 			t.Fatalf("%s: no return found", c.name)
 		}
+	}
+}
+
+// TestJailMountsRefusesSetIDModes runs the program of a sandbox with a
+// read-write mount in a userspace interpreter: a mode with S_ISUID or
+// S_ISGID is EPERM in every call that sets one, in x86-64's and i386's
+// numbers and at the mode's own argument, any other mode (and the jail's
+// plain program) is allowed, openat2 is ENOSYS, and the deny-list holds
+// as in Jail.
+func TestJailMountsRefusesSetIDModes(t *testing.T) {
+	const (
+		archI386   = 0x40000003
+		archX86_64 = 0xc000003e
+		eperm      = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		enosys     = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	)
+	run := func(prog []unix.SockFilter) func(arch, nr uint32, args [6]uint64) uint32 {
+		raw := make([]bpf.RawInstruction, len(prog))
+		for i, f := range prog {
+			raw[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+		}
+		insts, ok := bpf.Disassemble(raw)
+		if !ok {
+			t.Fatal("the program does not disassemble")
+		}
+		vm, err := bpf.NewVM(insts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(arch, nr uint32, args [6]uint64) uint32 {
+			var d [64]byte
+			binary.BigEndian.PutUint32(d[0:], nr)
+			binary.BigEndian.PutUint32(d[4:], arch)
+			for i, a := range args {
+				// The interpreter loads big-endian words: the low half
+				// of a little-endian u64 is the first word the kernel
+				// loads, so put it there.
+				binary.BigEndian.PutUint32(d[16+8*i:], uint32(a))
+				binary.BigEndian.PutUint32(d[20+8*i:], uint32(a>>32))
+			}
+			v, err := vm.Run(d[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uint32(v)
+		}
+	}
+	mounts, err := JailMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Jail()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, vmPlain := run(mounts), run(plain)
+	i386 := map[string]uint32{"fchmod": 94, "fchmodat": 306, "fchmodat2": 452, "openat": 295, "mknodat": 297,
+		"chmod": 15, "open": 5, "creat": 8, "mknod": 14}
+	x86 := map[string]uint32{"fchmod": unix.SYS_FCHMOD, "fchmodat": unix.SYS_FCHMODAT, "fchmodat2": 452, "openat": unix.SYS_OPENAT,
+		"mknodat": unix.SYS_MKNODAT, "chmod": unix.SYS_CHMOD, "open": unix.SYS_OPEN, "creat": unix.SYS_CREAT, "mknod": unix.SYS_MKNOD}
+	for _, c := range policy.SetIDModeArgs("amd64") {
+		for _, a := range []struct {
+			arch uint32
+			nr   uint32
+		}{{archX86_64, x86[c.Name]}, {archI386, i386[c.Name]}} {
+			for mode, want := range map[uint64]uint32{0o4755: eperm, 0o2775: eperm, 0o6777: eperm, 0o755: unix.SECCOMP_RET_ALLOW, 0o1777: unix.SECCOMP_RET_ALLOW} {
+				var args [6]uint64
+				args[c.Arg] = mode
+				if got := vm(a.arch, a.nr, args); got != want {
+					t.Errorf("arch %#x %s(mode %#o at argument %d) = %#x, want %#x", a.arch, c.Name, mode, c.Arg, got, want)
+				}
+				if got := vmPlain(a.arch, a.nr, args); got != unix.SECCOMP_RET_ALLOW {
+					t.Errorf("the plain jail program: arch %#x %s(mode %#o) = %#x, want allow", a.arch, c.Name, mode, got)
+				}
+				// The mode's bits in another argument (a path's address, a
+				// descriptor, flags) are not a mode.
+				var other [6]uint64
+				other[(c.Arg+1)%6] = mode
+				if got := vm(a.arch, a.nr, other); got != unix.SECCOMP_RET_ALLOW {
+					t.Errorf("arch %#x %s with %#o in argument %d = %#x, want allow", a.arch, c.Name, mode, (c.Arg+1)%6, got)
+				}
+			}
+		}
+	}
+	for _, a := range []struct{ arch, nr uint32 }{{archX86_64, unix.SYS_OPENAT2}, {archI386, 437}} {
+		if got := vm(a.arch, a.nr, [6]uint64{}); got != enosys {
+			t.Errorf("arch %#x openat2 = %#x, want ENOSYS", a.arch, got)
+		}
+	}
+	if got := vm(archX86_64, unix.SYS_UNSHARE, [6]uint64{}); got != eperm {
+		t.Errorf("unshare = %#x, want EPERM", got)
+	}
+	if got := vm(archX86_64, 435, [6]uint64{}); got != enosys {
+		t.Errorf("clone3 = %#x, want ENOSYS", got)
 	}
 }

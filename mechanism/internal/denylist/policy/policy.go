@@ -51,6 +51,48 @@ func Jail(goarch string) seccomp.Policy {
 // enosys answers a call ENOSYS, as a kernel without it would.
 const enosys = seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)
 
+// JailMounts is Jail for a sandbox with a read-write host mount: besides,
+// no file may be given a set-user-ID or set-group-ID bit (a mode with
+// S_ISUID or S_ISGID: chmod, fchmod, fchmodat, fchmodat2, and the
+// creating mode of open, openat, creat, mknod and mknodat answer EPERM),
+// and openat2, whose mode a filter cannot read, answers ENOSYS (the C
+// libraries and Go's runtime never need it). A file the workload writes
+// into a bind is the host's file, owned on the host by the source's owner
+// (the jail's idmapped mount) or the workload's host uid: a set-user-ID
+// copy of sh written there would give whoever runs it on the host, where
+// the source is not nosuid, that owner's euid. Inside the sandbox the bits
+// were useless anyway (no_new_privs, every mount nosuid); dpkg installing
+// a set-user-ID program fails in such a sandbox.
+func JailMounts(goarch string) seccomp.Policy {
+	p := Jail(goarch)
+	var conds []seccomp.NameWithConditions
+	for _, c := range SetIDModeArgs(goarch) {
+		conds = append(conds, seccomp.NameWithConditions{Name: c.Name,
+			Conditions: []seccomp.Condition{{Argument: c.Arg, Operation: seccomp.BitsSet, Value: unix.S_ISUID | unix.S_ISGID}}})
+	}
+	p.Syscalls = append(p.Syscalls,
+		seccomp.SyscallGroup{Action: seccomp.ActionErrno, NamesWithCondtions: conds},
+		seccomp.SyscallGroup{Action: enosys, Names: []string{"openat2"}})
+	return p
+}
+
+// ModeArg is a system call that sets a file's mode, and the index of the
+// argument that holds it.
+type ModeArg struct {
+	Name string
+	Arg  uint32
+}
+
+// SetIDModeArgs are the system calls JailMounts refuses a mode with
+// S_ISUID or S_ISGID (the same index on i386).
+func SetIDModeArgs(goarch string) []ModeArg {
+	out := []ModeArg{{"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2}, {"openat", 3}, {"mknodat", 2}}
+	if goarch == "amd64" {
+		out = append(out, ModeArg{"chmod", 1}, ModeArg{"open", 2}, ModeArg{"creat", 1}, ModeArg{"mknod", 1})
+	}
+	return out
+}
+
 // FilterExec is the OCI bundles' deny-list as the filter-exec helper loads
 // it (x86-64 only): as the bundle's OCI profile states it, one clone rule
 // per namespace flag, and ENOSYS for clone3.
@@ -186,23 +228,28 @@ func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
 			}
 		}
 		// Rules on one name are alternatives: any of their masks. Each
-		// rule has one condition, bits set in argument 0 (any of them,
-		// as go-seccomp-bpf reads BitsSet).
+		// rule has one condition, bits set in an argument (any of them,
+		// as go-seccomp-bpf reads BitsSet), the same for every rule of
+		// the name.
 		var order []string
 		masks := map[string]uint64{}
+		argOf := map[string]uint32{}
 		for _, nc := range g.NamesWithCondtions {
 			if len(nc.Conditions) != 1 {
 				return nil, fmt.Errorf("%s: one condition per rule is translated (got %d)", nc.Name, len(nc.Conditions))
 			}
 			c := nc.Conditions[0]
-			if c.Argument != 0 || c.Operation != seccomp.BitsSet || c.Value == 0 || c.Value>>32 != 0 {
-				return nil, fmt.Errorf("%s: only bits set in argument 0 are translated (got %+v)", nc.Name, c)
+			if c.Argument > 5 || c.Operation != seccomp.BitsSet || c.Value == 0 || c.Value>>32 != 0 {
+				return nil, fmt.Errorf("%s: only bits set in an argument are translated (got %+v)", nc.Name, c)
 			}
 			if _, ok := masks[nc.Name]; !ok {
 				if err := claim(nc.Name); err != nil {
 					return nil, err
 				}
 				order = append(order, nc.Name)
+				argOf[nc.Name] = c.Argument
+			} else if argOf[nc.Name] != c.Argument {
+				return nil, fmt.Errorf("%s: rules on arguments %d and %d", nc.Name, argOf[nc.Name], c.Argument)
 			}
 			masks[nc.Name] |= c.Value
 		}
@@ -215,11 +262,12 @@ func compat386(p seccomp.Policy) ([]bpf.Instruction, error) {
 				continue
 			}
 			// Not this syscall: skip the four below. Else the action when
-			// a bit of the mask is set in argument 0, the default
-			// otherwise (decided here: A no longer holds the number).
+			// a bit of the mask is set in the argument (its low 32 bits,
+			// all an i386 call passes), the default otherwise (decided
+			// here: A no longer holds the number).
 			out = append(out,
 				bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 4},
-				bpf.LoadAbsolute{Off: argsOffset, Size: 4},
+				bpf.LoadAbsolute{Off: argsOffset + 8*argOf[name], Size: 4},
 				bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: uint32(masks[name]), SkipFalse: 1},
 				ret(g.Action),
 				ret(p.DefaultAction))
