@@ -564,7 +564,14 @@ func (s *Server) Settle(ctx context.Context, rec store.Sandbox, info sandbox.Inf
 // outcome with no intent could never be reconciled.
 func (s *Server) intent(ctx context.Context, in store.Intent) (int64, error) {
 	id, err := s.cfg.Store.AddIntent(ctx, in)
+	if errors.Is(err, store.ErrAlreadyExists) {
+		// An operation id the sandbox has used: never sent again, whatever
+		// became of the first (its outcome is the first call's answer).
+		return 0, &apiError{http.StatusConflict, &Error{Kind: "already_exists", Reason: "operation_id",
+			Message: fmt.Sprintf("operation id %q was used for sandbox %q already: a bounded operation is made once per operation id (use a new one for a new checkpoint)", in.Arg, in.Name)}}
+	}
 	if err != nil {
+
 		s.log.Warn("api: recording an intent", "op", in.Op, "account", in.AccountID, "sandbox", in.Name, "err", err)
 		return 0, sandbox.Unavailable("store", fmt.Errorf("recording the intent of %s: %w", in.Op, err))
 	}
@@ -895,6 +902,10 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 	}
 	defer done()
 	sid := r.PathValue("session")
+	if err := s.SessionUsable(r.Context(), rec, sid); err != nil {
+		writeErr(w, err)
+		return
+	}
 	opts := sandbox.TerminateOptions{Mode: sandbox.TerminateMode(req.Mode), Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
 	if _, err := sandbox.ValidateTermination(sid, opts); err != nil {
 		// Name what is wrong: the path's session, or a field of the body.
@@ -925,6 +936,29 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// SessionUsable refuses every use of a session (terminate, attach, and
+// stdin, which an attach carries) while an intent to terminate it is open
+// (pending: its call may be under way; uncertain: it failed in a way that
+// leaves the outcome unknown) on this sandbox: 503
+// unavailable{termination_unconfirmed}, until lifecycle settles the intent
+// by looking. A second terminate would send the write again, and an attach
+// would hand out a session that may be ending. A store that cannot say is
+// 503 unavailable{store}: unknown is not clear.
+func (s *Server) SessionUsable(ctx context.Context, rec store.Sandbox, sessionID string) error {
+	ins, err := s.cfg.Store.IntentsOf(ctx, rec.AccountID, rec.Name)
+	if err != nil {
+		return sandbox.Unavailable("store", fmt.Errorf("reading the intents of session %s: %w", sessionID, err))
+	}
+	for _, in := range ins {
+		if in.Op == store.OpTerminateSession && in.Arg == sessionID && in.ProviderName == rec.ProviderName &&
+			(in.State == store.IntentPending || in.State == store.IntentUncertain) {
+			return sandbox.Unavailable(sandbox.ReasonTerminationUnconfirm, fmt.Errorf(
+				"session %s has a termination whose outcome is not known yet (intent %d, %s): it is not used until reconciliation settles it", sessionID, in.ID, in.State))
+		}
+	}
+	return nil
 }
 
 func (s *Server) suspend(w http.ResponseWriter, r *http.Request, k store.Key) {

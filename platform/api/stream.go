@@ -119,7 +119,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 		cmd, err = reg.Spawn(ctx, h, sandbox.Cmd{Name: start.Cmd, Args: start.Args}, sandbox.SpawnOptions{
 			Env: withURL(start.Env, rec), Dir: start.Dir, Stdin: start.Stdin, TTY: start.TTY, TTYRows: start.Rows, TTYCols: start.Cols, Detachable: start.Detachable})
 	case "attach":
-		cmd, err = reg.Attach(ctx, h, start.SessionID, sandbox.AttachOptions{Stdin: start.Stdin})
+		if err = s.SessionUsable(ctx, rec, start.SessionID); err == nil {
+			cmd, err = reg.Attach(ctx, h, start.SessionID, sandbox.AttachOptions{Stdin: start.Stdin})
+		}
 	default:
 		err = badJSON("op", "op must be spawn or attach")
 	}
