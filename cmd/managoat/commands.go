@@ -112,6 +112,8 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 	imgRef := imageFlag(fs)
 	var vf volumeFlags
 	vf.add(fs) // volumes.go
+	var caf trustCAFlag
+	caf.add(fs) // cacert.go
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -136,6 +138,9 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 			return err
 		}
 		if err := ef.checkUser(g); err != nil {
+			return err
+		}
+		if env, mounts, err = caf.apply(g, *imgRef, env, mounts); err != nil {
 			return err
 		}
 		g.ephemeral = true
@@ -280,6 +285,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	imgRef := imageFlag(fs)
 	var vf volumeFlags
 	vf.add(fs) // volumes.go
+	var caf trustCAFlag
+	caf.add(fs) // cacert.go
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -301,6 +308,9 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 			return err
 		}
 		if err := ef.checkUser(g); err != nil {
+			return err
+		}
+		if env, mounts, err = caf.apply(g, *imgRef, env, mounts); err != nil {
 			return err
 		}
 		if *jsize != "" || *jage != 0 {
