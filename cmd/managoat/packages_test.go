@@ -2,7 +2,9 @@ package main
 
 import (
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,5 +57,84 @@ func TestTrustHostCAInstallsARealPackage(t *testing.T) {
 	}
 	if _, e, code := managoatEnv(t, env, "--provider", "fake", "run", "--trust-host-ca", "--", "emit"); code != exitCouldNotRun || !strings.Contains(e, "(invalid trust_host_ca)") {
 		t.Errorf("--trust-host-ca on the fake: exit %d %s", code, e)
+	}
+}
+
+// aptArchive is the Debian archive this host's apt is configured for (the
+// first URIs of a deb822 .sources file, or of a deb line), read from its
+// configuration, and its host name; a configuration that carries
+// credentials (auth.conf, a user in the URI) skips the test: it would have
+// to copy them into the sandbox.
+func aptArchive(t *testing.T) (uri, host string) {
+	t.Helper()
+	_, aptErr := exec.LookPath("apt-get")
+	_, debErr := exec.LookPath("dpkg-deb")
+	testenv.Require(t, aptErr == nil && debErr == nil, "apt-get and dpkg-deb (a Debian host) fetch and unpack a real package in the sandbox")
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	files = append(files, "/etc/apt/sources.list")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			var raw string
+			switch {
+			case len(fields) >= 2 && fields[0] == "URIs:":
+				raw = fields[1]
+			case len(fields) >= 3 && fields[0] == "deb" && !strings.HasPrefix(fields[1], "["):
+				raw = fields[1]
+			}
+			u, err := url.Parse(raw)
+			if raw == "" || err != nil || u.Hostname() == "" || !strings.Contains(string(b), "bookworm") {
+				continue
+			}
+			if u.User != nil {
+				t.Skip("this host's apt archive URI carries credentials: the sandbox would need a copy of them")
+			}
+			if auth, _ := filepath.Glob("/etc/apt/auth.conf.d/*"); len(auth) > 0 {
+				t.Skip("this host's apt reaches its archive with credentials (auth.conf.d): the sandbox would need a copy of them")
+			}
+			if _, err := os.Stat("/etc/apt/auth.conf"); err == nil {
+				t.Skip("this host's apt reaches its archive with credentials (auth.conf): the sandbox would need a copy of them")
+			}
+			return u.String(), u.Hostname()
+		}
+	}
+	testenv.Require(t, false, "an apt archive for bookworm in this host's apt configuration")
+	return "", ""
+}
+
+// TestAptGetFromDebiansArchive: in a sandbox whose egress allow list names
+// only the host's Debian archive, apt-get (as the sandbox's user, with its
+// own lists and cache in the home: no root, no credentials) updates from
+// that archive, downloads a real package, and the unpacked program runs; a
+// request to another host is refused.
+func TestAptGetFromDebiansArchive(t *testing.T) {
+	testenv.RequireRoot(t)
+	uri, host := aptArchive(t)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, env, "create", "--trust-host-ca", "aptbox"); code != 0 {
+		t.Fatalf("create: exit %d %s", code, e)
+	}
+	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "aptbox") })
+	if _, e, code := managoatEnv(t, env, "policy", "aptbox", "--allow", host); code != 0 {
+		t.Fatalf("policy --allow the archive's host: exit %d %s", code, e)
+	}
+	out, e, code := managoatEnv(t, env, "exec", "--timeout", "5m", "aptbox", "--", "sh", "-c", `set -e
+mkdir -p apt/state/lists/partial apt/cache/archives/partial
+echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $0 bookworm main" > apt/sources.list
+O="-o Dir::Etc::SourceList=$HOME/apt/sources.list -o Dir::Etc::SourceParts=/nonexistent -o Dir::State=$HOME/apt/state -o Dir::Cache=$HOME/apt/cache -o Dir::State::status=/var/lib/dpkg/status -o Debug::NoLocking=1 -o Acquire::Languages=none"
+apt-get $O -qq update 2>/dev/null
+apt-get $O -qq download hello 2>/dev/null
+dpkg-deb -x hello_*.deb root
+./root/usr/bin/hello`, uri)
+	if code != 0 || out != "Hello, world!\n" {
+		t.Fatalf("apt-get update and download hello from the host's archive in the sandbox: exit %d stdout %q stderr %q", code, out, e)
+	}
+	out, e, code = managoatEnv(t, env, "exec", "--timeout", "1m", "aptbox", "--", "sh", "-c", "curl -sS -m 20 http://example.org/ >/dev/null 2>&1; echo $?")
+	if code != 0 || out == "0\n" {
+		t.Errorf("a request to another host: exit %d stdout %q stderr %q, want it refused", code, out, e)
 	}
 }
