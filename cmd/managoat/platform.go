@@ -184,7 +184,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		lp = p
 		return nil
 	}
-	pol, err := policy.FromEnv(os.LookupEnv, policy.Options{LocalProbe: probe})
+	pol, err := policy.FromEnv(os.LookupEnv, policy.Options{LocalProbe: probe, Logger: o.logger})
 	if err != nil {
 		st.Close()
 		return nil, nil, usageError{msg: err.Error(), bare: true}

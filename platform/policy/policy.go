@@ -17,18 +17,31 @@
 //     doctor` runs: the chosen mechanism can be opened on this host)
 //     passes, unless SANDBOX_LOCAL_ENABLED is false.
 //   - SANDBOX_PROVIDER sets the default. Unset, the default is local when
-//     local is enabled, else the first enabled hosted provider, else the
-//     runner provider when it is on (a runner needs no credential: the spec
-//     makes it a valid default). An explicit default that is not enabled,
-//     or unknown, is an error naming SANDBOX_PROVIDER: the host refuses to
-//     start. With nothing enabled there is no default and every Choose fails
-//     with an error naming what to set.
+//     local is enabled, else the first enabled hosted provider (sprites,
+//     e2b, daytona, in that order), else the runner provider when it is on
+//     (a runner needs no credential: the spec makes it a valid default). An
+//     explicit default that is not enabled, or unknown, is an error naming
+//     SANDBOX_PROVIDER: the host refuses to start. With nothing enabled
+//     there is no default and every Choose fails with an error naming what
+//     to set.
+//   - Why local first, where the Elixir library's default is sprites:
+//     managoat's embedded default is a sandbox of this host's kernel (no
+//     account, no bill, no daemon, nothing leaves the machine), so a
+//     platform that can run one sends an unpinned create there rather than
+//     to whichever hosted account has a key in the environment. The
+//     consequence to know: with local off (SANDBOX_LOCAL_ENABLED=false, or
+//     a host that cannot run the mechanism) a hosted key alone makes that
+//     provider the default. So the choice and its reason are said at
+//     start (DefaultReason; FromEnv logs them to Options.Logger, a warning
+//     when the implicit default is not local), and SANDBOX_PROVIDER makes
+//     it explicit.
 //   - A pin names a provider for one create; a pin that is unknown or not
 //     enabled is Invalid{provider}, naming it.
 package policy
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -66,6 +79,10 @@ type Options struct {
 	// (tests enable "fake" this way). An Extra provider is never the
 	// implicit default.
 	Extra []string
+	// Logger, when set, hears the default chosen and why (DefaultReason):
+	// info for an explicit or local default, a warning for an implicit one
+	// that is another (a hosted key in the environment made it so).
+	Logger *slog.Logger
 }
 
 // Policy is the outcome of reading the environment once.
@@ -73,6 +90,7 @@ type Policy struct {
 	enabled []string          // in preference order
 	why     map[string]string // why a known provider is off
 	def     string
+	reason  string // why def is the default
 	known   []string
 }
 
@@ -136,6 +154,8 @@ func FromEnv(lookup func(string) (string, bool), o Options) (*Policy, error) {
 			return nil, fmt.Errorf("%s=%q names a provider that is not enabled: %s", EnvDefault, d, p.why[d])
 		}
 		p.def = d
+		p.reason = EnvDefault + " names it"
+		p.logDefault(o.Logger, false)
 		return p, nil
 	}
 	for _, c := range []string{Local, Sprites, E2B, Daytona, Runner} {
@@ -144,8 +164,40 @@ func FromEnv(lookup func(string) (string, bool), o Options) (*Policy, error) {
 			break
 		}
 	}
+	switch p.def {
+	case "":
+		p.reason = "no provider is enabled"
+	case Local:
+		p.reason = "local is enabled, and is the first choice (" + EnvDefault + " unset)"
+	case Runner:
+		p.reason = "runner is the only provider enabled (" + EnvDefault + " unset; local: " + p.why[Local] + ")"
+	default:
+		p.reason = fmt.Sprintf("%s is the first hosted provider with a credential (%s unset; local: %s)", p.def, EnvDefault, p.why[Local])
+	}
+	p.logDefault(o.Logger, p.def != Local)
 	return p, nil
 }
+
+// logDefault says the default and why; loud when it is implicit and not
+// local.
+func (p *Policy) logDefault(l *slog.Logger, loud bool) {
+	if l == nil {
+		return
+	}
+	def := p.def
+	if def == "" {
+		def = "none"
+	}
+	if loud {
+		l.Warn("policy: an unpinned create goes to "+def+"; set "+EnvDefault+" to choose", "default", def, "why", p.reason, "enabled", strings.Join(p.enabled, ","))
+		return
+	}
+	l.Info("policy: default provider", "default", def, "why", p.reason, "enabled", strings.Join(p.enabled, ","))
+}
+
+// DefaultReason says why Default is the default: SANDBOX_PROVIDER named
+// it, or which rule picked it and why local did not.
+func (p *Policy) DefaultReason() string { return p.reason }
 
 // parseBool reads an enablement switch: blank is true.
 func parseBool(env, v string) (bool, error) {

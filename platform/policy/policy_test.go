@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -120,5 +121,45 @@ func TestNothingEnabledNamesWhatToSet(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("Choose with nothing enabled = %v, want it to name %s", err, w)
 		}
+	}
+}
+
+// TestDefaultIsSaid (issue 42 item 5): the chosen default and its reason
+// are logged when the policy is read: a warning naming the hosted
+// provider, and why local is off, when a hosted key alone made it the
+// default; info for local or an explicit SANDBOX_PROVIDER. Fails on the
+// old code: nothing was said (no DefaultReason, no log).
+func TestDefaultIsSaid(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		probe func() error
+		level string
+		want  []string
+	}{
+		{"a hosted key alone", []string{"E2B_API_KEY", "k"}, cannotRun, "WARN", []string{"default=e2b", "no user namespaces", "SANDBOX_PROVIDER"}},
+		{"local", []string{"E2B_API_KEY", "k"}, canRun, "INFO", []string{"default=local", "first choice"}},
+		{"explicit", []string{"E2B_API_KEY", "k", "SANDBOX_PROVIDER", "e2b"}, canRun, "INFO", []string{"default=e2b", "SANDBOX_PROVIDER names it"}},
+		{"runner only", []string{"SANDBOX_LOCAL_ENABLED", "false"}, canRun, "WARN", []string{"default=runner", "SANDBOX_LOCAL_ENABLED is false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			p, err := policy.FromEnv(env(tc.env...), policy.Options{LocalProbe: tc.probe, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			if strings.Count(out, "\n") != 1 || !strings.Contains(out, "level="+tc.level) {
+				t.Fatalf("log %q, want one %s line", out, tc.level)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("log %q lacks %q", out, w)
+				}
+			}
+			if p.DefaultReason() == "" || !strings.Contains(out, p.DefaultReason()) {
+				t.Errorf("DefaultReason %q not in the log %q", p.DefaultReason(), out)
+			}
+		})
 	}
 }
