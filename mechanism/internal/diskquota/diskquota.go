@@ -15,9 +15,15 @@
 //     process that made it (a manager that restarts finds it); Ensure
 //     mounts it again after a reboot, Release unmounts it and removes the
 //     image, and Recover gives the home back the files Apply moved into
-//     an image no one recorded (recover.go) before it does. The host gives the home at most the image's size; the home
-//     holds a little less (ext4's own metadata: about 4% of 1 GiB, 15% of
-//     64 MiB).
+//     an image no one recorded (recover.go) before it does. The host
+//     gives the home at most the image's size; the home holds a little
+//     less (ext4's own metadata: about 4% of 1 GiB, 15% of 64 MiB).
+//     An image is only ever on one loop device: one still attached (its
+//     file system mounted elsewhere yet, as a stopped sandbox's mount
+//     namespace not torn down) is mounted again from that device, so a
+//     remount sees every write made before it. Files moved from one
+//     copy to another (Apply's into the image, Recover's out of it) are
+//     synced to disk (syncfs) before the first copy is removed.
 //   - Without root neither is possible: Probe says so, and why.
 //
 // A write past the limit fails with EDQUOT (project) or ENOSPC (loop)
@@ -357,6 +363,36 @@ func unmountAll(home, image string) error {
 	return fmt.Errorf("unmount %s: still mounted", home)
 }
 
+// loopOf is the loop device (/dev/loopN) backed by image, or "".
+func loopOf(image string) string {
+	path, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return ""
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range backing {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == path {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
+}
+
+// syncFS writes what the file system holding dir has in memory to its
+// disk (syncfs(2)); for a loop file system, through the loop device into
+// its image file, which the loop driver flushes to the host's disk.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
+	}
+	return nil
+}
+
 // Mounted reports whether a loop device backed by image is mounted on
 // home (the device home's file system is on, and that device's backing
 // file). Another file system mounted there is an error.
@@ -422,6 +458,15 @@ func makeImage(ctx context.Context, path string, size int64, uid, gid int) error
 
 // attachAndMount attaches image to a free loop device (autoclear) and
 // mounts it nosuid,nodev on home. The device is released with its mount.
+//
+// An image still attached to a device (its file system mounted elsewhere
+// yet: a bind of it, a stopped sandbox's mount namespace not torn down
+// yet, a lazy unmount's open files) is mounted from that device, never
+// from a second one: a second device would be a second file system on
+// the same blocks, which reads them without what the first holds in
+// memory and not yet written (a file written before a remount was
+// missing after it, TestDiskQuotaAfterReboot), and the two would corrupt
+// the image as both write it.
 func attachAndMount(image, home string) error {
 	// The directory under the mount point is root's, 0755: a workload
 	// that had the mount taken off its home could not write there, on
@@ -431,6 +476,23 @@ func attachAndMount(image, home string) error {
 	}
 	if err := os.Chmod(home, 0o755); err != nil {
 		return err
+	}
+	if dev := loopOf(image); dev != "" {
+		err := unix.Mount(dev, home, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "")
+		if err == nil {
+			if ok, _ := Mounted(home, image); ok {
+				return nil
+			}
+			// Cleared and taken for another file since the look.
+			_ = unix.Unmount(home, unix.UMOUNT_NOFOLLOW)
+			err = fmt.Errorf("%s is no longer backed by %s", dev, image)
+		}
+		// Detached meanwhile (its last mount went): a fresh device is
+		// then the only one. One that stays attached is refused.
+		waitDetached(image, 5*time.Second)
+		if attached(image) {
+			return fmt.Errorf("the image %s is attached to %s, and mounting that on %s failed: %v", image, dev, home, err)
+		}
 	}
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -621,6 +683,11 @@ func moveUnder(ctx context.Context, under *os.File, home string) error {
 			return mechanism.Invalid("Limits.DiskBytes", fmt.Sprintf("the files already in %s do not fit in the quota", home))
 		}
 		return fmt.Errorf("copy the files of %s into its quota: %v: %s", home, err, strings.TrimSpace(string(out)))
+	}
+	// The copies are on the image's disk before the originals go: a
+	// crash in between leaves two copies, never none.
+	if err := syncFS(home); err != nil {
+		return err
 	}
 	dir := fmt.Sprintf("/proc/self/fd/%d", under.Fd())
 	for _, n := range names {

@@ -1,6 +1,7 @@
 package diskquota
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -558,5 +559,86 @@ func TestProbeUnprivileged(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestProbeRootless") {
 		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
+// TestLoopEnsureWhileMountedElsewhere: a home whose file system is still
+// mounted elsewhere (a bind: as a stopped sandbox's mount namespace not
+// torn down yet) is mounted again from the image's one loop device,
+// never a second: a file written before the remount, not yet on the
+// image's disk, is there after it (a second device read the image
+// without it), and both mounts are one file system.
+func TestLoopEnsureWhileMountedElsewhere(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	if err := os.WriteFile(filepath.Join(home, "k"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(home, other, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(other, unix.MNT_DETACH) })
+	if err := unix.Unmount(home, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ensure(home); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "k")); err != nil || string(b) != "kept" {
+		t.Fatalf("the file written before the remount: %q, %v", b, err)
+	}
+	if l := loopsOf(t, image); len(l) != 1 {
+		t.Fatalf("loop devices on the image: %v, want one", l)
+	}
+	if err := os.WriteFile(filepath.Join(other, "o"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "o")); err != nil || string(b) != "one" {
+		t.Fatalf("the two mounts are not one file system: %q, %v", b, err)
+	}
+	if err := unix.Unmount(other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Release(home); err != nil {
+		t.Fatal(err)
+	}
+	if mountedAt(t, home) || len(loopsOf(t, image)) > 0 {
+		t.Fatal("left mounted")
+	}
+}
+
+// TestLoopMovedFilesOnTheImage: the files Apply moves from the home into
+// its image are on the image's disk (read back from the image file, not
+// the loop file system's memory) by the time the originals are gone, so
+// a crash after Apply cannot lose them (they sat in memory up to 30 s).
+func TestLoopMovedFilesOnTheImage(t *testing.T) {
+	needLoop(t)
+	dir := t.TempDir()
+	home, image := newHome(t, dir), filepath.Join(dir, "home.img")
+	marker := []byte("managoat-diskquota-marker-" + strings.Repeat("0123456789abcdef", 64))
+	if err := os.WriteFile(filepath.Join(home, "m"), marker, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Apply(context.Background(), home, 4<<20, Options{Method: Loop, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Release(home) })
+	b, err := os.ReadFile(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, marker) {
+		t.Fatal("the moved file is not in the image file: it is only in the loop file system's memory")
 	}
 }

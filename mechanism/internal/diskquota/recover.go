@@ -119,6 +119,11 @@ func Recover(ctx context.Context, home, image string) error {
 	if err := unix.Chmod(home, root.Mode&0o7777); err != nil {
 		return err
 	}
+	// What was copied back is on the host's disk before the image goes:
+	// a crash in between leaves the image, which a Recover reads again.
+	if err := syncFS(home); err != nil {
+		return err
+	}
 	if err := unmountAll(mnt, image); err != nil {
 		return err
 	}
