@@ -99,3 +99,11 @@ func Claiming(h *Host, id string) func() {
 		h.mu.Unlock()
 	}
 }
+
+// Dropped is how many messages h dropped as malformed or not sealed by a
+// replica.
+func Dropped(h *Host) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped
+}

@@ -148,6 +148,7 @@ type Host struct {
 	calls   assembler                        // parted calls arriving here
 	waiting map[string]*waiter               // calls waiting for their answers, by token
 	badMsgs bool                             // a malformed message was logged
+	dropped int                              // messages dropped as malformed or not a replica's
 	local   map[string]*runner.Conn          // runners whose socket this replica holds
 	revs    map[string]uint64                // the revision of each local runner's claim this replica last wrote
 	joining map[string]bool                  // runners this replica is claiming (Register under way)
@@ -1450,6 +1451,7 @@ func (h *Host) badMessage(subject string, err error) {
 	h.mu.Lock()
 	first := !h.badMsgs
 	h.badMsgs = true
+	h.dropped++
 	h.mu.Unlock()
 	if first {
 		h.log.Warn("natshost: malformed message dropped (later ones are dropped without a word)", "subject", subject, "err", err)
