@@ -129,11 +129,21 @@
 // answered REFUSED. A connection that only a domain entry could allow
 // and that presents no name (neither TLS nor HTTP, or a client that waits
 // for the server to speak first) is refused after Config.PeekTimeout.
-// What is inspected is a connection's first bytes: later HTTP requests on
-// a kept-alive connection, and the Host inside TLS, are not, so a server
-// at an allowed name's address that also serves other names can be asked
-// for them (domain fronting; the hosted providers' SNI and Host checks
-// have the same bound). IPv6 egress is not provided.
+// A plain HTTP connection allowed by a name is checked request by
+// request (httpflow.go): every request on it, kept alive or pipelined,
+// must name that host (its Host, or its absolute URI's), and is written
+// on anew from what the proxy parsed, so no second request rides in a
+// body framed two ways; a CONNECT tunnel must carry TLS whose ClientHello
+// names the CONNECT host (SNI), a TLS connection or tunnel without SNI
+// is refused, an h2c upgrade is dropped from the request, and a
+// WebSocket is relayed raw once the server switched. A plain HTTP
+// request refused by name is answered 403 with X-Managoat-Egress:
+// refused and a body that says the sandbox's egress policy refused it
+// (the requests before it on the connection are answered first). What
+// cannot be inspected is inside TLS: the Host of the requests in a TLS
+// connection (or an HTTP/2 one's streams) may name another host the same
+// server serves (domain fronting; the hosted providers' SNI and Host
+// checks have the same bound). IPv6 egress is not provided.
 // SetPolicy (or Apply, from another process) puts a new list in force
 // for the next connection and cuts, before it returns, every open
 // connection the new list would not allow. Whatever the list, the

@@ -1,15 +1,11 @@
 package egress
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -319,20 +315,28 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	needName := pol != nil && !pol.AllowsAddr(dst.Addr(), dst.Port())
 	known := len(p.resolved[dst.Addr()]) > 0
 	p.mu.Unlock()
-	var pre []byte
+	var pk peeked
 	if needName {
 		if !known {
 			reset(c) // an address the sandbox never resolved an allowed name to
 			return
 		}
-		if f.name, pre, err = sniff(c, p.cfg.PeekTimeout); err != nil || f.name == "" {
+		if pk, err = sniff(c, p.cfg.PeekTimeout); err != nil || pk.name == "" {
 			reset(c)
 			return
 		}
+		f.name = pk.name
 	}
 	p.mu.Lock()
 	if p.closed || !p.allowedLocked(f) {
+		closed := p.closed
 		p.mu.Unlock()
+		if pk.req != nil && !closed {
+			refuseHTTP(c, fmt.Sprintf("it does not allow %s on port %d (at %s)", clip(f.name), dst.Port(), dst.Addr()))
+			c.CloseWrite()
+			c.Close()
+			return
+		}
 		reset(c)
 		return
 	}
@@ -365,8 +369,12 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	}
 	f.out = out
 	p.mu.Unlock()
-	if len(pre) > 0 {
-		if _, err := out.Write(pre); err != nil {
+	if pk.req != nil { // plain HTTP: every request is checked
+		p.relayHTTP(c, out, pk, f.name)
+		return
+	}
+	if len(pk.pre) > 0 {
+		if _, err := out.Write(pk.pre); err != nil {
 			return
 		}
 	}
@@ -394,47 +402,6 @@ func relay(in halfCloser, out net.Conn) {
 	_, _ = io.Copy(in, out)
 	_ = in.CloseWrite()
 	<-done
-}
-
-// errSniffed stops the TLS handshake once the ClientHello is read.
-var errSniffed = errors.New("sniffed")
-
-// sniff reads the start of a connection, the TLS ClientHello or the HTTP
-// request head, and returns the name it asks for (SNI, or Host without
-// a port) and every byte it read, to be sent on first.
-func sniff(c *net.TCPConn, timeout time.Duration) (string, []byte, error) {
-	c.SetReadDeadline(time.Now().Add(timeout))
-	defer c.SetReadDeadline(time.Time{})
-	br := bufio.NewReaderSize(c, 16<<10)
-	var rec bytes.Buffer
-	tee := io.TeeReader(br, &rec)
-	first, err := br.Peek(1)
-	if err != nil {
-		return "", nil, err
-	}
-	var name string
-	if first[0] == 0x16 { // a TLS handshake record
-		hs := tls.Server(readOnly{r: tee}, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			name = h.ServerName
-			return nil, errSniffed
-		}})
-		_ = hs.Handshake()
-	} else {
-		req, err := http.ReadRequest(bufio.NewReader(tee))
-		if err != nil {
-			return "", nil, err
-		}
-		name = req.Host
-		if h, _, err := net.SplitHostPort(name); err == nil {
-			name = h
-		}
-	}
-	pre := rec.Bytes()
-	if n := br.Buffered(); n > 0 {
-		rest, _ := br.Peek(n)
-		pre = append(pre, rest...)
-	}
-	return canonName(name), pre, nil
 }
 
 // readOnly is a net.Conn that reads from r and swallows writes (the TLS
