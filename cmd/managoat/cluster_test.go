@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,7 +88,7 @@ func TestPlatformReplicas(t *testing.T) {
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 
-	shared := []string{envDatabaseURL + "=" + pg.URL("postgres"), envNATSURL + "=" + ns.ClientURL(),
+	shared := []string{envDatabaseURL + "=" + pg.URL("postgres"), envNATSURL + "=" + ns.ClientURL(), envClusterKey + "=" + testClusterKey,
 		"SANDBOX_LOCAL_ENABLED=false", "SANDBOX_PROVIDER=runner"}
 	out, e, code := managoatEnv(t, append(shared, "MANAGOAT_HOME="+t.TempDir()), "serve", "admin", "account", "create", "acme")
 	if code != 0 {
@@ -171,7 +172,7 @@ func TestPlatformReplicaDies(t *testing.T) {
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 
 	common := []string{"SANDBOX_LOCAL_ENABLED=false", "SANDBOX_PROVIDER=runner"}
-	byEnv := append([]string{envDatabaseURL + "=" + pg.URL("postgres"), envNATSURL + "=" + ns.ClientURL()}, common...)
+	byEnv := append([]string{envDatabaseURL + "=" + pg.URL("postgres"), envNATSURL + "=" + ns.ClientURL(), envClusterKey + "=" + testClusterKey}, common...)
 	out, e, code := managoatEnv(t, append(byEnv, "MANAGOAT_HOME="+t.TempDir()), "serve", "admin", "account", "create", "acme")
 	if code != 0 {
 		t.Fatalf("account create: %d %q %s", code, out, e)
@@ -183,8 +184,12 @@ func TestPlatformReplicaDies(t *testing.T) {
 	key := strings.TrimSpace(out)
 
 	addrA, addrB := freeAddr(t), freeAddr(t)
-	serveA, logA := startServeCmd(t, append(common, envDatabaseURL+"=", envNATSURL+"=", "MANAGOAT_HOME="+t.TempDir()), addrA,
-		"--database", pg.URL("postgres"), "--nats", ns.ClientURL())
+	keyFile := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(keyFile, []byte(testClusterKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serveA, logA := startServeCmd(t, append(common, envDatabaseURL+"=", envNATSURL+"=", envClusterKey+"=", "MANAGOAT_HOME="+t.TempDir()), addrA,
+		"--database", pg.URL("postgres"), "--nats", ns.ClientURL(), "--cluster-key-file", keyFile)
 	logB := startServe(t, append(byEnv, "MANAGOAT_HOME="+t.TempDir()), addrB)
 
 	// The load balancer: each new connection goes to the replica chosen now.

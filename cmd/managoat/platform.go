@@ -99,11 +99,12 @@ func defaultPlatformDB() string {
 type platformOptions struct {
 	db        string
 	mechanism string
-	token     string // the static token of the original relay ("" for none)
-	runners   string // the enrolled runners' file
-	natsURL   string // NATS of a platform of several replicas ("" for one)
-	publicURL string // the platform's URL as clients reach it ("": each request's)
-	open      bool   // --open-runners
+	token     string       // the static token of the original relay ("" for none)
+	runners   string       // the enrolled runners' file
+	natsURL   string       // NATS of a platform of several replicas ("" for one)
+	nats      *natsOptions // its connection's credentials and the cluster key (natsflags.go)
+	publicURL string       // the platform's URL as clients reach it ("": each request's)
+	open      bool         // --open-runners
 	idle      time.Duration
 	reapEvery time.Duration
 	logger    *slog.Logger
@@ -155,7 +156,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		}
 	}
 	if o.natsURL != "" {
-		nc, err = nats.Connect(o.natsURL, nats.Name("managoat serve"), nats.MaxReconnects(-1))
+		nc, err = nats.Connect(o.natsURL, append([]nats.Option{nats.Name("managoat serve"), nats.MaxReconnects(-1)}, o.nats.opts...)...)
 		if err != nil {
 			st.Close()
 			return nil, nil, wrap("serve", sandbox.Unavailable("nats", fmt.Errorf("%s: %w", runner.RedactURL(o.natsURL), err)))
@@ -163,7 +164,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		// A cluster named by several URLs keeps presence on three nodes,
 		// so that losing one loses no runner.
 		replicas := min(3, len(strings.Split(o.natsURL, ",")))
-		nh, err = natshost.New(ctx, natshost.Config{Conn: nc, BucketReplicas: replicas, Logger: o.logger})
+		nh, err = natshost.New(ctx, natshost.Config{Conn: nc, BucketReplicas: replicas, Logger: o.logger, ClusterKey: o.nats.key})
 		if err != nil {
 			closeCluster()
 			st.Close()

@@ -319,7 +319,7 @@ func TestServeKeepsPasswordsOutOfPs(t *testing.T) {
 			t.Errorf("serve %s URL-with-password = exit %d %q, want a usage error naming %s, without the password", tc.flag, code, e, tc.env)
 		}
 		// From the variable: taken, and the server is not there.
-		_, e, code = managoatEnv(t, []string{home, tc.env + "=" + tc.url}, "serve", "--listen", "127.0.0.1:0")
+		_, e, code = managoatEnv(t, []string{home, tc.env + "=" + tc.url, envClusterKey + "=" + testClusterKey}, "serve", "--listen", "127.0.0.1:0")
 		if code == 0 || code == exitUsage || strings.Contains(e, "pw-e2e-secret") {
 			t.Errorf("serve with %s (nothing listening) = exit %d %q, want a failure to connect without the password", tc.env, code, e)
 		}

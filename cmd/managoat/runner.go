@@ -152,6 +152,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	db := fs.String("db", os.Getenv(envDatabaseURL), "the platform's records: a SQLite file (default "+defaultPlatformDB()+"), or a postgres:// URL that several replicas share (default $"+envDatabaseURL+"; a password goes in that variable or PGPASSWORD, never in the flag); 'serve admin' manages its accounts and keys")
 	fs.StringVar(db, "database", os.Getenv(envDatabaseURL), "the same as --db")
 	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
+	natsOpts := addNATSFlags(fs)
 	idle := fs.Duration("idle", 15*time.Minute, "park a sandbox unused this long (suspended, or destroyed where its provider cannot suspend); 0 never")
 	reapEvery := fs.Duration("reap-every", time.Minute, "how often records are reconciled with the providers")
 	streams := fs.Int("streams-per-account", api.DefaultStreamMaxPerAccount, "WebSocket streams one account may hold open at once on this replica (more are 429)")
@@ -177,6 +178,9 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			return serveAdmin(ctx, *db, a[1:])
 		}
 		if err := noMore(fs.Args()); err != nil {
+			return err
+		}
+		if err := natsOpts.load(*natsURL); err != nil {
 			return err
 		}
 		if *maxConns < 1 || *maxPerSource < 1 {
@@ -213,7 +217,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			*runners = defaultRunnersFile()
 		}
 		mux, closePlatform, err := newPlatform(ctx, platformOptions{db: *db, mechanism: g.mechanism, token: tok, runners: *runners,
-			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+			open: *open, idle: *idle, reapEvery: *reapEvery, natsURL: *natsURL, nats: natsOpts, publicURL: *publicURL, logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 			streams: *streams, authRate: rate.Limit(*authRate), authBurst: *authBurst, sandboxes: *sandboxes, runnerNames: *runnerNames})
 		if err != nil {
 			return err
