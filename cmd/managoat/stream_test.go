@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
@@ -168,5 +169,68 @@ func TestSpawnDetachKeepsStdinOpen(t *testing.T) {
 	out, e, code = managoatEnv(t, env, "attach", "--no-stdin", "stdin-box", strings.TrimSpace(id))
 	if code != 0 || out != "done\n" {
 		t.Fatalf("attach to a session spawned --detach without -i: exit %d, stdout %q, stderr %q", code, out, e)
+	}
+}
+
+// TestCtrlCThroughThePlatform (issue 31, 5): a SIGINT to managoat exec
+// through the platform (serve, its API and the Go client) reaches the
+// command as a signal, as it does locally: the command's trap runs and
+// its exit code is managoat's. Before the fix the client could not
+// signal, so managoat killed the session (exit 137) and the trap never
+// ran.
+func TestCtrlCThroughThePlatform(t *testing.T) {
+	testenv.RequireRoot(t)
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if out, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", "sig"); code != 0 {
+		t.Fatalf("account create: %d %q %s", code, out, e)
+	}
+	out, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "sig")
+	if code != 0 {
+		t.Fatalf("key create: %d %q %s", code, out, e)
+	}
+	startServe(t, base, addr)
+	as := append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+strings.TrimSpace(out))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) { // serve is starting
+		_, e, code := managoatEnv(t, as, "create", "sig-box")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create: %d %s", code, e)
+		}
+	}
+	t.Cleanup(func() { managoatEnv(t, as, "rm", "-f", "sig-box") })
+
+	c := exec.Command(binary, "exec", "sig-box", "--", "sh", "-c", `trap 'echo trapped; exit 3' INT; echo ready; while :; do sleep 0.1; done`)
+	c.Env = append(append(os.Environ(), "MANAGOAT_CONFIG=/nonexistent/managoat-test-config"), as...)
+	var errOut bytes.Buffer
+	c.Stderr = &errOut
+	pr, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kill := time.AfterFunc(time.Minute, func() { _ = c.Process.Kill() }) // bounded
+	defer kill.Stop()
+	r := bufio.NewReader(pr)
+	if line, err := r.ReadString('\n'); line != "ready\n" {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		t.Fatalf("first line %q (%v); stderr %q", line, err, errOut.String())
+	}
+	if err := c.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	err = c.Wait()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 3 || string(rest) != "trapped\n" {
+		t.Fatalf("after SIGINT: exit %d, stdout %q, stderr %q; want the trap's exit 3 and \"trapped\"", code, rest, errOut.String())
 	}
 }

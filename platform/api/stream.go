@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -43,9 +44,13 @@ func (s *Server) streamSlot(accountID string) (release func(), ok bool) {
 // text message is a StreamStart (spawn or attach); the server answers
 // started (with the session id) or error, then sends the command's output
 // as binary messages (a tag byte, then the bytes), and one exit or error
-// text message, and closes. The client sends stdin and stdin_close text
-// messages, each acknowledged by id; closing the socket detaches (the
-// command of a detachable spawn goes on, to be attached again).
+// text message, and closes. The client sends stdin, stdin_close and
+// signal (a signal number for the command's process group, as a CLI
+// forwards Ctrl-C) text messages, each acknowledged by id; closing the
+// socket detaches (the command of a detachable spawn goes on, to be
+// attached again). A reader that falls behind slows the socket, and the
+// command's provider then slows its reading of the session's journal (or
+// resumes from it by offset, on a runner): no output is dropped.
 //
 // An account has at most Config.StreamMaxPerAccount streams open at once
 // on this server: one more is 429 rate_limited{streams} with Retry-After,
@@ -154,8 +159,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 				werr = cmd.WriteStdin(ctx, m.Data)
 			case MsgStdinClose:
 				werr = cmd.CloseStdin(ctx)
+			case MsgSignal:
+				werr = signal(ctx, p, cmd, m.Signal)
 			default:
-				werr = badJSON("type", "type must be stdin or stdin_close")
+				werr = badJSON("type", "type must be stdin, stdin_close or signal")
 			}
 			ack := StreamMsg{Type: MsgAck, ID: m.ID}
 			if werr != nil {
@@ -227,6 +234,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 			return
 		}
 	}
+}
+
+// signal sends sig to cmd's process group through its provider, the way
+// a CLI forwards its Ctrl-C; a provider that cannot is not_supported.
+func signal(ctx context.Context, p sandbox.Provider, cmd *sandbox.Command, sig int) error {
+	if sig <= 0 || sig > 64 {
+		return badJSON("signal", "signal must be a signal number, 1 to 64")
+	}
+	sg, ok := p.(sandbox.CommandSignaler)
+	if !ok {
+		return sandbox.ErrNotSupported
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return sg.SignalCommand(sctx, cmd, syscall.Signal(sig))
 }
 
 // maxMessage bounds one output message of a stream.

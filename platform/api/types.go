@@ -184,14 +184,16 @@ type StreamStart struct {
 
 // StreamMsg is every text message of the stream after the start: the
 // server's started, exit, error and stdin acknowledgements; the client's
-// stdin and stdin_close. Output travels as binary messages: one byte (1
-// stdout, 2 stderr) then the bytes.
+// stdin, stdin_close and signal (Signal, a Linux signal number, sent to
+// the command's process group: a CLI's Ctrl-C). Output travels as binary
+// messages: one byte (1 stdout, 2 stderr) then the bytes.
 type StreamMsg struct {
 	Type      string `json:"type"`
 	ID        int64  `json:"id,omitempty"`
 	SessionID string `json:"session_id,omitempty"`
 	Code      *int   `json:"code,omitempty"`
 	Data      []byte `json:"data,omitempty"`
+	Signal    int    `json:"signal,omitempty"`
 	Error     *Error `json:"error,omitempty"`
 }
 
@@ -202,6 +204,7 @@ const (
 	MsgError      = "error"
 	MsgStdin      = "stdin"
 	MsgStdinClose = "stdin_close"
+	MsgSignal     = "signal"
 	MsgAck        = "ack"
 
 	TagStdout byte = 1

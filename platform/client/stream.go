@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/coder/websocket"
 
@@ -190,7 +191,10 @@ func readOutput(r io.Reader, stream *sandbox.Stream) error {
 	for {
 		buf := make([]byte, outputChunk)
 		n, err := io.ReadFull(r, buf)
-		if n > 0 && emit != nil {
+		// A reader that falls behind slows the socket (backpressure, down
+		// to the platform's reading of the command), never drops the
+		// stream: the read waits for room before it queues.
+		if n > 0 && emit != nil && stream.WaitRoom(context.Background(), n) {
 			emit(buf[:n])
 		}
 		switch {
@@ -294,4 +298,26 @@ func (c *Client) StopCommand(cmd *sandbox.Command) error {
 	_ = sc.ws.CloseNow()
 	<-sc.done
 	return nil
+}
+
+var _ sandbox.CommandSignaler = (*Client)(nil)
+
+// SignalCommand sends sig to the command's process group through the
+// platform (a stream's signal message), as a CLI forwards its Ctrl-C:
+// the command's trap runs, where closing the stream would only detach.
+// A command that ended is ErrCommandExited; a provider behind the
+// platform that cannot signal is ErrNotSupported.
+func (c *Client) SignalCommand(ctx context.Context, cmd *sandbox.Command, sig syscall.Signal) error {
+	sc, err := private(cmd)
+	if err != nil {
+		return err
+	}
+	if cmd.Finished() {
+		return sandbox.ErrCommandExited
+	}
+	err = sc.request(ctx, api.StreamMsg{Type: api.MsgSignal, Signal: int(sig)})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.ErrCommandExited
+	}
+	return err
 }

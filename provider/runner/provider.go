@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/managoat/managoat/provider/runner/wire"
@@ -555,6 +556,28 @@ func (p *Provider) CloseStdin(ctx context.Context, c *sandbox.Command) error {
 	_, err = p.call(ctx, priv.runnerID, &wire.Request{Op: wire.OpStdinClose, Name: priv.name, SessionID: c.SessionID}, nil)
 	if errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrCommandExited) {
 		return nil
+	}
+	return err
+}
+
+var _ sandbox.CommandSignaler = (*Provider)(nil)
+
+// SignalCommand sends sig to the session's process group on its runner
+// (the signal op), as a CLI forwards its Ctrl-C. A runner whose daemon
+// did not report the signal capability (the original daemon) is
+// ErrNotSupported, checked on the connection that carries the request; a
+// session that ended is ErrCommandExited.
+func (p *Provider) SignalCommand(ctx context.Context, c *sandbox.Command, sig syscall.Signal) error {
+	priv, err := p.private(c)
+	if err != nil {
+		return err
+	}
+	if c.Finished() {
+		return sandbox.ErrCommandExited
+	}
+	_, err = p.call(ctx, priv.runnerID, &wire.Request{Op: wire.OpSignal, Name: priv.name, SessionID: c.SessionID, Signal: int(sig)}, nil)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.ErrCommandExited
 	}
 	return err
 }

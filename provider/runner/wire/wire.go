@@ -101,6 +101,10 @@ const (
 	// its bytes in base64, at most MaxWriteFile of them. A runner that
 	// predates it answers not_supported, as for any op it does not know.
 	OpReadFile = "read_file"
+	// OpSignal sends Signal (a Linux signal number) to session
+	// SessionID's process group, as a CLI forwards its Ctrl-C; sent only
+	// to a runner that reported CapSignal.
+	OpSignal = "signal"
 )
 
 // Ops lists the 14 operations of the protocol, in the spec's order.
@@ -182,6 +186,7 @@ type Request struct {
 	// Extension fields.
 	Allow  *[]string `json:"allow,omitempty"`  // network_policy: nil means unset; [] denies all
 	Force  bool      `json:"force,omitempty"`  // terminate_session
+	Signal int       `json:"signal,omitempty"` // signal, to a daemon with CapSignal
 	Limits *Limits   `json:"limits,omitempty"` // create, to a daemon with CapLimits
 
 	// Proxy extension (provider/runner's ProxyPath, never sent to a daemon):
@@ -204,6 +209,12 @@ const CapLimits = "create_limits"
 // the limits field's disk_bytes (a later field than the others: a daemon
 // with create_limits alone would drop it).
 const CapDiskLimit = "create_disk_limit"
+
+// CapSignal is the capability a daemon reports when it serves OpSignal
+// (its provider can signal a session's command). The original daemon
+// answers an unknown op not_supported, so without it a platform answers
+// not_supported itself.
+const CapSignal = "signal"
 
 // Limits are a create's resource limits (sandbox.Limits); zero is unset.
 type Limits struct {
