@@ -125,6 +125,10 @@ const (
 // handed to every C init (the Go init assembles its own).
 var managerSeccomp = sync.OnceValues(assembleSeccomp)
 
+// managerSeccompMounts is managerSeccomp for sandboxes with a read-write
+// host mount (seccompFor).
+var managerSeccompMounts = sync.OnceValues(assembleSeccompMounts)
+
 // cInitConfig encodes what the C init reads from fdConfig: the header of
 // cinit.c's struct ci_config, then the seccomp program.
 func cInitConfig(lc launchConfig, prog seccompProgram) []byte {

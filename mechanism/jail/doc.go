@@ -218,9 +218,9 @@
 // root (the workload is the caller), on a kernel without the procfs pidns
 // option (the older start path builds the tree in the init, which a
 // user namespace would then own), with Config.IDMapDir "-", for a sandbox
-// with host mounts (Spec.Mounts: its bind mounts are not idmapped yet,
-// so a mapped workload would no longer own what it owns there), and for
-// a sandbox provisioned before ranges existed (its state has none).
+// with a host mount that cannot be idmapped when Config.UnmappedMounts
+// lets it run (Host mounts, below; refused otherwise), and for a sandbox
+// provisioned before ranges existed (its state has none).
 // UsernsDescription (managoat doctor) says which applies.
 //
 // # Host mounts
@@ -235,6 +235,27 @@
 // back before the workload starts. Landlock allows writes beneath a
 // read-write mount. A sandbox with mounts builds its own tree rather than
 // cloning the shared template. The same holds rootless.
+//
+// A sandbox with mounts keeps its uid range: each mount is idmapped
+// (MOUNT_ATTR_IDMAP, Linux 5.12, per file system: ext4, xfs, btrfs,
+// tmpfs from 6.3, ...) with a user namespace mapping the source's owner
+// on the host to the workload. A directory root owns and binds (managoat
+// run -v .:/home/sprite/src as root) is the workload's to write, and what
+// it makes there is root's on the host; other host ids show as nobody
+// and cannot be written through the mount. The workload itself stays
+// base+1000 on the host, no host account. A sandbox with a read-write
+// mount loads a filter that refuses any set-user-ID or set-group-ID mode
+// (chmod, fchmod, fchmodat, fchmodat2, creating open, openat, creat, mknod
+// and mknodat: EPERM; openat2 ENOSYS), since a set-user-ID file in the
+// bind would run on the host with its owner's euid; dpkg cannot install a
+// set-user-ID program in such a sandbox. Where a source's file system
+// cannot be idmapped (FUSE, NFS, sysfs, an older kernel), Provision
+// refuses the sandbox (host_mounts, saying why) unless
+// Config.UnmappedMounts, or MANAGOAT_JAIL_UNMAPPED_MOUNTS=1 in the
+// environment, lets it run without a range: its workload is then
+// Config.UID on the host, which may be a real account, and owns the
+// source only if that uid does. Where sandboxes get no range at all
+// (rootless, an older kernel: above), mounts change nothing in that.
 //
 // # On an image
 //

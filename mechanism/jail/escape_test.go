@@ -3,8 +3,10 @@ package jail
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -296,5 +298,185 @@ func TestInotifyQuotaIsTheSandboxs(t *testing.T) {
 				t.Errorf("another sandbox's inotify_init1 while the hog holds its instances: %q %q, %v", c.Stdout, c.Stderr, err)
 			}
 		})
+	}
+}
+
+// setIDAttempts tries, in the read-write bind at src, every way a
+// workload gives a file a set-user-ID or set-group-ID bit: chmod (the
+// program and each system call), install -m, a creating open and mknod
+// with the bits in the mode; each says what it got.
+const setIDAttempts = `cd ~/src
+cp /bin/sh sh && echo copied
+chmod 4755 sh && echo chmod-4755-ok
+chmod u+s sh && echo chmod-us-ok
+chmod g+s sh && echo chmod-gs-ok
+install -m 2755 /bin/sh sh2 && echo install-ok
+python3 - <<'PY'
+import os, stat
+for name, f in [
+    ("open", lambda: os.close(os.open("o1", os.O_CREAT | os.O_WRONLY, 0o4755))),
+    ("fchmod", lambda: (lambda fd: (os.fchmod(fd, 0o4755), os.close(fd)))(os.open("o2", os.O_CREAT | os.O_WRONLY, 0o755))),
+    ("chmod", lambda: os.chmod("sh", 0o6755)),
+    ("mknod", lambda: os.mknod("o3", stat.S_IFREG | 0o4755)),
+]:
+    try:
+        f()
+        print(name + "-ok")
+    except OSError as e:
+        print(name + "-refused", e.errno)
+PY
+echo written > new
+stat -c 'src %u:%g' . ; id -u
+`
+
+// TestSetuidInABindCannotGainHostIDs: a sandbox with a read-write bind
+// keeps its uid range (its workload is base+1000 on the host, no host
+// account), the bind is idmapped so a directory root owns and bound is
+// the workload's to write (files it makes there are root's on the host:
+// issue 33's managoat run -v .:/home/sprite/src as root), and no file
+// there can be made set-user-ID or set-group-ID, by any call: a
+// set-user-ID copy of sh in the bind would run on the host with its
+// owner's euid. Fails on the old code: the workload was host uid 1000, a
+// real account, the bound root-owned directory was not writable, and
+// chmod 4755 on its copy of sh in a directory of its own succeeded.
+func TestSetuidInABindCannotGainHostIDs(t *testing.T) {
+	for _, mode := range InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			testenv.RequireRoot(t)
+			t.Setenv(initEnv, mode)
+			src := t.TempDir() // root's, as a directory root binds
+			if err := os.Chmod(src, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			j, err := New(Config{StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.usernsSupport(); err != nil {
+				testenv.Require(t, false, "no uid range for sandboxes here: "+err.Error())
+			}
+			ctx := context.Background()
+			spec := mechanism.Spec{Mounts: []mechanism.Mount{{Source: src, Target: mechanism.Home + "/src"}}}
+			if err := j.Provision(ctx, "bind", spec); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = j.Destroy(context.Background(), "bind") })
+			if err := j.Start(ctx, "bind"); err != nil {
+				t.Fatal(err)
+			}
+			base, _, err := j.IDRange("bind")
+			if err != nil || base == 0 {
+				t.Fatalf("a sandbox with a host mount has no uid range of its own: %d, %v", base, err)
+			}
+			c, err := j.Execute(ctx, "bind", []string{"/bin/sh", "-c", setIDAttempts}, mechanism.ExecOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := string(c.Stdout)
+			t.Logf("workload: %q %q", out, c.Stderr)
+			for _, w := range []string{"copied\n", "open-refused 1\n", "fchmod-refused 1\n", "chmod-refused 1\n", "mknod-refused 1\n", "src 1000:1000\n"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("workload's output lacks %q: %q %q", w, out, c.Stderr)
+				}
+			}
+			for _, bad := range []string{"chmod-4755-ok", "chmod-us-ok", "chmod-gs-ok", "install-ok", "-ok\n"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("a set-id mode was given (%q): %q", bad, out)
+				}
+			}
+			// Nothing in the source is set-id, and what the workload
+			// made is its owner's (root's) on the host.
+			err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				var st unix.Stat_t
+				if err := unix.Lstat(p, &st); err != nil {
+					return err
+				}
+				if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+					t.Errorf("%s is set-id on the host: mode %#o, owner %d", p, st.Mode&0o7777, st.Uid)
+				}
+				if st.Uid != 0 {
+					t.Errorf("%s is owned by host uid %d, want the source's owner, 0", p, st.Uid)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(filepath.Join(src, "new")); err != nil || string(b) != "written\n" {
+				t.Errorf("the workload's write to the bound root-owned directory: %q, %v", b, err)
+			}
+			// The workload's own host uid: a file it makes in its home.
+			c, err = j.Execute(ctx, "bind", []string{"/bin/sh", "-c", "echo x > ~/mine"}, mechanism.ExecOptions{})
+			if err != nil || c.ExitStatus != 0 {
+				t.Fatalf("%+v %v", c, err)
+			}
+			p, err := j.HostPath("bind", mechanism.Home+"/mine")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if int(st.Uid) != base+1000 {
+				t.Errorf("the workload's host uid is %d, want %d (its range's)", st.Uid, base+1000)
+			}
+			passwd, _ := os.ReadFile("/etc/passwd")
+			for _, l := range strings.Split(string(passwd), "\n") {
+				if f := strings.Split(l, ":"); len(f) > 2 && f[2] == strconv.Itoa(int(st.Uid)) {
+					t.Errorf("the workload's host uid %d is a host account: %s", st.Uid, l)
+				}
+			}
+		})
+	}
+}
+
+// TestUnidmappableMountRefused: a host mount whose file system cannot be
+// idmapped here (sysfs) refuses the sandbox at Provision, naming
+// host_mounts and the way to run it unmapped; with Config.UnmappedMounts
+// it runs, without a range of its own.
+func TestUnidmappableMountRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	j, err := New(Config{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.usernsSupport(); err != nil {
+		testenv.Require(t, false, "no uid range for sandboxes here: "+err.Error())
+	}
+	ctx := context.Background()
+	spec := mechanism.Spec{Mounts: []mechanism.Mount{{Source: "/sys/kernel/mm", Target: "/mnt/mm", ReadOnly: true}}}
+	err = j.Provision(ctx, "sysfs", spec)
+	var ue *mechanism.UnavailableError
+	if !errors.As(err, &ue) || len(ue.Missing) != 1 || ue.Missing[0].Name != mechanism.HostMounts ||
+		!strings.Contains(err.Error(), "MANAGOAT_JAIL_UNMAPPED_MOUNTS=1") || !strings.Contains(err.Error(), "cannot be idmapped") {
+		t.Fatalf("Provision with a sysfs mount: %v, want host_mounts unavailable saying why and how to run it unmapped", err)
+	}
+	if s, err := j.Status(ctx, "sysfs"); s != mechanism.StatusAbsent || err != nil {
+		t.Errorf("the refused sandbox: %s, %v; want absent", s, err)
+	}
+	if _, err := os.Stat(j.dir("sysfs")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused sandbox left its directory: %v", err)
+	}
+	j2, err := New(Config{StateDir: t.TempDir(), UnmappedMounts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.Provision(ctx, "sysfs", spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j2.Destroy(context.Background(), "sysfs") })
+	if base, _, err := j2.IDRange("sysfs"); err != nil || base != 0 {
+		t.Fatalf("unmapped mounts: range %d, %v", base, err)
+	}
+	if err := j2.Start(ctx, "sysfs"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := j2.Execute(ctx, "sysfs", []string{"/bin/sh", "-c", "ls /mnt/mm >/dev/null && echo listed"}, mechanism.ExecOptions{})
+	if err != nil || string(c.Stdout) != "listed\n" {
+		t.Fatalf("%q %q %v", c.Stdout, c.Stderr, err)
 	}
 }

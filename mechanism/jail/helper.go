@@ -63,6 +63,9 @@ type launchConfig struct {
 	unshareUserns bool
 	// Mounts: host paths bound into the tree (mounts.go).
 	Mounts []mechanism.Mount `json:",omitempty"`
+	// idmaps: the user namespaces a mapped sandbox's mounts are
+	// idmapped with (mounts.go), held by Start; nil for none.
+	idmaps *mountIdmaps
 }
 
 // init takes the helper role before main runs: a process this package
@@ -129,16 +132,16 @@ func initMain() error {
 	if err := unix.CloseRange(fdReady+1, ^uint(0), closeRangeCloexec); err != nil {
 		return fmt.Errorf("close_range: %w", err)
 	}
-	prog, err := assembleSeccomp()
-	if err != nil {
-		return err
-	}
 	f := os.NewFile(fdConfig, "config")
 	var cfg launchConfig
 	if err := json.NewDecoder(f).Decode(&cfg); err != nil {
 		return fmt.Errorf("read launch config: %w", err)
 	}
 	f.Close()
+	prog, err := seccompFor(cfg) // seccomp.go
+	if err != nil {
+		return err
+	}
 	if cfg.Entered {
 		if err := unix.Chdir("/"); err != nil {
 			return err

@@ -61,6 +61,12 @@ type Config struct {
 	// provisioned from then on no range of their own (they run as
 	// Config.UID on the host, as before ranges existed).
 	IDMapDir string
+	// UnmappedMounts lets a sandbox with a host mount that cannot be
+	// idmapped (its file system lacks it here: mounts.go) run without a
+	// uid range of its own, its workload Config.UID on the host, instead
+	// of being refused at Provision. New sets it when the environment has
+	// MANAGOAT_JAIL_UNMAPPED_MOUNTS=1.
+	UnmappedMounts bool
 	// Egress is how sandboxes whose network is egress reach the outside
 	// world (default: from this process's network namespace, through the
 	// host's resolvers; a test gives a stand-in, mechanism/egress/egresstest).
@@ -110,6 +116,9 @@ func New(cfg Config) (*Jail, error) {
 	}
 	if cfg.IDMapDir == "" {
 		cfg.IDMapDir = DefaultIDMapDir
+	}
+	if os.Getenv("MANAGOAT_JAIL_UNMAPPED_MOUNTS") == "1" {
+		cfg.UnmappedMounts = true
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
@@ -352,6 +361,7 @@ func (j *Jail) Provision(ctx context.Context, id string, spec mechanism.Spec) er
 	}
 	st := &state{Mechanism: "jail", ID: id, Spec: spec, Status: mechanism.StatusProvisioned}
 	if err := j.provisionRange(ctx, dir, st); err != nil { // userns.go
+		os.Remove(dir) // empty: nothing was written in it yet
 		return err
 	}
 	provisioned := false
@@ -538,7 +548,19 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	if born {
 		// The threads that make the namespaces and the tree begin now;
 		// launch hands them the init to clone (or they are abandoned).
-		rs = beginRestricted(j.launchConfig(st), netns, &j.tmpl)
+		lc := j.launchConfig(st)
+		if st.IDBase != 0 && len(lc.Mounts) > 0 {
+			// Its host mounts are idmapped to its workload (mounts.go);
+			// closed after the tree's thread is done (abortUnused, or
+			// launch waiting for the tree: deferred calls run last first).
+			im, err := newMountIdmaps(lc.Mounts, st.IDBase, lc.UID, lc.GID)
+			if err != nil {
+				return err
+			}
+			defer im.close()
+			lc.idmaps = im
+		}
+		rs = beginRestricted(lc, netns, &j.tmpl)
 		defer rs.abortUnused()
 	}
 	if err := mechanism.Gate(ctx, j, st.Spec, j.cfg.Prober); err != nil {
@@ -733,7 +755,11 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	cmd.SysProcAttr = sys
 	var cConfig []byte
 	if cInit {
-		prog, err := managerSeccomp()
+		get := managerSeccomp
+		if hasWritableMount(lc.Mounts) {
+			get = managerSeccompMounts // seccomp.go
+		}
+		prog, err := get()
 		if err != nil {
 			return err
 		}

@@ -103,14 +103,14 @@ func placeMounts(cfg launchConfig) error {
 	}
 	defer unix.Close(rfd)
 	for _, m := range cfg.Mounts {
-		if err := placeMount(rfd, m); err != nil {
+		if err := placeMount(rfd, m, cfg.idmaps); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func placeMount(rfd int, m mechanism.Mount) error {
+func placeMount(rfd int, m mechanism.Mount, idmaps *mountIdmaps) error {
 	src, err := openSource(m)
 	if err != nil {
 		return err
@@ -130,8 +130,17 @@ func placeMount(rfd int, m mechanism.Mount) error {
 	if m.ReadOnly {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
+	if idmaps != nil {
+		ns, ok := idmaps.fds[ownerKey(&sst)]
+		if !ok {
+			return fmt.Errorf("mount source %s: its owner changed to %d:%d since the start began", m.Source, sst.Uid, sst.Gid)
+		}
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(ns)
+	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		return fmt.Errorf("mount source %s: set nosuid, nodev%s: %w", m.Source, map[bool]string{true: ", read-only"}[m.ReadOnly], err)
+		return fmt.Errorf("mount source %s: set nosuid, nodev%s%s: %w", m.Source, map[bool]string{true: ", read-only"}[m.ReadOnly],
+			map[bool]string{true: ", idmapped"}[idmaps != nil], err)
 	}
 	tgt, err := mountpath.Walk(rfd, m.Target, dir, true, m.Target)
 	if err != nil {
@@ -221,4 +230,112 @@ func openMountedTarget(m mechanism.Mount) (int, error) {
 		return -1, fmt.Errorf("mount target %s: %w", m.Target, err)
 	}
 	return fd, nil
+}
+
+// A sandbox with a uid range of its own (userns.go) keeps it with host
+// mounts: each mount is idmapped (mount_setattr MOUNT_ATTR_IDMAP, on the
+// whole recursive clone) with a user namespace that maps the source's
+// owner (its uid and gid on the host) to the workload's ids of the range,
+// and nothing else. The workload then owns through the mount what the
+// source's owner owns (a directory root bound, owned by root, is the
+// workload's to write, as it is root's), and what it creates there is
+// owned on the host by the source's owner; every other host id shows as
+// the overflow id (nobody) and is not writable through the mount. Its own
+// uid stays base+uid on the host, no host account. Since a file it makes
+// in a read-write mount is the host's file, owned by that owner, the
+// sandbox's seccomp filter refuses it set-user-ID and set-group-ID modes
+// (seccompFor). Where a source's file system cannot be idmapped (the
+// kernel lacks it for that file system: FUSE, NFS, older kernels),
+// Provision refuses the sandbox unless Config.UnmappedMounts (or
+// MANAGOAT_JAIL_UNMAPPED_MOUNTS=1) lets it run without a range (the
+// workload is Config.UID on the host, a real account where one has that
+// uid).
+
+// mountIdmaps holds, for a start, one user namespace per owner of a
+// mount's source.
+type mountIdmaps struct {
+	fds map[[2]uint32]int
+}
+
+func ownerKey(st *unix.Stat_t) [2]uint32 { return [2]uint32{st.Uid, st.Gid} }
+
+// newMountIdmaps makes the user namespaces of ms for a sandbox whose
+// range starts at base and whose workload is uid:gid inside: each maps a
+// source's owner to base+uid (and its group to base+gid), owned by base.
+func newMountIdmaps(ms []mechanism.Mount, base, uid, gid int) (*mountIdmaps, error) {
+	im := &mountIdmaps{fds: map[[2]uint32]int{}}
+	for _, m := range ms {
+		src, err := openSource(m)
+		if err != nil {
+			im.close()
+			return nil, err
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(src, &st)
+		unix.Close(src)
+		if err != nil {
+			im.close()
+			return nil, err
+		}
+		k := ownerKey(&st)
+		if _, ok := im.fds[k]; ok {
+			continue
+		}
+		fd, err := holdUsernsMap(base, fmt.Sprintf("%d %d 1\n", st.Uid, base+uid), fmt.Sprintf("%d %d 1\n", st.Gid, base+gid)) // userns_image.go
+		if err != nil {
+			im.close()
+			return nil, fmt.Errorf("mount source %s: %w", m.Source, err)
+		}
+		im.fds[k] = fd
+	}
+	return im, nil
+}
+
+func (im *mountIdmaps) close() {
+	if im == nil {
+		return
+	}
+	for k, fd := range im.fds {
+		unix.Close(fd)
+		delete(im.fds, k)
+	}
+}
+
+// probeIdmaps reports why a mount of ms cannot be idmapped with the
+// namespaces of im: it clones each source as placeMount does and sets the
+// idmapping on the detached clone, which is then dropped.
+func probeIdmaps(ms []mechanism.Mount, im *mountIdmaps) error {
+	for _, m := range ms {
+		src, err := openSource(m)
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(src, &st); err != nil {
+			unix.Close(src)
+			return err
+		}
+		tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+		unix.Close(src)
+		if err != nil {
+			return fmt.Errorf("mount source %s: clone: %w", m.Source, err)
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(im.fds[ownerKey(&st)])}
+		err = unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+		unix.Close(tree)
+		if err != nil {
+			return fmt.Errorf("mount source %s: its file system (or one mounted beneath it) cannot be idmapped here: %w", m.Source, err)
+		}
+	}
+	return nil
+}
+
+// hasWritableMount reports whether ms binds anything read-write.
+func hasWritableMount(ms []mechanism.Mount) bool {
+	for _, m := range ms {
+		if !m.ReadOnly {
+			return true
+		}
+	}
+	return false
 }

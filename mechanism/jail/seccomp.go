@@ -20,6 +20,22 @@ func assembleSeccomp() (seccompProgram, error) {
 	return seccompProgram(prog), err
 }
 
+// assembleSeccompMounts is the filter of a sandbox with a read-write host
+// mount (seccompbpf.JailMounts): besides, no set-user-ID or set-group-ID
+// mode, since a file the workload makes there is the host's (mounts.go).
+func assembleSeccompMounts() (seccompProgram, error) {
+	prog, err := seccompbpf.JailMounts()
+	return seccompProgram(prog), err
+}
+
+// seccompFor assembles the filter of a sandbox started with lc.
+func seccompFor(lc launchConfig) (seccompProgram, error) {
+	if hasWritableMount(lc.Mounts) {
+		return assembleSeccompMounts()
+	}
+	return assembleSeccomp()
+}
+
 // load sets no_new_privs and loads the filter on every thread (TSYNC).
 func (p seccompProgram) load() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

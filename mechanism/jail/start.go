@@ -187,7 +187,7 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			err = fmt.Errorf("enter the sandbox's network namespace: %w", err)
 			return
 		}
-		if err = ownNewUserns(req.cmd.SysProcAttr); err != nil { // userns.go
+		if err = ownNewUserns(req.cmd.SysProcAttr, lc.IDBase); err != nil { // userns.go
 			return
 		}
 		if err = req.cmd.Start(); err == nil {

@@ -325,12 +325,6 @@ func (j *Jail) provisionRange(ctx context.Context, dir string, st *state) error 
 	if j.usernsSupport() != nil || j.cfg.UID >= idRangeSize || j.cfg.GID >= idRangeSize {
 		return nil
 	}
-	if len(st.Spec.Mounts) > 0 {
-		// Host directories bound in (mounts.go) are not idmapped yet:
-		// a mapped workload would no longer own what it owns there
-		// today. Such a sandbox runs unmapped, as before.
-		return nil
-	}
 	if img := st.Spec.Image; img != nil && (img.UID >= idRangeSize || img.GID >= idRangeSize) {
 		return mechanism.Invalid("Image.UID", fmt.Sprintf("the image's user %d:%d is past the %d ids a sandbox maps", img.UID, img.GID, idRangeSize))
 	}
@@ -347,7 +341,28 @@ func (j *Jail) provisionRange(ctx context.Context, dir string, st *state) error 
 	if img := st.Spec.Image; img != nil && overlayOnce() {
 		st.ImageRoot = idmapProbe(dir, img.Dir) == nil
 	}
-	return nil
+	if len(st.Spec.Mounts) == 0 {
+		return nil
+	}
+	// Host mounts are idmapped to the workload (mounts.go): try it now.
+	uid, gid := j.imageUser(st.Spec, st.ImageRoot)
+	im, err := newMountIdmaps(st.Spec.Mounts, base, uid, gid)
+	if err == nil {
+		err = probeIdmaps(st.Spec.Mounts, im)
+		im.close()
+	}
+	if err == nil {
+		return nil
+	}
+	j.releaseRange(context.WithoutCancel(ctx), dir, base)
+	st.IDBase, st.ImageRoot = 0, false
+	if j.cfg.UnmappedMounts {
+		return nil // as before ranges existed: the workload is Config.UID on the host
+	}
+	return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{Name: mechanism.HostMounts,
+		Detail: err.Error() + "; a sandbox with host mounts keeps its own uid range only through idmapped mounts, so it is refused " +
+			"(Config.UnmappedMounts, or MANAGOAT_JAIL_UNMAPPED_MOUNTS=1, runs it without one: its workload is then host uid " +
+			strconv.Itoa(j.cfg.UID) + ", which may be a real account)"}}}
 }
 
 // mapRange makes the init's clone create its user namespace, mapping
@@ -376,7 +391,7 @@ const secbitNoSetuidFixup = 1 << 2
 // ownNewUserns makes the calling thread, a locked one the runtime
 // discards afterwards (onDiscardedThread), the owner of the user
 // namespace sys's clone makes (CLONE_NEWUSER, 0 mapped to base): its
-// effective uid and gid become base, its capabilities stay (the clone's
+// effective uid and gid become owner (base), its capabilities stay (the clone's
 // writes of the maps need CAP_SETUID and CAP_SETGID in the host's
 // namespace). The kernel charges the per-user counts of every process in
 // a user namespace (inotify instances and watches, pending signals,
@@ -385,13 +400,12 @@ const secbitNoSetuidFixup = 1 << 2
 // another's (cinit.c become_owner does the same for the C init). The
 // child is born in the new namespace, where its securebits are the
 // default again, as root (base maps to 0). A sys without a new user
-// namespace of a range is left alone.
-func ownNewUserns(sys *syscall.SysProcAttr) error {
-	if sys == nil || sys.Cloneflags&unix.CLONE_NEWUSER == 0 || len(sys.UidMappings) != 1 ||
-		sys.UidMappings[0].ContainerID != 0 || sys.UidMappings[0].HostID == 0 || sys.UidMappings[0].Size != idRangeSize {
+// namespace, or an owner of 0, is left alone.
+func ownNewUserns(sys *syscall.SysProcAttr, owner int) error {
+	if sys == nil || sys.Cloneflags&unix.CLONE_NEWUSER == 0 || owner <= 0 {
 		return nil
 	}
-	base := uintptr(sys.UidMappings[0].HostID)
+	base := uintptr(owner)
 	keep := ^uintptr(0) // -1: unchanged
 	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoSetuidFixup, 0); e != 0 {
 		return fmt.Errorf("securebits: %w", e)

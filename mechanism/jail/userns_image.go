@@ -160,9 +160,16 @@ func idmapMount(src string, usernsFD int, dst string) error {
 // manager maps it, opens it and kills the process. Without a C init,
 // holdUsernsTraced.
 func holdUserns(base int) (int, error) {
+	m := fmt.Sprintf("0 %d %d\n", base, idRangeSize)
+	return holdUsernsMap(base, m, m)
+}
+
+// holdUsernsMap is holdUserns with the given uid_map and gid_map (one
+// line each, "inside outside count"), owned by host uid owner.
+func holdUsernsMap(owner int, uidMap, gidMap string) (int, error) {
 	mode := initMode()
 	if mode == initGo {
-		return holdUsernsTraced(base)
+		return holdUsernsTraced(owner, uidMap, gidMap)
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -207,7 +214,7 @@ func holdUserns(base int) (int, error) {
 	// cinit.c's struct ci_config, flag 16, and a one-instruction filter
 	// it never loads.
 	b := make([]byte, 0, 44)
-	for _, v := range []uint32{cInitMagic, cInitVersion, 0, 0, 16, 0, 0, 1, uint32(base)} {
+	for _, v := range []uint32{cInitMagic, cInitVersion, 0, 0, 16, 0, 0, 1, uint32(owner)} {
 		b = ne.AppendUint32(b, v)
 	}
 	b = ne.AppendUint16(b, unix.BPF_RET|unix.BPF_K)
@@ -221,9 +228,8 @@ func holdUserns(base int) (int, error) {
 		return -1, fmt.Errorf("make a user namespace: %s", strings.TrimSpace(line))
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
-	m := fmt.Sprintf("0 %d %d\n", base, idRangeSize)
-	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := os.WriteFile("/proc/"+pid+"/"+f, []byte(m), 0); err != nil {
+	for _, f := range []struct{ name, m string }{{"uid_map", uidMap}, {"gid_map", gidMap}} {
+		if err := os.WriteFile("/proc/"+pid+"/"+f.name, []byte(f.m), 0); err != nil {
 			return -1, fmt.Errorf("map a user namespace: %w", err)
 		}
 	}
@@ -238,19 +244,23 @@ func holdUserns(base int) (int, error) {
 // process runs in the namespace: it is made by a child cloned into it,
 // which stops at its exec (traced) and is killed there, never running a
 // single instruction of the program; the descriptor keeps the namespace.
-func holdUsernsTraced(base int) (int, error) {
+func holdUsernsTraced(owner int, uidMap, gidMap string) (int, error) {
+	um, err1 := parseIDMap(uidMap)
+	gm, err2 := parseIDMap(gidMap)
+	if err1 != nil || err2 != nil {
+		return -1, fmt.Errorf("internal: id maps %q %q", uidMap, gidMap)
+	}
 	fd, err := -1, error(nil)
 	onDiscardedThread(func() {
-		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRangeSize}}
 		sys := &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+			Cloneflags: unix.CLONE_NEWUSER, UidMappings: um, GidMappings: gm,
 			// setgroups stays allowed: a C init joining the namespace
 			// drops its groups (cinit.c join_userns), and so does it
 			// for each workload.
 			GidMappingsEnableSetgroups: true,
 			Ptrace:                     true, Pdeathsig: syscall.SIGKILL,
 		}
-		if err = ownNewUserns(sys); err != nil { // userns.go
+		if err = ownNewUserns(sys, owner); err != nil { // userns.go
 			return
 		}
 		var pid int
@@ -268,4 +278,13 @@ func holdUsernsTraced(base int) (int, error) {
 		}
 	})
 	return fd, err
+}
+
+// parseIDMap reads one uid_map line, "inside outside count".
+func parseIDMap(m string) ([]syscall.SysProcIDMap, error) {
+	var in, out, n int
+	if _, err := fmt.Sscanf(m, "%d %d %d", &in, &out, &n); err != nil {
+		return nil, err
+	}
+	return []syscall.SysProcIDMap{{ContainerID: in, HostID: out, Size: n}}, nil
 }
