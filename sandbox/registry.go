@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -391,17 +393,86 @@ func (r *Registry) TerminateSession(ctx context.Context, h *Handle, sessionID st
 }
 
 // ApplyNetworkPolicy applies pol; an empty Allow denies all egress.
+// Each entry must be one CheckAllowEntry accepts (Invalid{network_policy}
+// naming it otherwise); a provider that cannot enforce a form (an
+// address or CIDR on a provider that filters by domain only) refuses it
+// itself.
 func (r *Registry) ApplyNetworkPolicy(ctx context.Context, h *Handle, pol NetworkPolicy) error {
 	p, err := r.forHandle(h)
 	if err != nil {
 		return err
 	}
 	for _, d := range pol.Allow {
-		if d == "" || strings.ContainsAny(d, " \t\r\n,/\x00") {
-			return Invalid("network_policy", fmt.Sprintf("allow entry %q is not a domain", clip(d, 60)))
+		if err := CheckAllowEntry(d); err != nil {
+			return err
 		}
 	}
 	return p.ApplyNetworkPolicy(ctx, h, pol)
+}
+
+// CheckAllowEntry checks the form of one entry of a NetworkPolicy's
+// Allow: a domain (example.com, or *.example.com for its subdomains), an
+// IPv4 or IPv6 address, or a CIDR (10.0.0.0/8), each optionally with a
+// port (example.com:443, 10.0.0.0/8:443, [2001:db8::/32]:443). Anything
+// else (a URL, a path, a list in one entry, a space) is
+// Invalid{network_policy} naming it.
+func CheckAllowEntry(e string) error {
+	bad := func(why string) error {
+		return Invalid("network_policy", fmt.Sprintf("allow entry %q is neither a domain (example.com, *.example.com) nor an address or CIDR (10.0.0.0/8), each optionally with :PORT: %s", clip(e, 60), why))
+	}
+	if e == "" || len(e) > 300 {
+		return bad("its length")
+	}
+	host, port := e, ""
+	if strings.HasPrefix(e, "[") {
+		i := strings.Index(e, "]")
+		if i < 0 {
+			return bad("an unclosed [")
+		}
+		host, port = e[1:i], e[i+1:]
+		if port != "" && !strings.HasPrefix(port, ":") {
+			return bad("something after ]")
+		}
+		port = strings.TrimPrefix(port, ":")
+		if port == "" && e[i+1:] != "" {
+			return bad("an empty port")
+		}
+	} else if strings.Count(e, ":") == 1 {
+		host, port, _ = strings.Cut(e, ":")
+		if port == "" {
+			return bad("an empty port")
+		}
+	}
+	if port != "" {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return bad(fmt.Sprintf("port %q is not 1 to 65535", clip(port, 10)))
+		}
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if _, err := netip.ParsePrefix(host); err == nil {
+		return nil
+	}
+	if strings.ContainsAny(host, "/:") {
+		return bad("not an address or CIDR")
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(host, "*."), ".")
+	labels := strings.Split(name, ".")
+	if len(labels) < 2 {
+		return bad("a domain has at least two labels")
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return bad(fmt.Sprintf("label %q", clip(l, 20)))
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return bad(fmt.Sprintf("character %q", c))
+			}
+		}
+	}
+	return nil
 }
 
 // PublicURL returns the sandbox's URL, or ErrUnsupported.
