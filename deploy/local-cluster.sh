@@ -7,7 +7,11 @@
 #
 # Everything lives in a directory the script creates (default: a new one
 # under ${TMPDIR:-/tmp}); PostgreSQL listens only on a Unix socket there,
-# NATS and the replicas only on 127.0.0.1. Ctrl-C (or SIGTERM, or the
+# NATS and the replicas only on 127.0.0.1. NATS (deploy/nats/nats-local.conf)
+# admits only the replicas' user, by a password made here, and what the
+# replicas send each other is sealed with a cluster key made here
+# (cluster.key): another local user can neither connect to NATS nor, with
+# the password, read or forge the replicas' messages. Ctrl-C (or SIGTERM, or the
 # script's own failure) stops everything it started, destroys the sandboxes
 # its runner and replicas made, and removes the directory (unless --keep).
 #
@@ -190,19 +194,24 @@ PGPASSWORD=$password "$pgbin/createdb" -h "$dir/pg" -U managoat managoat
 
 # The password is in the environment, never in a URL on a command line.
 db_url="postgres://managoat@/managoat?host=$dir/pg&sslmode=disable"
-nats_url="nats://127.0.0.1:$nats_port"
+nats_password=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+nats_url="nats://managoat:$nats_password@127.0.0.1:$nats_port"
 # Secrets are written 0600 in a subshell: the umask of the processes
 # started below stays as it was (a local sandbox made under umask 077
 # cannot run its commands).
+(umask 077 && head -c 48 /dev/urandom | base64 -w0 >"$dir/cluster.key")
 (umask 077 && cat >"$dir/platform.env") <<EOF
 MANAGOAT_DATABASE_URL=$db_url
 PGPASSWORD=$password
 MANAGOAT_NATS_URL=$nats_url
+MANAGOAT_CLUSTER_KEY_FILE=$dir/cluster.key
 EOF
 
 # --- NATS with JetStream --------------------------------------------------
 
-setsid "$nats" -a 127.0.0.1 -p "$nats_port" -js -sd "$dir/nats" -l "$dir/nats.log" &
+# Its settings are its environment's (the password too: never on a command line).
+NATS_PORT=$nats_port NATS_STORE_DIR=$dir/nats MANAGOAT_NATS_PASSWORD=$nats_password \
+	setsid "$nats" -c "$here/nats/nats-local.conf" -l "$dir/nats.log" &
 pids+=($!) names+=(nats)
 for ((i = 0; i < 100; i++)); do
 	busy "$nats_port" && break
@@ -210,12 +219,14 @@ for ((i = 0; i < 100; i++)); do
 	sleep 0.1
 done
 busy "$nats_port" || die "nats-server is not listening on $nats_port after 10 s"
-say "NATS $("$nats" --version | awk '{ print $2 }') with JetStream on $nats_url"
+say "NATS $("$nats" --version | awk '{ print $2 }') with JetStream on 127.0.0.1:$nats_port (user managoat, its password in platform.env)"
 
 # --- the account and its key ----------------------------------------------
 
-platform_env=(env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL
-	MANAGOAT_DATABASE_URL="$db_url" PGPASSWORD="$password" MANAGOAT_NATS_URL="$nats_url")
+# The replicas' secrets are in this script's environment, never on a
+# command line (ps shows those to every user); the runner gets none.
+export MANAGOAT_DATABASE_URL=$db_url PGPASSWORD=$password MANAGOAT_NATS_URL=$nats_url MANAGOAT_CLUSTER_KEY_FILE=$dir/cluster.key
+platform_env=(env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL)
 mkdir -p "$dir/admin"
 "${platform_env[@]}" MANAGOAT_HOME="$dir/admin" "$managoat" serve admin account create "$account" >/dev/null ||
 	die "$managoat serve admin account create $account failed"
@@ -254,7 +265,8 @@ if ((with_runner)); then
 	mkdir -p "$dir/runner"
 	: >"$dir/runner.log"
 	local_dirs+=("$dir/runner/runners/$runner_name")
-	env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL MANAGOAT_HOME="$dir/runner" \
+	env -u MANAGOAT_RUNNER_TOKEN -u MANAGOAT_API_KEY -u MANAGOAT_URL -u MANAGOAT_DATABASE_URL -u PGPASSWORD \
+		-u MANAGOAT_NATS_URL -u MANAGOAT_CLUSTER_KEY_FILE MANAGOAT_HOME="$dir/runner" \
 		setsid "$managoat" runner --url "http://127.0.0.1:${ports[0]}" --name "$runner_name" \
 		--token-file "$dir/$account.key" >"$dir/runner.log" 2>&1 &
 	pids+=($!) names+=(runner)
@@ -272,7 +284,8 @@ m=managoat
 cat <<EOF
 
 The platform is up. Everything is in $dir:
-  platform.env         MANAGOAT_DATABASE_URL, PGPASSWORD, MANAGOAT_NATS_URL (for serve admin)
+  platform.env         MANAGOAT_DATABASE_URL, PGPASSWORD, MANAGOAT_NATS_URL, MANAGOAT_CLUSTER_KEY_FILE (for serve admin, and a replica more)
+  cluster.key          the replicas' cluster key
   $account.key             the API key of account $account
   replica-N.log, runner.log, nats.log, pg/postgres.log
 
