@@ -64,8 +64,35 @@
 //     frame, not a call, a presence entry that is not JSON) is dropped;
 //     the first one is logged, later ones are not.
 //
+// # Trust on the bus
+//
+// The bus trusts nothing it carries that a replica did not seal. Every
+// replica holds Config.ClusterKey, a secret nothing else holds (not the
+// records, not the NATS servers); every message between replicas (calls,
+// answers, session frames, keep-alives, pings, unsubscribes, deletions)
+// and every presence entry is sealed with it: AES-256-GCM under a key
+// derived (HKDF-SHA256) from it and the sending replica's session,
+// bound to the message's subject and reply subject (a presence entry: to
+// its key), with all of its headers inside (seal.go). So payloads are
+// confidential too: a NATS user subscribed to ">" sees only ciphertext,
+// random subjects and part numbers; the bucket's keys are a keyed hash
+// of the runner id, its values sealed. A request (a call, a ping, a
+// deletion, an unsubscribe, a keep-alive) opens once per receiving
+// replica (a window of the sender's counters) and only within a minute
+// of the receiver's clock; an answer goes to a subject used once, and a
+// stream's frames are numbered, so a replay finds nobody or ends the
+// stream. A message that does not open is dropped (counted, the first
+// logged), never answered; a presence entry that does not open is
+// ignored, and the replica whose runner it named writes its claim back
+// at its next heartbeat. A claim of another replica, sealed (an old one
+// written back), lets a socket go only when that replica answers, sealed,
+// that it holds the runner. What a NATS user without the key can still
+// do is deny service: delete the bucket or its entries, flood a subject,
+// forge a "no responders" status; NATS accounts or permissions that keep
+// other users off these subjects (deploy/nats) are the remedy for that.
+//
 // The subjects and the bucket are this package's own; every replica of a
-// platform must use the same Prefix and Bucket.
+// platform must use the same Prefix, Bucket and ClusterKey.
 package natshost
 
 import (
