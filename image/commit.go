@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/managoat/managoat/sandbox"
@@ -93,24 +95,40 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 	if err := os.Rename(blob, s.blobPath(dhex)); err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
 	}
-	// The manifest and config, for a digest that names this content.
-	layers := append(append([]string{}, base.Layers...), digest)
-	cfgJSON, _ := json.Marshal(map[string]any{"architecture": goarch(), "os": "linux",
-		"config":   map[string]any{"Env": base.Config.Env, "WorkingDir": base.Config.WorkingDir, "User": base.Config.User, "Entrypoint": base.Config.Entrypoint, "Cmd": base.Config.Cmd},
-		"history":  []map[string]string{{"created_by": "managoat commit", "comment": "from " + base.Ref + " (" + base.Digest + ")"}},
-		"managoat": map[string]any{"base": base.Digest, "diff_id": diffID}})
-	cfgSum := sha256.Sum256(cfgJSON)
-	var descs []map[string]any
-	for _, l := range layers {
-		st, err := os.Stat(s.blobPath(strings.TrimPrefix(l, "sha256:")))
-		if err != nil {
-			return nil, sandbox.Unavailable("image_store", fmt.Errorf("layer %s of %s is not in the store: %w", l, base.Ref, err))
-		}
-		descs = append(descs, map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": l, "size": st.Size()})
+	// The manifest and config, for a digest that names this content:
+	// base's config (its diff_ids, history and settings) with the
+	// layer's diff_id and a history entry added.
+	cfg, descs, err := s.baseMeta(base)
+	if err != nil {
+		return nil, err
 	}
-	manifest, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + hex.EncodeToString(cfgSum[:]), "size": len(cfgJSON)},
-		"layers": descs})
+	diff, err := hashOf(diffID)
+	if err != nil {
+		return nil, err
+	}
+	ld, _ := hashOf(digest)
+	st, err := os.Stat(s.blobPath(dhex))
+	if err != nil {
+		return nil, sandbox.Unavailable("image_store", err)
+	}
+	now := time.Now().UTC()
+	cfg.Created = v1.Time{Time: now}
+	cfg.RootFS.Type = "layers"
+	cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, diff)
+	cfg.History = append(cfg.History, v1.History{Created: v1.Time{Time: now}, CreatedBy: "managoat commit", Comment: "from " + base.Ref + " (" + base.Digest + ")"})
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfgSum := sha256.Sum256(cfgJSON)
+	descs = append(descs, v1.Descriptor{MediaType: types.OCILayer, Digest: ld, Size: st.Size()})
+	layers := append(append([]string{}, base.Layers...), digest)
+	manifest, err := json.Marshal(v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1,
+		Config: v1.Descriptor{MediaType: types.OCIConfigJSON, Digest: v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(cfgSum[:])}, Size: int64(len(cfgJSON))},
+		Layers: descs})
+	if err != nil {
+		return nil, err
+	}
 	msum := sha256.Sum256(manifest)
 	mhex := hex.EncodeToString(msum[:])
 	for p, b := range map[string][]byte{hex.EncodeToString(cfgSum[:]): cfgJSON, mhex: manifest} {
@@ -136,7 +154,7 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 		return nil, err
 	}
 	img := &Image{Digest: "sha256:" + mhex, ConfigDigest: "sha256:" + hex.EncodeToString(cfgSum[:]), Layers: layers,
-		Config: base.Config, PulledAt: time.Now().UTC()}
+		Config: base.Config, PulledAt: now}
 	img.Size = diskUsage(rootfs)
 	b, _ := json.MarshalIndent(img, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil {
@@ -261,4 +279,83 @@ func (s *Store) UsedBy(user string) (*Image, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: %s runs on no image of the store", sandbox.ErrNotFound, user)
+}
+
+// ociLayerType is the OCI media type of a layer of Docker's type (the
+// same bytes): a committed image's manifest is an OCI one.
+func ociLayerType(mt types.MediaType) types.MediaType {
+	switch mt {
+	case types.DockerLayer:
+		return types.OCILayer
+	case types.DockerUncompressedLayer:
+		return types.OCIUncompressedLayer
+	case types.DockerForeignLayer:
+		return types.OCIRestrictedLayer
+	}
+	return mt
+}
+
+// baseMeta returns base's config and its layers' descriptors: from the
+// manifest and config the store keeps, or, for an image pulled by an
+// older managoat, made from its record and its layers (their diff_ids
+// computed from the blobs).
+func (s *Store) baseMeta(base *Image) (*v1.ConfigFile, []v1.Descriptor, error) {
+	if v, err := s.v1Of(base, base.Ref); err == nil {
+		cf, err := v.ConfigFile()
+		if err != nil {
+			return nil, nil, sandbox.Unavailable("image_store", err)
+		}
+		m, err := v.Manifest()
+		if err != nil {
+			return nil, nil, sandbox.Unavailable("image_store", err)
+		}
+		if len(m.Layers) == len(base.Layers) && len(cf.RootFS.DiffIDs) == len(m.Layers) {
+			descs := make([]v1.Descriptor, len(m.Layers))
+			for i, d := range m.Layers {
+				descs[i] = v1.Descriptor{MediaType: ociLayerType(d.MediaType), Digest: d.Digest, Size: d.Size}
+			}
+			return cf.DeepCopy(), descs, nil
+		}
+	}
+	cf := &v1.ConfigFile{OS: "linux", Architecture: goarch(), RootFS: v1.RootFS{Type: "layers"},
+		Config: v1.Config{Env: base.Config.Env, WorkingDir: base.Config.WorkingDir, User: base.Config.User, Entrypoint: base.Config.Entrypoint, Cmd: base.Config.Cmd}}
+	var descs []v1.Descriptor
+	for _, l := range base.Layers {
+		h, err := hashOf(l)
+		if err != nil {
+			return nil, nil, err
+		}
+		p := s.blobPath(h.Hex)
+		diff, mt, err := diffIDOf(p)
+		if err != nil {
+			return nil, nil, sandbox.Unavailable("image_store", fmt.Errorf("layer %s of %s: %w", l, base.Ref, err))
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, nil, sandbox.Unavailable("image_store", err)
+		}
+		cf.RootFS.DiffIDs = append(cf.RootFS.DiffIDs, diff)
+		descs = append(descs, v1.Descriptor{MediaType: mt, Digest: h, Size: st.Size()})
+	}
+	return cf, descs, nil
+}
+
+// diffIDOf is the digest of the blob at path uncompressed, and its media
+// type.
+func diffIDOf(path string) (v1.Hash, types.MediaType, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return v1.Hash{}, "", err
+	}
+	defer f.Close()
+	r, mt, closeR, err := decompressed(f)
+	if err != nil {
+		return v1.Hash{}, "", err
+	}
+	defer closeR()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return v1.Hash{}, "", err
+	}
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}, mt, nil
 }

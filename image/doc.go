@@ -13,7 +13,9 @@
 // What is verified: every layer blob against its digest as it downloads
 // (a mismatch is refused and the blob deleted: DigestError), each
 // layer's uncompressed stream against the config's diff_id as it
-// unpacks, and the manifest and config by the library. What is refused
+// unpacks, and the manifest and config by the library. The manifest and
+// config are kept as blobs beside the layers. A commit's config is its
+// base's with the new layer's diff_id and a history entry added. What is refused
 // while unpacking (LayerError, and no root is published): entry names
 // with a ".." element, hard links to anything outside the root,
 // whiteouts of nothing. Device nodes are skipped (Image.Skipped counts
@@ -33,6 +35,24 @@
 // directory, download each layer once (a lock per digest); a pull cut
 // short leaves only a tmp/ entry that no sandbox can see and that Prune
 // removes.
+//
+// Images come in without a registry too (Load, LoadDir): a docker save
+// tarball (manifest.json, RepoTags; docker 25's, which is an OCI layout
+// as well, included) or an OCI image layout, in a tar or a directory
+// (index.json; its images named by io.containerd.image.name, or by
+// org.opencontainers.image.ref.name when that is a full reference, or by
+// LoadOptions.Ref); a multi-platform index gives this machine's image.
+// go-containerregistry reads the formats (pkg/v1/tarball, pkg/v1/layout);
+// each image is then verified and unpacked exactly as a pulled one, with
+// the same bounds. An archive that is not a regular file (a pipe) is
+// first copied into tmp/, within MaxBytes and 16 MiB. Save writes images
+// out again, as an OCI layout tar (FormatOCI: the manifests, configs and
+// layers byte for byte, so a loaded image has the digest it was saved
+// with) or a docker save tarball (FormatDocker), from the manifest and
+// config the store keeps of every image it pulls, loads or commits
+// (V1Image). A plain-HTTP registry answers on loopback
+// (localhost:5000/x, 127.0.0.1:PORT/x), as go-containerregistry decides
+// for such hosts; any other is spoken to over HTTPS.
 //
 // Every image is bounded (PullOptions.MaxBytes and MaxEntries, by
 // default DefaultMaxBytes and DefaultMaxEntries, managoat image pull

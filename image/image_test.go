@@ -353,14 +353,14 @@ func TestRemoveAndPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	// base's blob is shared with rm:v2 and stays; nothing else is unused
-	// but the leftover.
-	if res.Partial != 1 || res.Roots != 0 || res.Blobs != 0 {
+	// but the leftover and rm:v1's manifest and config.
+	if res.Partial != 1 || res.Roots != 0 || res.Blobs != 2 {
 		t.Fatalf("prune: %+v", res)
 	}
 	if err := s.Remove(context.Background(), ref2); err != nil {
 		t.Fatal(err)
 	}
-	if res, err = s.Prune(context.Background()); err != nil || res.Blobs != 2 {
+	if res, err = s.Prune(context.Background()); err != nil || res.Blobs != 4 { // two layers, a manifest, a config
 		t.Fatalf("prune after removing all: %+v %v", res, err)
 	}
 	if e := storeEntries(t, s, "blobs/sha256"); len(e) != 0 {

@@ -26,6 +26,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
@@ -227,6 +228,9 @@ type BoundError struct {
 
 func (e *BoundError) Error() string {
 	s := fmt.Sprintf("image %s refused: %s", e.Ref, e.What)
+	if e.Ref == "archive" {
+		s = "image archive refused: " + e.What
+	}
 	switch e.Bound {
 	case "MaxBytes", "MaxEntries":
 		s += fmt.Sprintf(" (its bound, PullOptions.%s, is %d; a larger one takes it)", e.Bound, e.Limit)
@@ -460,6 +464,8 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 		if img, err = s.unpackImage(ctx, r.Name(), mdigest, rimg, opts); err != nil {
 			return nil, err
 		}
+	} else if err := s.keepMeta(rimg); err != nil { // unpacked by an older managoat
+		return nil, registryErr(r.Name(), err)
 	}
 	if err := s.writeRef(r, img.Digest); err != nil {
 		return nil, err
@@ -739,6 +745,9 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	}
 	img.Skipped = u.skipped
 	img.Size = diskUsage(rootfs)
+	if err := s.keepMeta(rimg); err != nil { // for Save and Commit
+		return nil, registryErr(ref, err)
+	}
 	b, _ := json.MarshalIndent(img, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil {
 		return nil, sandbox.Unavailable("image_store", err)
@@ -768,28 +777,11 @@ func applyBlob(u *unpacker, path string, diffID v1.Hash) error {
 		return sandbox.Unavailable("image_store", err)
 	}
 	defer f.Close()
-	var magic [4]byte
-	n, _ := io.ReadFull(f, magic[:])
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
+	r, _, closeR, err := decompressed(f)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", filepath.Base(path), err)
 	}
-	var r io.Reader = f
-	switch {
-	case n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			return fmt.Errorf("layer %s: %w", filepath.Base(path), err)
-		}
-		defer zr.Close()
-		r = zr
-	case n == 4 && magic == [4]byte{0x28, 0xb5, 0x2f, 0xfd}:
-		zr, err := zstd.NewReader(f)
-		if err != nil {
-			return fmt.Errorf("layer %s: %w", filepath.Base(path), err)
-		}
-		defer zr.Close()
-		r = zr
-	}
+	defer closeR()
 	h := sha256.New()
 	tr := io.TeeReader(r, h)
 	if err := u.apply(tr); err != nil {
@@ -802,6 +794,31 @@ func applyBlob(u *unpacker, path string, diffID v1.Hash) error {
 		return &DigestError{What: "uncompressed layer sha256:" + filepath.Base(path), Want: diffID.String(), Got: got}
 	}
 	return nil
+}
+
+// decompressed reads the layer blob f (gzip, zstd or plain tar) from its
+// start uncompressed; it names its OCI media type.
+func decompressed(f *os.File) (io.Reader, types.MediaType, func(), error) {
+	var magic [4]byte
+	n, _ := io.ReadFull(f, magic[:])
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, "", nil, err
+	}
+	switch {
+	case n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return zr, types.OCILayer, func() { zr.Close() }, nil
+	case n == 4 && magic == [4]byte{0x28, 0xb5, 0x2f, 0xfd}:
+		zr, err := zstd.NewReader(f)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return zr, types.OCILayerZStd, zr.Close, nil
+	}
+	return f, types.OCIUncompressedLayer, func() {}, nil
 }
 
 // diskUsage is the bytes allocated under dir, each inode counted once
