@@ -56,7 +56,9 @@
 // nsswitch.conf) plus harmless read-only entries (ld.so.cache, ssl,
 // alternatives, ...; never shadow or keys), the home directory at
 // /home/sprite (read-write, nosuid, nodev), a private tmpfs /tmp, a fresh
-// /proc (kcore, keys, timer_list masked; sys, sysrq-trigger read-only), and
+// /proc (kcore, keys, key-users, timer_list, sched_debug, config.gz,
+// kallsyms masked, acpi, scsi, asound empty; sys, sysrq-trigger, irq, bus
+// read-only: start.go maskProc), and
 // a minimal /dev (null, zero, full, random, urandom, tty, devpts, shm),
 // with lo up (the only interface). The devpts instance holds at most 256
 // terminals (max=: the kernel's pool for every instance but the host's is
@@ -112,7 +114,8 @@
 // /dev/shm and the harmless devices (and scoping abstract unix sockets),
 // and a seccomp deny-list in the shape of a container runtime's default
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
-// swap, reboot, perf, io_uring, ...; clone with namespace flags is EPERM, clone3 is
+// swap, reboot, perf, io_uring, NUMA memory policy, memfd_secret, ...;
+// clone with namespace flags is EPERM, clone3 is
 // ENOSYS; every verdict is an errno or a kill, never RET_TRACE, RET_LOG or
 // RET_USER_NOTIF, which a filter the workload stacks on top outranks; on x86-64 the same rules hold for i386's system calls, made
 // through int $0x80 by 32-bit programs, and a system call of any other

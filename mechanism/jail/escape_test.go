@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -478,5 +479,66 @@ func TestUnidmappableMountRefused(t *testing.T) {
 	c, err := j2.Execute(ctx, "sysfs", []string{"/bin/sh", "-c", "ls /mnt/mm >/dev/null && echo listed"}, mechanism.ExecOptions{})
 	if err != nil || string(c.Stdout) != "listed\n" {
 		t.Fatalf("%q %q %v", c.Stdout, c.Stderr, err)
+	}
+}
+
+// hostFactsScript tries the system calls Docker's default profile
+// refuses that the deny-list once allowed, each with arguments the kernel
+// would accept (so an EPERM is the filter's), and reads the proc entries
+// that named host facts.
+const hostFactsScript = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for name, nr in [("memfd_secret", 447), ("get_mempolicy", 239), ("set_mempolicy", 238), ("mbind", 237),
+                 ("move_pages", 279), ("migrate_pages", 256), ("set_mempolicy_home_node", 450)]:
+    r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+    print(name, "EPERM" if r == -1 and ctypes.get_errno() == 1 else "allowed: %d errno %d" % (r, ctypes.get_errno()))
+for p in ["/proc/key-users", "/proc/config.gz", "/proc/kallsyms", "/proc/keys", "/proc/kcore", "/proc/timer_list"]:
+    try:
+        with open(p, "rb") as f:
+            print(p, len(f.read(1 << 20)), "bytes")
+    except OSError as e:
+        print(p, "unreadable", e.errno)
+for d in ["/proc/acpi", "/proc/scsi", "/proc/asound"]:
+    if os.path.isdir(d):
+        print(d, len(os.listdir(d)), "entries")
+`
+
+// TestHostFactsMasked: memfd_secret and the NUMA memory-policy calls are
+// EPERM, and the proc files naming host facts (key-users: the host's uids
+// with keys; config.gz: the kernel's configuration; kallsyms: its symbols)
+// read empty, as do the masked proc directories. Fails on the old code:
+// get_mempolicy and the others allowed, /proc/key-users and kallsyms read
+// non-empty.
+func TestHostFactsMasked(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the script uses x86-64 system call numbers")
+	}
+	for _, mode := range InitModes() {
+		t.Run(mode, func(t *testing.T) {
+			j := startedJail(t, mode, "facts")
+			c, err := j.Execute(context.Background(), "facts", []string{"python3", "-c", hostFactsScript}, mechanism.ExecOptions{})
+			if err != nil || c.ExitStatus != 0 {
+				t.Fatalf("%+v %v", c, err)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(c.Stdout)), "\n") {
+				f := strings.Fields(l)
+				switch {
+				case !strings.HasPrefix(l, "/"):
+					if f[1] != "EPERM" {
+						t.Errorf("%s", l)
+					}
+				case strings.HasSuffix(l, "entries"):
+					if f[1] != "0" {
+						t.Errorf("masked directory: %s", l)
+					}
+				default:
+					if _, err := os.Stat(f[0]); err == nil && f[1] != "0" && f[1] != "unreadable" {
+						t.Errorf("masked file: %s", l)
+					}
+				}
+			}
+			t.Logf("%s", c.Stdout)
+		})
 	}
 }

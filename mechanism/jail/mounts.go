@@ -44,6 +44,15 @@ import (
 // (rules are on inodes: the source's is the mount's root); a read-only
 // mount gets none, and the mount flag refuses writes (EROFS).
 //
+// Not hidden: /proc/self/mountinfo names each mount's source as its path
+// within the source's file system (its fourth field: /home/alice/proj
+// for -v /home/alice/proj:/src when /home is on /). The kernel prints
+// the mount's root dentry relative to its super block, whatever mounts
+// lead to it, so no bind or intermediate mount changes it, and proc's
+// per-process files cannot be masked for every process; Docker's and
+// runc's containers show the same. The workload learns where on the host
+// its mounts come from, nothing of what lies beside them.
+//
 // Both ends are opened by package mountpath (openat2, no symbolic link
 // followed; see there why no path library).
 

@@ -497,12 +497,38 @@ func mountProcFor(pidns int, root string) error {
 	return pivot(root)
 }
 
+// maskedProcFiles are the proc files maskProc hides (/dev/null bound on
+// them): the kernel's memory (kcore), every key of the host (keys), and
+// every user's key counts, which name the host's uids that hold keys
+// (key-users); the host's timers and scheduler (timer_list, timer_stats,
+// sched_debug, latency_stats); the kernel's configuration (config.gz)
+// and symbol table (kallsyms: its addresses read as zero here, but the
+// names, modules included, say which kernel and which exploit fits).
+// Docker masks kcore, keys, timer_list, timer_stats, sched_debug and
+// latency_stats likewise. Left readable on purpose: cmdline, version,
+// cpuinfo, meminfo (what uname, cpuid and the cgroup's limits tell
+// anyway, and what tools read), mountinfo (see mounts.go).
+var maskedProcFiles = []string{"/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats",
+	"/proc/sched_debug", "/proc/latency_stats", "/proc/config.gz", "/proc/kallsyms"}
+
+// maskedProcDirs are the proc directories maskProc hides under an empty
+// read-only tmpfs, as Docker does: the host's ACPI, SCSI and sound
+// devices.
+var maskedProcDirs = []string{"/proc/acpi", "/proc/scsi", "/proc/asound"}
+
 // maskProc hides or freezes the host-facing entries of the proc mounted at
 // root/proc.
 func maskProc(root string) error {
-	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"} {
+	for _, p := range maskedProcFiles {
 		if _, err := os.Stat(root + p); err == nil {
 			if err := mount("/dev/null", root+p, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range maskedProcDirs {
+		if fi, err := os.Stat(root + p); err == nil && fi.IsDir() {
+			if err := mount("tmpfs", root+p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=555"); err != nil {
 				return err
 			}
 		}

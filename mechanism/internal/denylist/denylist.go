@@ -5,6 +5,16 @@
 // tracing, kexec, bpf, keyrings, kernel modules, clocks, swap, reboot,
 // namespaces, perf, handle-based opens, userfaultfd, io_uring, and
 // obsolete or dangerous interfaces.
+//
+// Besides, as Docker's default profile refuses them to a container
+// without CAP_SYS_NICE (or does not list them at all), the NUMA
+// memory-policy calls (get_mempolicy, set_mempolicy, mbind, move_pages,
+// migrate_pages, set_mempolicy_home_node): they read and steer where the
+// host puts pages, the host's NUMA topology and other processes' pages
+// (move_pages, migrate_pages) included, and no workload needs them (libnuma
+// then reports no NUMA, as in a container); and memfd_secret, memory taken
+// out of the kernel's direct map, unswappable, whose purpose is to hide
+// data from the kernel's own view, a surface Docker keeps closed too.
 package denylist
 
 var common = []string{
@@ -20,6 +30,9 @@ var common = []string{
 	// open_tree with mount_setattr in one call; quotactl by descriptor;
 	// io_uring, which Docker's default refuses since v25.
 	"open_tree_attr", "quotactl_fd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+	// NUMA memory policy and secret memory (see the package doc).
+	"get_mempolicy", "set_mempolicy", "mbind", "move_pages", "migrate_pages", "set_mempolicy_home_node",
+	"memfd_secret",
 }
 
 var amd64Only = []string{
