@@ -94,7 +94,9 @@ func (p *Proxy) serveDNSTCP() {
 }
 
 // answer answers one query of the sandbox: a name the policy does not
-// allow is REFUSED (as Sprites answers, so a client fails at once);
+// allow is REFUSED (as Sprites answers, so a client fails at once), with
+// an Extended DNS Error "Prohibited" that says it is the sandbox's
+// egress policy when the query has EDNS, and is a Refusal;
 // AAAA is answered empty (the sandbox has no IPv6
 // route); anything else goes to the upstream resolvers, and the
 // addresses of an answer are remembered as what the asked name resolved
@@ -110,7 +112,16 @@ func (p *Proxy) answer(q *dns.Msg) *dns.Msg {
 	pol := p.policy
 	p.mu.Unlock()
 	if pol != nil && !pol.AllowsName(name, 0) {
-		return r.SetRcode(q, dns.RcodeRefused)
+		p.refuse(Refusal{What: "lookup", Name: name, Why: "no entry allows the name"})
+		r.SetRcode(q, dns.RcodeRefused)
+		if q.IsEdns0() != nil {
+			// RFC 8914's Extended DNS Error says why, to a client that
+			// shows it (dig: "EDE: 18 (Prohibited)").
+			r.SetEdns0(1232, false)
+			r.IsEdns0().Option = append(r.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeProhibited,
+				ExtraText: "managoat: the sandbox's egress policy does not allow " + clip(name)})
+		}
+		return r
 	}
 	if qs.Qtype == dns.TypeAAAA {
 		return r.SetReply(q)

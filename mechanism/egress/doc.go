@@ -126,7 +126,14 @@
 // must allow). A domain entry is exact ("example.com") or a wildcard
 // ("*.example.com": every subdomain, not example.com itself), on any port
 // or on one ("example.com:443"). A name the list does not allow is
-// answered REFUSED. A connection that only a domain entry could allow
+// answered REFUSED, with an Extended DNS Error 18 "Prohibited" (RFC
+// 8914) whose text says the sandbox's egress policy does not allow it,
+// to a query with EDNS (dig shows it; glibc shows any REFUSED as
+// "Temporary failure in name resolution"). Each refusal (that lookup, a
+// connection reset, a request answered 403) is a Refusal: the proxy
+// keeps the latest 32 (Proxy.Refusals) and tells Config.OnRefusal, at
+// most 10 a second (provider/local writes them to the sandbox's
+// supervisor log, and `managoat policy NAME` shows the latest). A connection that only a domain entry could allow
 // and that presents no name (neither TLS nor HTTP, or a client that waits
 // for the server to speak first) is refused after Config.PeekTimeout.
 // A plain HTTP connection allowed by a name is checked request by

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/mechanism/egress"
@@ -287,4 +288,87 @@ func TestEveryRequestIsChecked(t *testing.T) {
 		}
 	})
 
+}
+
+// TestRefusalsSaySo: what the policy refuses says it is the sandbox's
+// policy: a lookup of a denied name is REFUSED with an Extended DNS
+// Error "Prohibited" naming the egress policy (to a query with EDNS),
+// and the lookup and a refused request are Refusals, told to
+// Config.OnRefusal and kept by Refusals. (Fails on the old code: no EDE,
+// no Refusal.)
+func TestRefusalsSaySo(t *testing.T) {
+	testenv.RequireRoot(t)
+	in := egresstest.New(t)
+	newFront(t, in)
+	ns, err := egresstest.NewNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := egress.ParsePolicy([]string{egresstest.Allowed})
+	var mu sync.Mutex
+	var told []egress.Refusal
+	p, err := egress.AttachNetns(ns, pol, egress.Config{Dial: in.Dial, Resolvers: []string{in.DNS}, OnRefusal: func(r egress.Refusal) {
+		mu.Lock()
+		told = append(told, r)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(); unix.Close(ns) })
+	b := &box{t: t, in: in, ns: ns, p: p}
+
+	c, err := b.connect("udp4", egress.ResolverAddr+":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(egresstest.Denied), dns.TypeA)
+	q.SetEdns0(1232, false)
+	dc := &dns.Conn{Conn: c}
+	if err := dc.WriteMsg(q); err != nil {
+		t.Fatal(err)
+	}
+	r, err := dc.ReadMsg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ede *dns.EDNS0_EDE
+	if opt := r.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if e, ok := o.(*dns.EDNS0_EDE); ok {
+				ede = e
+			}
+		}
+	}
+	if r.Rcode != dns.RcodeRefused || ede == nil || ede.InfoCode != dns.ExtendedErrorCodeProhibited || !strings.Contains(ede.ExtraText, "egress policy") {
+		t.Errorf("a denied lookup = %s, EDE %v; want REFUSED, EDE 18 naming the egress policy", dns.RcodeToString[r.Rcode], ede)
+	}
+	if _, rc, err := b.resolve(egress.ResolverAddr+":53", egresstest.Allowed); err != nil || rc != dns.RcodeSuccess {
+		t.Fatalf("resolve: %d %v", rc, err)
+	}
+	hc, err := b.dial(ip(egresstest.Allowed) + ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	hc.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(hc, "GET / HTTP/1.1\r\nHost: "+egresstest.Allowed+"\r\n\r\nGET / HTTP/1.1\r\nHost: "+egresstest.Denied+"\r\n\r\n")
+	io.ReadAll(hc)
+	var kept []egress.Refusal
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if kept, _ = p.Refusals(); len(kept) >= 2 {
+			break
+		}
+	}
+	if len(kept) != 2 || kept[0].What != "lookup" || kept[0].Name != egresstest.Denied || kept[1].What != "request" || !strings.Contains(kept[1].Why, egresstest.Denied) {
+		t.Errorf("Refusals = %v, want the lookup and the request", kept)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 2 || told[0].String() == "" || !strings.Contains(told[1].String(), "refused request") {
+		t.Errorf("told = %v", told)
+	}
 }

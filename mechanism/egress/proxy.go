@@ -43,6 +43,11 @@ type Config struct {
 	// can allow may take to send its TLS ClientHello or HTTP request
 	// head (default 10 s).
 	PeekTimeout time.Duration
+	// OnRefusal, when set, is told of what the policy refused (see
+	// Refusal), at most 10 a second (bursts of 50; the others are
+	// counted and said with the next); it must not block. Proxy.Refusals
+	// keeps the latest either way.
+	OnRefusal func(Refusal)
 }
 
 func (c Config) withDefaults() Config {
@@ -97,6 +102,7 @@ type Proxy struct {
 	resolved map[netip.Addr]map[string]time.Time // address -> names the sandbox resolved to it -> until
 	nres     int
 	closed   bool
+	refused  refusals
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -154,7 +160,7 @@ func AttachNetns(nsfd int, policy *Policy, cfg Config) (*Proxy, error) {
 // serve starts the proxy of a namespace set up for it.
 func serve(ns *namespace, policy *Policy, cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, ns: ns, sem: make(chan struct{}, cfg.MaxConns), lim: rate.NewLimiter(rate.Limit(cfg.ConnRate), int(2*cfg.ConnRate)+1), policy: policy,
-		flows: map[*flow]struct{}{}, resolved: map[netip.Addr]map[string]time.Time{}, done: make(chan struct{})}
+		flows: map[*flow]struct{}{}, resolved: map[netip.Addr]map[string]time.Time{}, refused: newRefusals(), done: make(chan struct{})}
 	if policy != nil {
 		if err := ns.nft.setPolicy(policy, nil); err != nil {
 			ns.close()
@@ -318,10 +324,12 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	var pk peeked
 	if needName {
 		if !known {
+			p.refuse(Refusal{What: "connection", Dst: dst, Why: "no entry allows the address, and the sandbox resolved no allowed name to it"})
 			reset(c) // an address the sandbox never resolved an allowed name to
 			return
 		}
 		if pk, err = sniff(c, p.cfg.PeekTimeout); err != nil || pk.name == "" {
+			p.refuse(Refusal{What: "connection", Dst: dst, Why: "only a domain entry could allow it, and it named no host (TLS SNI or HTTP Host)"})
 			reset(c)
 			return
 		}
@@ -331,6 +339,9 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	if p.closed || !p.allowedLocked(f) {
 		closed := p.closed
 		p.mu.Unlock()
+		if !closed {
+			p.refuse(Refusal{What: "connection", Name: f.name, Dst: dst, Why: "no entry allows the name on this port, or the sandbox did not resolve it to this address"})
+		}
 		if pk.req != nil && !closed {
 			refuseHTTP(c, fmt.Sprintf("it does not allow %s on port %d (at %s)", clip(f.name), dst.Port(), dst.Addr()))
 			c.CloseWrite()
@@ -370,7 +381,9 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	f.out = out
 	p.mu.Unlock()
 	if pk.req != nil { // plain HTTP: every request is checked
-		p.relayHTTP(c, out, pk, f.name)
+		if r := p.relayHTTP(c, out, pk, f.name); r.why != "" {
+			p.refuse(Refusal{What: "request", Name: f.name, Dst: dst, Why: r.why})
+		}
 		return
 	}
 	if len(pk.pre) > 0 {
