@@ -368,8 +368,10 @@ type AttachOptions struct {
 // panic on any input.
 //
 // Optional operations are the small interfaces CreateNewer, OnceDestroyer,
-// CheckpointOnceCreator, SessionTerminator, FileReader and HostPather; the
-// facade answers ErrNotSupported where one is missing.
+// CheckpointOnceCreator, SessionTerminator, FileReader, HostPather, and
+// the streamed files' FileOpener, FileStreamWriter and TreeExporter
+// (files.go); the facade answers ErrNotSupported where one is missing (and
+// streams through the whole-file calls where only those are there).
 type Provider interface {
 	// Name is the provider's registry name, such as "fake" or "sprites".
 	Name() string

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -78,6 +79,14 @@ func fileErr(err error) error {
 // through "../" or a symlink, or one where something other than a regular
 // file is (a directory, a symlink, a fifo), is Invalid.
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string, data []byte, opts sandbox.WriteFileOptions) error {
+	return p.WriteFileFrom(ctx, h, name, bytes.NewReader(data), opts)
+}
+
+// WriteFileFrom is WriteFile from a stream (sandbox.FileStreamWriter):
+// the bytes go to the new file through a 64 KiB buffer, whatever their
+// size; a read error from src (a client gone, a body over its bound)
+// removes the new file, leaves the old one and is returned as it is.
+func (p *Provider) WriteFileFrom(ctx context.Context, h *sandbox.Handle, name string, src io.Reader, opts sandbox.WriteFileOptions) error {
 	r, _, err := p.handle(h)
 	if err != nil {
 		return err
@@ -131,7 +140,8 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 	if err != nil {
 		return fileErr(err)
 	}
-	_, err = f.Write(data)
+	var srcErr error
+	_, err = io.CopyBuffer(f, readerOnly{ctx, src, &srcErr}, make([]byte, streamBuf))
 	if err == nil {
 		err = f.Chown(uid, gid)
 	}
@@ -146,60 +156,226 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 	}
 	if err != nil {
 		_ = root.Remove(tmp)
+		if srcErr != nil {
+			return srcErr
+		}
 		return fileErr(err)
 	}
 	return nil
 }
 
+// streamBuf is the buffer a streamed read or write holds.
+const streamBuf = 64 << 10
+
+// readerOnly hides src's WriterTo (io.CopyBuffer would use it, and its
+// buffer), notes src's own error apart from the file's, and stops at
+// ctx's end.
+type readerOnly struct {
+	ctx context.Context
+	r   io.Reader
+	err *error
+}
+
+func (r readerOnly) Read(b []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		*r.err = err
+		return 0, err
+	}
+	n, err := r.r.Read(b)
+	if err != nil && err != io.EOF {
+		*r.err = err
+	}
+	return n, err
+}
+
 // MaxReadFile is the largest file ReadFile returns: a bigger one is
 // Invalid (file_too_large) rather than a heap the size of the file; read
-// it through HostPath, or a command, instead.
+// it through OpenFile (a stream), HostPath, or a command, instead.
 const MaxReadFile = 1 << 30
 
 // ReadFile reads a regular file inside the sandbox's home; escapes, and
 // anything but a regular file, are Invalid, a missing file ErrNotFound.
+// The result holds the file, so a file over MaxReadFile is refused before
+// a byte is read; OpenFile streams one of any size.
 func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, name string) ([]byte, error) {
-	r, _, err := p.handle(h)
+	rc, size, err := p.OpenFile(ctx, h, name)
 	if err != nil {
 		return nil, err
+	}
+	defer rc.Close()
+	if size > MaxReadFile {
+		return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%s has %d bytes, more than ReadFile's %d", name, size, MaxReadFile))
+	}
+	// The buffer grows with what is read (the size is the sandbox's to
+	// change while this reads), never ahead of it.
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fileErr(err)
+	}
+	return b, nil
+}
+
+// OpenFile opens a regular file inside the sandbox's home for a streamed
+// read (sandbox.FileOpener): escapes, and anything but a regular file, are
+// Invalid, a missing file ErrNotFound. The reader yields at most size
+// bytes, the file's length when opened, and holds no buffer of its own.
+func (p *Provider) OpenFile(ctx context.Context, h *sandbox.Handle, name string) (io.ReadCloser, int64, error) {
+	r, _, err := p.handle(h)
+	if err != nil {
+		return nil, 0, err
 	}
 	rel, err := homeRel(name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := r.refuseMounted(rel); err != nil { // mounts.go
-		return nil, err
+		return nil, 0, err
 	}
 	root, err := os.OpenRoot(p.homeDir(r.InstanceID))
 	if err != nil {
-		return nil, fileErr(err)
+		return nil, 0, fileErr(err)
 	}
 	defer root.Close()
-	// O_NONBLOCK: the open of a fifo returns at once, to be refused below.
+	f, fi, err := openRegular(root, rel)
+	if err != nil {
+		if errors.Is(err, errNotRegular) {
+			return nil, 0, sandbox.Invalid("path", name+" is not a regular file")
+		}
+		return nil, 0, fileErr(err)
+	}
+	return &limitedFile{f: f, r: io.LimitReader(f, fi.Size())}, fi.Size(), nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens rel under root for reading, a regular file only.
+// O_NONBLOCK: the open of a fifo returns at once, to be refused; no
+// controlling terminal is taken from a device.
+func openRegular(root *os.Root, rel string) (*os.File, fs.FileInfo, error) {
 	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, fileErr(err)
+		return nil, nil, err
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fileErr(err)
+		f.Close()
+		return nil, nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, sandbox.Invalid("path", name+" is not a regular file")
+		f.Close()
+		return nil, nil, errNotRegular
 	}
-	if fi.Size() > MaxReadFile {
-		return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%s has %d bytes, more than ReadFile's %d", name, fi.Size(), MaxReadFile))
+	return f, fi, nil
+}
+
+type limitedFile struct {
+	f *os.File
+	r io.Reader
+}
+
+func (l *limitedFile) Read(b []byte) (int, error) { return l.r.Read(b) }
+func (l *limitedFile) Close() error               { return l.f.Close() }
+
+// ExportTree writes a tar stream of the file or directory at name in the
+// sandbox's home (sandbox.TreeExporter), read by this process through a
+// root confined to the home, so no program of the sandbox's makes it
+// (`managoat cp` out of a sandbox uses it; the sandbox can put a tar of
+// its own first on PATH). The top entry is name's base; directories and
+// regular files carry their permission bits (set-id and sticky dropped)
+// and modification times, each file at most the size it had when opened;
+// symlinks are kept as links (the copy's reader judges where they lead);
+// fifos, sockets and devices are left out; hard links become files of
+// their own. A path outside the home, or at, beneath or above a host
+// mount (the host's view of the home has an empty mount point there), is
+// ErrNotSupported before anything is written: cp then falls back to a
+// tar in the sandbox, whose stream it checks entry by entry.
+func (p *Provider) ExportTree(ctx context.Context, h *sandbox.Handle, name string, w io.Writer) error {
+	r, _, err := p.handle(h)
+	if err != nil {
+		return err
 	}
-	var b bytes.Buffer
-	b.Grow(int(fi.Size()) + 512)
-	if _, err := b.ReadFrom(io.LimitReader(f, MaxReadFile+1)); err != nil {
-		return nil, fileErr(err)
+	rel, err := homeRel(name)
+	if err != nil {
+		return sandbox.ErrNotSupported
 	}
-	if b.Len() > MaxReadFile {
-		return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%s grew past ReadFile's %d bytes", name, MaxReadFile))
+	if _, _, ok := r.mountAt(rel); ok {
+		return sandbox.ErrNotSupported
 	}
-	return b.Bytes(), nil
+	for _, m := range r.Mounts {
+		if below, ok := strings.CutPrefix(m.Target, path.Join(mechanism.Home, rel)+"/"); ok && below != "" || rel == "." {
+			return sandbox.ErrNotSupported
+		}
+	}
+	root, err := os.OpenRoot(p.homeDir(r.InstanceID))
+	if err != nil {
+		return fileErr(err)
+	}
+	defer root.Close()
+	// The top is named as the caller named it (cp's "." stays ".").
+	top := path.Base(path.Clean(name))
+	if top == "/" {
+		top = "."
+	}
+	if _, err := root.Lstat(rel); err != nil {
+		return fileErr(err)
+	}
+	tw := tar.NewWriter(w)
+	buf := make([]byte, streamBuf)
+	err = fs.WalkDir(root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		name := top
+		if p != rel {
+			name = top + "/" + strings.TrimPrefix(p, rel+"/")
+			if rel == "." {
+				name = top + "/" + p
+			}
+		}
+		switch t := d.Type(); {
+		case t.IsDir():
+			fi, err := root.Lstat(p)
+			if err != nil {
+				return err
+			}
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX})
+		case t&fs.ModeSymlink != 0:
+			target, err := root.Readlink(p)
+			if err != nil {
+				return err
+			}
+			fi, err := root.Lstat(p)
+			if err != nil {
+				return err
+			}
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: fi.ModTime(), Format: tar.FormatPAX})
+		case t.IsRegular():
+			f, fi, err := openRegular(root, p)
+			if errors.Is(err, errNotRegular) {
+				return nil // replaced meanwhile by something cp does not copy
+			}
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: fi.Size(), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+			n, err := io.CopyBuffer(tw, io.LimitReader(f, fi.Size()), buf)
+			if err == nil && n < fi.Size() {
+				err = fmt.Errorf("%s shrank while it was read", path.Join(mechanism.Home, p))
+			}
+			return err
+		}
+		return nil // fifos, sockets, devices
+	})
+	if err != nil {
+		return fileErr(err)
+	}
+	return tw.Close()
 }
 
 // HostPath maps a path under the sandbox's home to the host file backing

@@ -1,13 +1,16 @@
 package local
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -471,5 +474,141 @@ func TestRestoreOverWhatCannotBeRemoved(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("restore over an immutable file did not return")
+	}
+}
+
+// allocDuring is what f allocates on the heap (all goroutines).
+func allocDuring(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestFilesStream: OpenFile reads a 1000 MB sparse file, and
+// WriteFileFrom writes 256 MiB, each allocating a bounded buffer, not the
+// file (ReadFile grew a buffer to the file's size up front, and WriteFile
+// took the whole file as one []byte); a failing source leaves the old
+// file and no temporary one.
+func TestFilesStream(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "streamed", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	f, err := os.Create(filepath.Join(home, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1000 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var n int64
+	alloc := allocDuring(func() {
+		rc, sz, err := p.OpenFile(ctx, h, "/home/sprite/sparse")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sz != size {
+			t.Errorf("size %d", sz)
+		}
+		n, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{rc}, make([]byte, 64<<10))
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != size || alloc > 4<<20 {
+		t.Errorf("OpenFile: %d bytes read, %d bytes allocated (want < 4 MiB)", n, alloc)
+	}
+	alloc = allocDuring(func() {
+		if err := p.WriteFileFrom(ctx, h, "written", io.LimitReader(zeros{}, 256<<20), sandbox.WriteFileOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if st, err := os.Stat(filepath.Join(home, "written")); err != nil || st.Size() != 256<<20 || alloc > 4<<20 {
+		t.Errorf("WriteFileFrom: %v %v, %d bytes allocated (want < 4 MiB)", st, err, alloc)
+	}
+	broken := errors.New("client gone")
+	err = p.WriteFileFrom(ctx, h, "written", io.MultiReader(strings.NewReader("partial"), errReader{broken}), sandbox.WriteFileOptions{})
+	if !errors.Is(err, broken) {
+		t.Errorf("a failing source: %v", err)
+	}
+	if st, _ := os.Stat(filepath.Join(home, "written")); st == nil || st.Size() != 256<<20 {
+		t.Errorf("a failed write changed the old file: %v", st)
+	}
+	ents, _ := os.ReadDir(home)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".managoat-write-") {
+			t.Errorf("temporary file left: %s", e.Name())
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// TestExportTree: the host writes the tar of a home directory itself:
+// files with their contents and permission bits (set-id dropped),
+// symlinks as links, a fifo left out; a path outside the home is
+// ErrNotSupported with nothing written.
+func TestExportTree(t *testing.T) {
+	p := newTrusted(t)
+	ctx := context.Background()
+	h, err := p.Create(ctx, "exported", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := p.HostPath(h, "/home/sprite")
+	for _, d := range []string{"tree", "tree/sub"} {
+		if err := os.Mkdir(filepath.Join(home, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(home, "tree/sub/f"), []byte("hello"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "tree/suid"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(home, "tree/suid"), 0o4755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Symlink("/etc/passwd", filepath.Join(home, "tree/out"))
+	_ = unix.Mkfifo(filepath.Join(home, "tree/fifo"), 0o644)
+	var b bytes.Buffer
+	if err := p.ExportTree(ctx, h, "/home/sprite/tree", &b); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(&b)
+	for hdr, err := tr.Next(); err == nil; hdr, err = tr.Next() {
+		body, _ := io.ReadAll(tr)
+		got[hdr.Name] = fmt.Sprintf("%c %o %s%s", hdr.Typeflag, hdr.Mode, body, hdr.Linkname)
+	}
+	want := map[string]string{"tree/": "5 750 ", "tree/sub/": "5 750 ", "tree/sub/f": "0 640 hello",
+		"tree/suid": "0 755 x", "tree/out": "2 777 /etc/passwd"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("exported\n%v\nwant\n%v", got, want)
+	}
+	for _, outside := range []string{"/etc", "/tmp/x", "/home/sprite/../../etc"} {
+		b.Reset()
+		if err := p.ExportTree(ctx, h, outside, &b); !errors.Is(err, sandbox.ErrNotSupported) || b.Len() != 0 {
+			t.Errorf("%s: %v, %d bytes written", outside, err, b.Len())
+		}
+	}
+	if err := p.ExportTree(ctx, h, "/home/sprite/nope", &b); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a missing path: %v", err)
 	}
 }
