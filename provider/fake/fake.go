@@ -17,6 +17,12 @@
 //	sleep:<dur>  wait <dur> (a Go duration such as 100ms)
 //	env:<KEY>    a stdout event with the value of KEY from the options' Env
 //	pwd          a stdout event with the options' Dir
+//	connect:<host:port>  a real TCP connection from this process to
+//	             host:port, made only where the sandbox's network policy
+//	             lets it (no policy: any; an empty allow list: none; else
+//	             host must be listed, or match a "*.domain" entry): a
+//	             stdout "connected", or a stderr line saying why not and
+//	             the exit code 1 (a refusal by policy never dials)
 //
 // A script with no terminal instruction ends with exit 0. An unknown
 // instruction is refused with an InvalidError before anything runs.
@@ -33,6 +39,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,6 +294,36 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 	return nil
 }
 
+// connect is the connect instruction of sandbox name: "" when a TCP
+// connection to addr was made (and closed), else why not. A policy that
+// does not let addr's host through refuses it without dialing.
+func (p *Provider) connect(ctx context.Context, name, addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	p.mu.Lock()
+	var allow []string
+	limited := false
+	if b := p.boxes[name]; b != nil && b.policy != nil {
+		allow, limited = slices.Clone(b.policy.Allow), true
+	}
+	p.mu.Unlock()
+	if limited && !slices.ContainsFunc(allow, func(a string) bool {
+		if d, ok := strings.CutPrefix(a, "*."); ok {
+			return strings.HasSuffix(host, "."+d)
+		}
+		return strings.EqualFold(a, host)
+	}) {
+		return "connect " + addr + ": refused by the network policy\n"
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return "connect " + addr + ": " + err.Error() + "\n"
+	}
+	c.Close()
+	return ""
+}
+
 // PublicURL is https://<name>.fake.test for an existing sandbox.
 func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
 	p.mu.Lock()
@@ -340,6 +377,10 @@ func parse(args []string) ([]instruction, error) {
 				return nil, sandbox.Invalid("command", fmt.Sprintf("fake: bad sleep %q", arg))
 			}
 			in.d = d
+		case "connect":
+			if _, _, err := net.SplitHostPort(arg); err != nil {
+				return nil, sandbox.Invalid("command", fmt.Sprintf("fake: connect %q is not host:port", clip(arg)))
+			}
 		case "stay", "drop", "pwd":
 			if strings.Contains(a, ":") {
 				return nil, sandbox.Invalid("command", fmt.Sprintf("fake: %q takes no argument", op))
@@ -378,6 +419,7 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 	if err != nil {
 		return sandbox.ExecResult{}, err
 	}
+	name := h.Name
 	script, err := parse(c.Args)
 	if err != nil {
 		return sandbox.ExecResult{}, err
@@ -403,6 +445,17 @@ func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, o
 				}
 			case "drop":
 				dropped = true
+			case "connect":
+				if why := p.connect(ctx, name, in.arg); why != "" {
+					if opts.StderrToStdout {
+						out.WriteString(why)
+					}
+					if !exited {
+						code, exited = 1, true
+					}
+				} else {
+					out.WriteString("connected")
+				}
 			case "sleep":
 				t := time.NewTimer(in.d)
 				select {

@@ -26,8 +26,9 @@ var Fixtures = sandboxtest.Fixtures{
 	SpawnDrop: cmd("out:partial", "drop"),
 	SpawnStay: cmd("out:ready", "stay"),
 	Stderr:    cmd("out:x", "err:warning"), StderrWant: "warning",
-	EnvDir: cmd("env:MANAGOAT_CONFORMANCE", "out:\n", "pwd"),
-	Slow:   cmd("out:tick", "sleep:10s", "out:done"),
+	EnvDir:  cmd("env:MANAGOAT_CONFORMANCE", "out:\n", "pwd"),
+	Slow:    cmd("out:tick", "sleep:10s", "out:done"),
+	Connect: func(addr string) sandbox.Cmd { return cmd("connect:" + addr) },
 }
 
 func TestConformance(t *testing.T) {

@@ -131,7 +131,7 @@ func (s *session) nextStdin() (stdinMsg, bool) {
 	}
 }
 
-func (s *session) run(script []instruction, env []string, dir string) {
+func (s *session) run(script []instruction, env []string, dir string, connect func(addr string) string) {
 	defer close(s.done)
 	out := func(k sandbox.EventKind, d string) {
 		s.emit(sandbox.Event{Kind: k, Data: []byte(d)})
@@ -154,6 +154,13 @@ func (s *session) run(script []instruction, env []string, dir string) {
 		case "exit":
 			s.emit(sandbox.Event{Kind: sandbox.Exit, Code: in.n})
 			return
+		case "connect":
+			if why := connect(in.arg); why != "" {
+				out(sandbox.Stderr, why)
+				s.emit(sandbox.Event{Kind: sandbox.Exit, Code: 1})
+				return
+			}
+			out(sandbox.Stdout, "connected")
 		case "drop":
 			s.emit(sandbox.Event{Kind: sandbox.Error, Err: sandbox.ClosedBeforeExit()})
 			return
@@ -206,7 +213,8 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 	cmd, st := sandbox.NewCommand(p, "", private{sandbox: h.Name, session: s})
 	cmd.SessionID = s.id
 	s.subs = []*sandbox.Stream{st}
-	go s.run(script, slices.Clone(opts.Env), opts.Dir)
+	name := h.Name
+	go s.run(script, slices.Clone(opts.Env), opts.Dir, func(addr string) string { return p.connect(context.Background(), name, addr) })
 	return cmd, nil
 }
 

@@ -66,7 +66,13 @@ func trustedAndJail(t testing.TB) map[string]*Provider {
 	return ps
 }
 
-func fixtures() sandboxtest.Fixtures { return sandboxtest.ShellFixtures() }
+// fixtures are the shell's, with Connect: a jail that enforces egress
+// shows deny-all (Governance/EmptyAllowlistAccepted).
+func fixtures() sandboxtest.Fixtures {
+	fx := sandboxtest.ShellFixtures()
+	fx.Connect = sandboxtest.ShellConnect
+	return fx
+}
 
 // TestConformanceTrusted: trusted paths are host paths, so the suite's
 // working directory is /tmp; the provider refuses files outside the

@@ -21,8 +21,9 @@ var fakeFixtures = sandboxtest.Fixtures{
 	SpawnDrop: fakeCmd("out:partial", "drop"),
 	SpawnStay: fakeCmd("out:ready", "stay"),
 	Stderr:    fakeCmd("out:x", "err:warning"), StderrWant: "warning",
-	EnvDir: fakeCmd("env:MANAGOAT_CONFORMANCE", "out:\n", "pwd"),
-	Slow:   fakeCmd("out:tick", "sleep:10s", "out:done"),
+	EnvDir:  fakeCmd("env:MANAGOAT_CONFORMANCE", "out:\n", "pwd"),
+	Slow:    fakeCmd("out:tick", "sleep:10s", "out:done"),
+	Connect: func(addr string) sandbox.Cmd { return fakeCmd("connect:" + addr) },
 }
 
 // TestConformanceOverWireWithFake runs the whole suite through the platform

@@ -78,7 +78,9 @@ func conformLocal(t *testing.T, mech string, wrap func(*prov.Provider) sandbox.P
 	if wrap != nil {
 		sp = wrap(pl.srv.Provider())
 	}
-	sandboxtest.Run(t, sp, sandboxtest.ShellFixtures(), append([]sandboxtest.Option{sandboxtest.WithNames(namer(id)),
+	fx := sandboxtest.ShellFixtures()
+	fx.Connect = sandboxtest.ShellConnect // the jail's deny-all, through the wire
+	sandboxtest.Run(t, sp, fx, append([]sandboxtest.Option{sandboxtest.WithNames(namer(id)),
 		sandboxtest.WithTimeout(20 * time.Second)}, opts...)...)
 }
 

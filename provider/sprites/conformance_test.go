@@ -16,10 +16,11 @@ func fixtures() sandboxtest.Fixtures {
 }
 
 // TestConformance runs the whole suite against the fake with detachable
-// spawns (only detachable sessions survive their transport on Sprites).
+// spawns (only detachable sessions survive their transport on Sprites);
+// a sprite parks by itself, so Suspend is a no-op (WithSelfParking).
 func TestConformance(t *testing.T) {
 	_, p := newFake(t, sprites.Config{})
-	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}))
+	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}), sandboxtest.WithSelfParking())
 }
 
 // TestConformanceCheckpoints runs it again with checkpoint creation on, so
@@ -27,5 +28,5 @@ func TestConformance(t *testing.T) {
 // refusal case.
 func TestConformanceCheckpoints(t *testing.T) {
 	_, p := newFake(t, sprites.Config{CheckpointCreationEnabled: true})
-	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}))
+	sandboxtest.Run(t, p, fixtures(), sandboxtest.WithSpawnOptions(sandbox.SpawnOptions{Detachable: true}), sandboxtest.WithSelfParking())
 }

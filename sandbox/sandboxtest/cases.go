@@ -75,6 +75,22 @@ func (s *suite) identity(t *testing.T) {
 			if s.has(sandbox.CapPublicURL) {
 				t.Errorf("advertises public_url but PublicURL is unsupported")
 			}
+		case !s.has(sandbox.CapPublicURL):
+			t.Errorf("PublicURL without public_url advertised = %v, want ErrUnsupported", err)
+		case isInvalid(err):
+			// This sandbox's options give it no URL (a provider whose URL
+			// is a published port's): one created with a port must have one.
+			ctx := s.ctx(t)
+			h2, cerr := s.reg.Create(ctx, s.p.Name(), s.cfg.names(), sandbox.CreateOptions{Publish: []int{8080}})
+			if cerr != nil {
+				t.Fatalf("advertises public_url, PublicURL of a plain sandbox = %v, and a create publishing a port = %v", err, cerr)
+			}
+			s.cleanupDestroy(t, h2)
+			if url, err := s.reg.PublicURL(ctx, h2); err != nil || !strings.HasPrefix(url, "http") {
+				t.Errorf("advertises public_url, but PublicURL of a sandbox publishing a port = %q, %v", url, err)
+			}
+		default:
+			t.Errorf("advertises public_url but PublicURL = %v", err)
 		}
 	})
 	t.Run("BadInputIsInvalid", func(t *testing.T) {
@@ -199,6 +215,33 @@ func (s *suite) lifecycle(t *testing.T) {
 			t.Fatalf("Create: %v", err)
 		}
 		s.cleanupDestroy(t, first)
+		// Something of the first sandbox's own, to see the second Create
+		// adopt it rather than make it anew: a file where the provider
+		// writes files, else a detached session.
+		marker := []byte("adopted-" + name)
+		path := s.cfg.writeDir + "/managoat-adopt-" + name
+		wrote := s.reg.WriteFile(ctx, first, path, marker, sandbox.WriteFileOptions{}) == nil
+		if wrote {
+			got, err := s.reg.ReadFile(ctx, first, path)
+			wrote = err == nil && bytes.Equal(got, marker) // else a session shows it
+		}
+		var session string
+		if !wrote {
+			if !s.has(sandbox.CapAttach) {
+				t.Fatalf("neither WriteFile nor attach: nothing of the first sandbox can be seen across the second Create")
+			}
+			o := s.cfg.spawnOpts
+			o.Detachable = true
+			c, err := s.reg.Spawn(ctx, first, s.fx.SpawnStay, o)
+			if err != nil {
+				t.Fatalf("Spawn: %v", err)
+			}
+			session = c.SessionID
+			_ = c.Stop()
+			if session == "" {
+				t.Fatalf("a detachable spawn has no session id")
+			}
+		}
 		second, err := s.reg.Create(ctx, s.p.Name(), name, sandbox.CreateOptions{})
 		if err != nil {
 			t.Fatalf("second Create: %v", err)
@@ -206,8 +249,39 @@ func (s *suite) lifecycle(t *testing.T) {
 		if first.Name != second.Name {
 			t.Fatalf("names differ: %q, %q", first.Name, second.Name)
 		}
-		if _, err := s.reg.Get(ctx, first); err != nil {
+		if _, err := s.reg.Get(ctx, second); err != nil {
 			t.Fatalf("Get: %v", err)
+		}
+		if wrote {
+			got, err := s.reg.ReadFile(ctx, second, path)
+			if err != nil || !bytes.Equal(got, marker) {
+				t.Fatalf("the file the first sandbox held, after the second Create: %q, %v; want %q (adopted, not made anew)", got, err, marker)
+			}
+		} else {
+			ss, err := s.reg.ListSessions(ctx, second)
+			if err != nil {
+				t.Fatalf("ListSessions: %v", err)
+			}
+			found := false
+			for _, se := range ss {
+				found = found || se.ID == session
+			}
+			if !found {
+				t.Fatalf("the first sandbox's session %s is gone after the second Create (%+v): made anew, not adopted", session, ss)
+			}
+		}
+		names, err := s.reg.ListAllNames(ctx, s.p.Name())
+		if err != nil {
+			t.Fatalf("ListAllNames: %v", err)
+		}
+		n := 0
+		for _, x := range names {
+			if x == name {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("ListAllNames holds %q %d times after two Creates, want once", name, n)
 		}
 	})
 	t.Run("GetMissingIsNotFound", func(t *testing.T) { // test 6
@@ -264,6 +338,19 @@ func (s *suite) lifecycle(t *testing.T) {
 				t.Errorf("TerminateSession = %v, want ErrNotSupported", err)
 			}
 		}
+		if _, ok := s.p.(sandbox.CheckpointOnceCreator); !ok {
+			if _, err := s.reg.CreateCheckpointOnce(ctx, h, sandbox.CheckpointOnceOptions{OperationID: "op-1"}); !errors.Is(err, sandbox.ErrNotSupported) {
+				t.Errorf("CreateCheckpointOnce = %v, want ErrNotSupported", err)
+			}
+		}
+		if s.has(sandbox.CapCreateCheckpointOnce) {
+			return
+		}
+		// Unadvertised, it is refused whatever the adapter implements,
+		// on a sandbox that exists too.
+		if _, err := s.reg.CreateCheckpointOnce(ctx, s.created(t), sandbox.CheckpointOnceOptions{OperationID: "op-" + h.Name}); !errors.Is(err, sandbox.ErrNotSupported) {
+			t.Errorf("CreateCheckpointOnce without create_checkpoint_once advertised = %v, want ErrNotSupported", err)
+		}
 	})
 	t.Run("ListAllNamesHasCreated", func(t *testing.T) { // test 8
 		h := s.created(t)
@@ -285,12 +372,19 @@ func (s *suite) lifecycle(t *testing.T) {
 		if err := s.reg.Suspend(ctx, h); err != nil {
 			t.Fatalf("Suspend: %v", err)
 		}
+		if s.has(sandbox.CapSuspend) && !s.cfg.selfParking {
+			if info, err := s.reg.Get(ctx, h); err != nil || info.Status != sandbox.StatusSuspended {
+				t.Fatalf("Get after Suspend = %v, %v; want status suspended", info.Status, err)
+			}
+		}
 		r, err := s.reg.Resume(ctx, h)
 		if err != nil {
 			t.Fatalf("Resume: %v", err)
 		}
-		if _, err := s.reg.Get(ctx, r); err != nil {
+		if info, err := s.reg.Get(ctx, r); err != nil {
 			t.Fatalf("Get after Resume: %v", err)
+		} else if info.Status != sandbox.StatusRunning {
+			t.Fatalf("Get after Resume: status %v, want running", info.Status)
 		}
 		res, err := s.reg.Exec(ctx, r, s.fx.ExecOK, sandbox.ExecOptions{})
 		if err != nil || res.ExitCode != 0 {
@@ -300,11 +394,16 @@ func (s *suite) lifecycle(t *testing.T) {
 	t.Run("MissingSandboxIsNotFound", func(t *testing.T) {
 		ctx := s.ctx(t)
 		h := sandbox.BuildHandle(s.p.Name(), s.cfg.names())
-		if _, err := s.reg.Exec(ctx, h, s.fx.ExecOK, sandbox.ExecOptions{}); err == nil {
-			t.Errorf("Exec on a missing sandbox succeeded")
+		if _, err := s.reg.Exec(ctx, h, s.fx.ExecOK, sandbox.ExecOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("Exec on a missing sandbox = %v, want ErrNotFound", err)
 		}
-		if _, err := s.reg.Attach(ctx, h, "no-such-session", sandbox.AttachOptions{}); s.has(sandbox.CapAttach) && err == nil {
-			t.Errorf("Attach on a missing sandbox succeeded")
+		if s.has(sandbox.CapAttach) {
+			if c, err := s.reg.Attach(ctx, h, "no-such-session", sandbox.AttachOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Errorf("Attach on a missing sandbox = %v, want ErrNotFound", err)
+				if c != nil {
+					_ = c.Stop()
+				}
+			}
 		}
 	})
 }

@@ -3,8 +3,11 @@ package sandboxtest
 import (
 	"bytes"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/sandbox"
 )
@@ -298,11 +301,63 @@ func (s *suite) governance(t *testing.T) {
 		s.require(t, sandbox.CapNetworkPolicy)
 		h := s.created(t)
 		ctx := s.ctx(t)
+		if s.fx.Connect == nil {
+			if err := s.reg.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
+				t.Fatalf("ApplyNetworkPolicy(deny all): %v", err)
+			}
+			if err := s.reg.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}}); err != nil {
+				t.Fatalf("ApplyNetworkPolicy(allow list): %v", err)
+			}
+			t.Skip("Fixtures.Connect is unset: the policies were accepted, deny-all was not observed (a skip is not a pass)")
+		}
+		// A listener of this host, on an address a sandbox with egress can
+		// reach: under deny-all no connection may arrive.
+		ln, err := net.Listen("tcp4", hostAddr()+":0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		defer ln.Close()
+		var accepted atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		addr := ln.Addr().String()
+		connect := func(what string) bool {
+			t.Helper()
+			res, err := s.reg.Exec(ctx, h, s.fx.Connect(addr), sandbox.ExecOptions{StderrToStdout: true, Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatalf("%s: Exec(connect %s): %v", what, addr, err)
+			}
+			return res.ExitCode == 0
+		}
+		if connect("before any policy") {
+			t.Logf("control: the sandbox reached %s before a policy", addr)
+		} else {
+			t.Logf("control: the sandbox could not reach %s before a policy (no egress by default); deny-all is still checked", addr)
+		}
+		before := accepted.Load()
 		if err := s.reg.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{}}); err != nil {
 			t.Fatalf("ApplyNetworkPolicy(deny all): %v", err)
 		}
+		if connect("deny all") {
+			t.Errorf("BREACHED: under an empty allow list the sandbox connected to %s", addr)
+		}
 		if err := s.reg.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com"}}); err != nil {
 			t.Fatalf("ApplyNetworkPolicy(allow list): %v", err)
+		}
+		if connect("an allow list without this host") {
+			t.Errorf("BREACHED: an allow list of api.example.com let the sandbox connect to %s", addr)
+		}
+		// An Exec that returned has made its connection, if any.
+		if n := accepted.Load() - before; n != 0 {
+			t.Errorf("BREACHED: %d connections reached %s under the policies", n, addr)
 		}
 	})
 	t.Run("UnadvertisedCheckpointRefuses", func(t *testing.T) { // test 20
@@ -364,4 +419,17 @@ func (s *suite) governance(t *testing.T) {
 			t.Fatalf("WriteFile into a missing sandbox succeeded")
 		}
 	})
+}
+
+// hostAddr is a non-loopback IPv4 address of this host (a sandbox in its
+// own network namespace cannot reach the host's loopback whatever its
+// policy), else 127.0.0.1.
+func hostAddr() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			return ipn.IP.String()
+		}
+	}
+	return "127.0.0.1"
 }

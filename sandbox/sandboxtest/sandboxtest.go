@@ -26,6 +26,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,6 +59,15 @@ type Fixtures struct {
 	EnvDir sandbox.Cmd
 	// Slow runs for at least 5 s, printing output every ~100 ms.
 	Slow sandbox.Cmd
+	// Connect, for a provider that advertises network_policy, is a command
+	// that opens a TCP connection to addr ("host:port", an address of the
+	// test's host) and exits 0 once connected, non-zero when the
+	// connection is refused or has not been made within 5 s. The suite
+	// observes deny-all with it: under an empty allow list the connection
+	// is never made. Unset, that case checks only that the policies are
+	// accepted, then is skipped (deny-all not observed; a skip is not a
+	// pass).
+	Connect func(addr string) sandbox.Cmd
 }
 
 // ShellFixtures returns fixtures for a provider whose sandboxes have a
@@ -75,6 +85,15 @@ func ShellFixtures() Fixtures {
 	}
 }
 
+// ShellConnect is a Fixtures.Connect for a sandbox with bash and
+// timeout(1): bash's /dev/tcp, given 5 s. ShellFixtures leaves Connect
+// unset: an adapter sets it once its sandboxes (or its test double of the
+// provider's API) enforce a network policy on the commands they run.
+func ShellConnect(addr string) sandbox.Cmd {
+	host, port, _ := strings.Cut(addr, ":")
+	return sandbox.Cmd{Name: "sh", Args: []string{"-c", fmt.Sprintf("timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s' && echo connected", host, port)}}
+}
+
 // Option configures Run.
 type Option func(*config)
 
@@ -84,7 +103,15 @@ type config struct {
 	names     func() string
 	dir       string
 	writeDir  string
+	// selfParking: WithSelfParking.
+	selfParking bool
 }
+
+// WithSelfParking says the provider's sandboxes park by themselves and
+// its Suspend is a documented no-op (Sprites scales to zero on its own):
+// SuspendResumeAreTotal then does not ask Get for the suspended status
+// after Suspend. Without it a provider advertising suspend must show it.
+func WithSelfParking() Option { return func(c *config) { c.selfParking = true } }
 
 // WithTimeout sets the wait for each expected event (default 10 s).
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
