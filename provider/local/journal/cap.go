@@ -22,7 +22,9 @@ import (
 // and reports how many bytes it skipped (Reader.Skipped), so an attach
 // says that older output was dropped instead of delivering zeros. Where
 // the filesystem cannot punch holes the cap is not enforced (SetCap
-// reports it).
+// reports it). SetFloor keeps every record from a reader's position on:
+// the supervisor sets it to its slowest follower's, so the cap drops only
+// what every follower has read.
 
 // HeadSuffix names a journal's head file: 8 bytes, big endian, the offset
 // of its first record kept. No file means nothing was dropped.
@@ -53,6 +55,17 @@ func (w *Writer) SetCap(n int64) error {
 	return nil
 }
 
+// SetFloor keeps every record from offset floor on whatever the cap
+// (floor < 0: no floor): a reader's position, whose unread output the
+// cap must not drop. The records kept then pass the cap until the floor
+// moves on; a writer that bounds the disk keeps its own writes back
+// meanwhile (the supervisor holds the command).
+func (w *Writer) SetFloor(floor int64) {
+	w.mu.Lock()
+	w.floor = floor
+	w.mu.Unlock()
+}
+
 // Head is the offset of the first record kept.
 func (w *Writer) Head() int64 {
 	w.mu.Lock()
@@ -70,6 +83,9 @@ func (w *Writer) committed(off, end int64) {
 		return
 	}
 	target := end - w.cap/2
+	if w.floor >= 0 && w.floor < target {
+		target = w.floor // a reader is there yet (SetFloor)
+	}
 	i := 0
 	for i < len(w.marks) && w.marks[i] <= target {
 		i++

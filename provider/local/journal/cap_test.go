@@ -169,3 +169,36 @@ func TestCapSlowReaderNeverReadsZeros(t *testing.T) {
 		t.Fatal("the reader never fell behind the cap: the test proved nothing")
 	}
 }
+
+// TestCapKeepsTheFloor: the cap drops nothing from the floor on (a
+// reader's position, SetFloor): past the cap the records are kept until
+// the floor moves, and then dropped as before; a reader from the floor
+// gets every byte after it.
+func TestCapKeepsTheFloor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	const limit = 4 << 20
+	w := cappedWriter(t, path, limit)
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	for w.Size() < 2<<20 {
+		if _, err := w.Append(journal.KindStdout, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	floor := w.Size()
+	w.SetFloor(floor)
+	for w.Size() < floor+3*limit {
+		if _, err := w.Append(journal.KindStdout, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := w.Head(); h > floor {
+		t.Fatalf("head %d past the floor %d", h, floor)
+	}
+	w.SetFloor(-1)
+	if _, err := w.Append(journal.KindStdout, chunk); err != nil {
+		t.Fatal(err)
+	}
+	if h := w.Head(); h <= floor {
+		t.Fatalf("head %d: nothing dropped once the floor went (floor was %d)", h, floor)
+	}
+}

@@ -72,6 +72,7 @@ type Writer struct {
 	size  int64
 	done  bool
 	cap   int64    // bound on the records kept (SetCap); 0: none
+	floor int64    // the cap drops nothing from here on (SetFloor); < 0: none
 	head  int64    // offset of the first record kept
 	marks []int64  // record boundaries the writer may drop up to (cap.go)
 	headf *os.File // the head file, once written
@@ -83,7 +84,7 @@ func Create(path string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{f: f}, nil
+	return &Writer{f: f, floor: -1}, nil
 }
 
 // OpenAppend opens an existing journal for appending (after a restart).
@@ -97,7 +98,7 @@ func OpenAppend(path string) (*Writer, error) {
 		f.Close()
 		return nil, err
 	}
-	w := &Writer{f: f, size: st.Size(), head: loadHead(path)}
+	w := &Writer{f: f, size: st.Size(), head: loadHead(path), floor: -1}
 	w.scanMarks()
 	return w, nil
 }

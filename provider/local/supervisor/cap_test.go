@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,5 +59,52 @@ func TestSessionJournalCapped(t *testing.T) {
 	}
 	if strings.Trim(strings.TrimSuffix(out, "end\n"), "y\n") != "" {
 		t.Fatal("the kept output holds bytes yes never wrote")
+	}
+}
+
+// TestSlowFollowerLosesNothingToTheCap (issue 31, 1): a follower slower
+// than the command (it stalls 300 ms at the start, then reads slowly)
+// gets every byte of a session that writes 16 times its journal's cap,
+// in order, and no word of dropped output: while it is behind, the
+// command waits instead of the cap dropping what it has not read. (A
+// 500 MiB exec through managoat, read as fast as a pipe takes it, lost
+// 40 MB to the default 256 MiB cap.) Once it left, the cap applies again.
+func TestSlowFollowerLosesNothingToTheCap(t *testing.T) {
+	c := newSandbox(t)
+	const limit = 2 << 20
+	if err := WriteRetention(c.Dir, journal.Retention{MaxSessionBytes: limit}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const total = 16 * limit
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "seq 1 10000000 | head -c " + strconv.Itoa(total)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col collected
+	first := true
+	o, err := c.Follow(ctx, id, func(r journal.Record) bool {
+		if first {
+			first = false
+			time.Sleep(300 * time.Millisecond) // busy: the command runs on
+		}
+		if col.n%8 == 0 {
+			time.Sleep(time.Millisecond) // and slow
+		}
+		return col.emit(r)
+	})
+	if err != nil || !o.Exited || o.Code != 0 {
+		t.Fatalf("outcome %+v, %v", o, err)
+	}
+	if col.err.Len() != 0 {
+		t.Fatalf("stderr %q", col.err.String())
+	}
+	var want strings.Builder
+	for i := 1; want.Len() < total; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	if got := col.out.String(); got != want.String()[:total] {
+		t.Fatalf("followed %d bytes of %d, not the command's output in order", len(got), total)
 	}
 }

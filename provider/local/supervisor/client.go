@@ -219,6 +219,21 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 	var out Outcome
 	stopped := false
 	var noted int64
+	var conn net.Conn
+	var dec *json.Decoder
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	// The follower tells the supervisor where it is, from the start and
+	// every followReport bytes (readers.go): while it is behind, the
+	// journal's cap drops nothing it has not read, and the command waits.
+	if cn, err := c.dial(ctx); err == nil {
+		conn, dec = cn, json.NewDecoder(cn)
+		_, _ = roundTrip(ctx, conn, dec, request{Op: "at", ID: id, Offset: 0})
+	}
+	var reported int64
 	deliver := func(rec journal.Record) error {
 		if s := r.Skipped(); s > noted {
 			// The journal's cap dropped older output: say so, in order.
@@ -235,6 +250,13 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 		if !emit(rec) {
 			stopped = true
 			return errStopRead
+		}
+		if conn != nil && rec.Offset-reported >= followReport {
+			reported = rec.Offset
+			if _, err := roundTrip(ctx, conn, dec, request{Op: "at", ID: id, Offset: rec.Offset}); err != nil && ctx.Err() == nil {
+				conn.Close() // gone: the wait below dials again, or finds it gone
+				conn = nil
+			}
 		}
 		return nil
 	}
@@ -257,13 +279,6 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 		}
 		return Outcome{Lost: true}, nil
 	}
-	var conn net.Conn
-	var dec *json.Decoder
-	defer func() {
-		if conn != nil {
-			conn.Close()
-		}
-	}()
 	for {
 		if ctx.Err() != nil {
 			return out, ctx.Err()

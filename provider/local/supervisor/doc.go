@@ -13,12 +13,22 @@
 // back. Clients
 // talk to it over a unix socket in the sandbox's directory (sup.sock), one
 // JSON request and answer per line: spawn, wait (a long poll on a
-// session's journal size), stdin, close_stdin, terminate, suspend, resume,
-// policy, shutdown. Client.Follow reads a journal from byte zero straight
+// session's journal size), at (a follower's position), stdin,
+// close_stdin, signal, resize, terminate, suspend, resume, policy,
+// shutdown. Client.Follow reads a journal from byte zero straight
 // from disk and asks the supervisor only when it has caught up, so any
 // number of followers each get every record exactly once, and a follower
 // whose supervisor died (kill -9) still gets every byte written before the
-// death, then Outcome.Lost, never a made-up exit.
+// death, then Outcome.Lost, never a made-up exit. A follower also says
+// where it is (at, from its start and every few MiB it reads): the
+// journal's cap (Retention.MaxSessionBytes) drops nothing a follower has
+// not read, and while the slowest has more than the cap unread the
+// supervisor stops reading the command's pipes, so a slow follower slows
+// the command, as a pipe would, and loses no byte (readers.go). This is
+// the one place output waits for its reader on the local path: the
+// Command a provider hands out is fed from Follow only as fast as its
+// reader takes it (sandbox.Stream.WaitRoom), and every layer above (the
+// runner daemon, the platform's API, the Go client) passes that on.
 //
 // Liveness is the kernel's: a supervisor holds an exclusive flock on
 // sup.lock and listens on sup.sock; a refused connection means none runs.

@@ -157,6 +157,14 @@ type session struct {
 
 	log    *slog.Logger // the supervisor's
 	losing atomic.Bool  // output is being dropped (a full disk)
+
+	// Followers' positions (readers.go): while one follows, the journal
+	// cap drops nothing it has not read; the pumps wait instead.
+	capBytes int64 // the journal's cap (0: none)
+	rmu      sync.Mutex
+	readers  map[*int]int64 // a follower's connection → its offset
+	moved    chan struct{}  // closed and replaced when a follower moves or leaves
+	ended    chan struct{}  // closed when the process exited: the pumps hold no more
 }
 
 // LossMessage is the line a session's stderr gets where n bytes of its
@@ -329,10 +337,24 @@ func (s *server) acceptLoop() {
 func (s *server) serveConn(c net.Conn) {
 	dec := json.NewDecoder(c)
 	enc := json.NewEncoder(c)
+	// A connection that follows a session (wait, at) is one of its
+	// readers until it closes.
+	conn := new(int)
+	var following []*session
+	defer func() {
+		for _, sess := range following {
+			sess.leave(conn)
+		}
+	}()
 	for {
 		var req request
 		if err := dec.Decode(&req); err != nil {
 			return
+		}
+		if req.Op == "wait" || req.Op == "at" {
+			if sess := s.lookup(req.ID); sess != nil && sess.at(conn, req.Offset) {
+				following = append(following, sess)
+			}
 		}
 		resp, after := s.handle(&req)
 		if err := enc.Encode(resp); err != nil {
@@ -358,6 +380,12 @@ func (s *server) handle(req *request) (response, func()) {
 		return s.spawn(ctx, req), nil
 	case "wait":
 		return s.wait(req), nil
+	case "at":
+		// A follower's position, recorded by serveConn.
+		if s.lookup(req.ID) == nil {
+			return response{Live: false}, nil
+		}
+		return response{Live: true}, nil
 	case "stdin":
 		return s.writeStdin(req), nil
 	case "close_stdin":
@@ -480,8 +508,12 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if err != nil {
 		return fail(codeInternal, err)
 	}
-	if err := w.SetCap(ReadRetention(s.dir).MaxSessionBytes); err != nil && s.log != nil {
-		s.log.Warn("session journal not capped", "err", err)
+	capBytes := ReadRetention(s.dir).MaxSessionBytes
+	if err := w.SetCap(capBytes); err != nil {
+		capBytes = 0
+		if s.log != nil {
+			s.log.Warn("session journal not capped", "err", err)
+		}
 	}
 	io, err := openStdio(req, s.terminal(ctx))
 	if err != nil {
@@ -515,7 +547,8 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	meta := SessionMeta{ID: id, Command: line, Argv: req.Argv, Budget: req.Budget,
 		CreatedAt: time.Now().UTC(), Pid: proc.Pid(), StartTicks: startTicks(proc.Pid()), Stdin: req.Stdin, TTY: req.TTY}
 	sess := &session{log: s.log, id: id, dir: dir, meta: meta, w: w, proc: proc, stdin: inW, stdinRef: inW, stdinWired: req.Stdin || req.TTY, tty: req.TTY,
-		changed: make(chan struct{}), exited: make(chan struct{})}
+		changed: make(chan struct{}), exited: make(chan struct{}),
+		capBytes: max(capBytes, 0), readers: map[*int]int64{}, moved: make(chan struct{}), ended: make(chan struct{})}
 	if err := writeFileAtomic(filepath.Join(dir, metaName), meta.marshal()); err != nil {
 		// A session nobody can find again is not one to report: end
 		// the process now (a full disk, say) and say why.
@@ -569,6 +602,7 @@ func pump(sess *session, f *os.File, k journal.Kind, max int) {
 	fallback := false
 	lost := 0
 	for !fallback {
+		sess.holdForReaders()
 		eof := false
 		var serr error
 		err := rc.Read(func(fd uintptr) bool {
@@ -721,6 +755,7 @@ func pumpCopyLosing(sess *session, f *os.File, k journal.Kind, max, lost int) {
 	size := 64 << 10
 	buf := make([]byte, journal.HeaderSize+size)
 	for {
+		sess.holdForReaders()
 		n, err := f.Read(buf[journal.HeaderSize:])
 		if n > 0 {
 			if lost != 0 {
@@ -766,6 +801,7 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		go func() { defer pumps.Done(); pump(sess, errR, journal.KindStderr, 256<<10) }()
 	}
 	code, sig, err := sess.proc.Wait()
+	close(sess.ended)
 	var limit *LimitError
 	if errors.As(err, &limit) {
 		err = nil // the exit status is the real one
