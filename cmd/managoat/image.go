@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register("image", "pull|ls|rm|prune [flags] [REF...]", "Manage the images local sandboxes run on (--image): pull, list, remove, prune", cmdImage)
+	register("image", "pull|load|save|ls|rm|prune [flags] [REF...]", "Manage the images local sandboxes run on (--image): pull, load and save archives (offline), list, remove, prune", cmdImage)
 	register("commit", "[flags] NAME REF", "Save a local sandbox made with --image, home included, as the image REF for the next sandboxes", cmdCommit)
 }
 
@@ -210,30 +210,84 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 func cmdImage(g *globals, fs *flag.FlagSet) action {
 	var of outputFlags
 	of.add(fs, false)
+	if f := fs.Lookup("o"); f != nil {
+		f.Usage += "; image save: the `FILE` to write (as --output)"
+	}
 	var bounds boundFlags
 	bounds.add(fs)
+	input := fs.String("i", "", "image load: read the archive from `FILE` (a docker save tarball or an OCI layout tar) or an OCI layout directory; default stdin")
+	fs.StringVar(input, "input", "", "image load: the same as -i")
+	output := fs.String("output", "", "image save: write the archive to `FILE` (default stdout)")
+	format := fs.String("format", image.FormatOCI, "image save: the archive's `FORMAT`: oci (an OCI image layout tar, which skopeo, podman and docker 25+ load) or docker (a docker save tarball)")
+	tag := fs.String("tag", "", "image load: name the archive's one image `REF` (needed when the archive names none)")
 	return func(ctx context.Context, args []string) error {
-		// Flags may come before the subcommand (--help among them) and
-		// after it.
+		// Flags may come before the subcommand (--help among them), after
+		// it and among its arguments.
 		if err := parse(fs, args); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
-			return usageError{msg: "missing pull, ls, rm or prune"}
+			return usageError{msg: "missing pull, load, save, ls, rm or prune"}
 		}
 		sub := fs.Arg(0)
-		if err := parse(fs, fs.Args()[1:]); err != nil {
-			return err
+		var refs []string
+		for rest := fs.Args()[1:]; ; rest = fs.Args()[1:] {
+			if err := parse(fs, rest); err != nil {
+				return err
+			}
+			if fs.NArg() == 0 {
+				break
+			}
+			refs = append(refs, fs.Arg(0))
+		}
+		if sub == "save" && of.format != "" {
+			if *output != "" && *output != of.format {
+				return usageError{msg: "-o and --output name two files"}
+			}
+			*output, of.format = of.format, ""
 		}
 		if err := of.check(); err != nil {
 			return err
 		}
-		refs := fs.Args()
 		s, err := imageStore()
 		if err != nil {
 			return err
 		}
 		switch sub {
+		case "load":
+			if err := noMore(refs); err != nil {
+				return err
+			}
+			opts := image.LoadOptions{Ref: *tag}
+			var po image.PullOptions
+			if err := bounds.apply(&po); err != nil {
+				return err
+			}
+			opts.MaxBytes, opts.MaxEntries = po.MaxBytes, po.MaxEntries
+			imgs, err := loadImages(ctx, s, *input, opts)
+			if err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				if of.json() {
+					if err := json.NewEncoder(os.Stdout).Encode(imageJSON(img)); err != nil {
+						return err
+					}
+					continue
+				}
+				for _, r := range img.Refs {
+					fmt.Printf("%s %s %s\n", r, img.Digest, mib(img.Size))
+				}
+			}
+			return nil
+		case "save":
+			if len(refs) == 0 {
+				return usageError{msg: "missing REF"}
+			}
+			if *format != image.FormatOCI && *format != image.FormatDocker {
+				return usageError{msg: fmt.Sprintf("--format: %q is not oci or docker", *format)}
+			}
+			return saveImages(ctx, s, *output, *format, refs)
 		case "pull":
 			if len(refs) == 0 {
 				return usageError{msg: "missing REF"}
@@ -307,8 +361,70 @@ func cmdImage(g *globals, fs *flag.FlagSet) action {
 			fmt.Printf("removed %d images, %d layers, %d partial pulls: %s\n", res.Roots, res.Blobs, res.Partial, mib(res.Bytes))
 			return nil
 		}
-		return usageError{msg: fmt.Sprintf("unknown image command %q (pull, ls, rm, prune)", sub)}
+		return usageError{msg: fmt.Sprintf("unknown image command %q (pull, load, save, ls, rm, prune)", sub)}
 	}
+}
+
+// loadImages loads the archive at path (a directory: an OCI layout), or
+// from stdin when path is "" or "-".
+func loadImages(ctx context.Context, s *image.Store, path string, opts image.LoadOptions) ([]*image.Image, error) {
+	var imgs []*image.Image
+	var err error
+	switch {
+	case path == "" || path == "-":
+		if isTerminal(os.Stdin) {
+			return nil, usageError{msg: "image load reads an archive from stdin (a pipe or a file) or -i FILE, not from a terminal"}
+		}
+		imgs, err = s.Load(ctx, os.Stdin, opts)
+	default:
+		st, serr := os.Stat(path)
+		switch {
+		case serr != nil:
+			return nil, &sandbox.InvalidError{Reason: "image_archive", Msg: serr.Error()}
+		case st.IsDir():
+			imgs, err = s.LoadDir(ctx, path, opts)
+		default:
+			f, ferr := os.Open(path)
+			if ferr != nil {
+				return nil, &sandbox.InvalidError{Reason: "image_archive", Msg: ferr.Error()}
+			}
+			defer f.Close()
+			imgs, err = s.Load(ctx, f, opts)
+		}
+	}
+	if err != nil {
+		return nil, wrap("load", cliBound(err))
+	}
+	return imgs, nil
+}
+
+// saveImages writes refs as one archive to path, or to stdout when path
+// is "" or "-". A file is written beside path and renamed into place
+// once whole, 0600 (an image may hold what its maker keeps private).
+func saveImages(ctx context.Context, s *image.Store, path, format string, refs []string) error {
+	if path == "" || path == "-" {
+		if isTerminal(os.Stdout) {
+			return usageError{msg: "image save writes an archive: give -o FILE or redirect stdout"}
+		}
+		return wrap("save", s.Save(ctx, os.Stdout, format, refs...))
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return &sandbox.InvalidError{Reason: "image_save", Msg: err.Error()}
+	}
+	tmp := f.Name()
+	err = s.Save(ctx, f, format, refs...)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return wrap("save", err)
+	}
+	return nil
 }
 
 func shortDigest(d string) string {
