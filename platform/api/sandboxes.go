@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net/http"
 	"slices"
 	"strconv"
@@ -995,56 +993,7 @@ func noPath() error {
 	return fieldErr("path", sandbox.Invalid("path", "the path query parameter is required (?path=/abs/file)"))
 }
 
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, k store.Key) {
-	path := r.URL.Query().Get("path")
-	if path == "" {
-		writeErr(w, noPath())
-		return
-	}
-	var mode fs.FileMode
-	if m := r.URL.Query().Get("mode"); m != "" {
-		n, err := strconv.ParseUint(m, 8, 32)
-		if err != nil || n > 0o7777 {
-			writeErr(w, badJSON("mode", "mode must be octal permission bits, e.g. 644"))
-			return
-		}
-		mode = fs.FileMode(n)
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxFile))
-	if err != nil {
-		writeErr(w, tooLarge(err))
-		return
-	}
-	rec, p, done, ok := s.take(w, r, k)
-	if !ok {
-		return
-	}
-	defer done()
-	if err := sandbox.NewRegistry(p).WriteFile(r.Context(), handleOf(rec), path, data, sandbox.WriteFileOptions{Mode: mode}); err != nil {
-		writeErr(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request, k store.Key) {
-	if r.URL.Query().Get("path") == "" {
-		writeErr(w, noPath())
-		return
-	}
-	rec, p, done, ok := s.take(w, r, k)
-	if !ok {
-		return
-	}
-	defer done()
-	data, err := sandbox.NewRegistry(p).ReadFile(r.Context(), handleOf(rec), r.URL.Query().Get("path"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = w.Write(data)
-}
+// writeFile and readFile are in files.go.
 
 func (s *Server) networkPolicy(w http.ResponseWriter, r *http.Request, k store.Key) {
 	var req PolicyRequest

@@ -51,7 +51,10 @@
 // without a store lookup, its good keys too, until a token comes back; an
 // account's open streams (Config.StreamMaxPerAccount, default 256: 429
 // rate_limited{streams} with Retry-After, before the upgrade; a closed
-// stream frees its place); a sandbox's proxied connections (proxy.go);
+// stream frees its place); an account's file reads and writes under way
+// (Config.FileTransfersPerAccount, default 4: 429
+// rate_limited{file_transfers} with Retry-After; each streams through a
+// 64 KiB buffer, files.go); a sandbox's proxied connections (proxy.go);
 // an account's sandboxes (Config.MaxSandboxesPerAccount, default 1000)
 // and runner names (RunnerAuth.MaxRunners, default 100): one more is 403
 // denied{resource_exhausted} (a runner's: resource_exhausted) with a
@@ -140,6 +143,11 @@ type Config struct {
 	// and shares its bound.
 	FailedAuthRate  rate.Limit
 	FailedAuthBurst int
+	// FileTransfersPerAccount bounds an account's file reads and writes
+	// under way at once on this server (default
+	// DefaultFileTransfersPerAccount); more are 429
+	// rate_limited{file_transfers} with Retry-After (files.go).
+	FileTransfersPerAccount int
 	// MaxSandboxesPerAccount bounds the sandbox records an account holds,
 	// every provider's, parked ones too (default
 	// DefaultMaxSandboxesPerAccount): a create of one more is 403
@@ -178,6 +186,7 @@ type Server struct {
 	// failedSweep is its size past which full buckets are dropped.
 	failed      map[string]*rate.Limiter
 	failedSweep int
+	files       fileSlots // file transfers per account (files.go)
 	transport   *http.Transport
 	closed      context.Context // done at Close
 	close       context.CancelFunc

@@ -10,7 +10,11 @@
 // for the sandbox. Options.Provider pins the provider new sandboxes go to
 // (default: the platform's default); every other call goes where the
 // sandbox lives. Streams (Spawn, Attach) are one WebSocket each; closing it
-// (Command.Stop) detaches, and a detachable command goes on.
+// (Command.Stop) detaches, and a detachable command goes on. Files stream
+// both ways (OpenFile, WriteFileFrom: sandbox.FileOpener and
+// FileStreamWriter), and so do ReadFile and WriteFile on the wire; an
+// account's transfers under way at once are bounded by the platform (429
+// rate_limited{file_transfers}, a *sandbox.RateLimitedError here).
 //
 // The key travels only in the Authorization header; it is never part of a
 // URL, an error or a log line.
@@ -68,6 +72,8 @@ var _ interface {
 	sandbox.CheckpointOnceCreator
 	sandbox.SessionTerminator
 	sandbox.FileReader
+	sandbox.FileOpener
+	sandbox.FileStreamWriter
 	sandbox.SandboxCapabilities
 } = (*Client)(nil)
 
@@ -382,6 +388,13 @@ func (c *Client) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Handle
 
 // WriteFile writes a file in the sandbox.
 func (c *Client) WriteFile(ctx context.Context, h *sandbox.Handle, path string, data []byte, opts sandbox.WriteFileOptions) error {
+	return c.WriteFileFrom(ctx, h, path, bytes.NewReader(data), opts)
+}
+
+// WriteFileFrom writes a file in the sandbox from a stream
+// (sandbox.FileStreamWriter): the body is sent as it is read, and the
+// platform streams it on to the provider, so neither end holds the file.
+func (c *Client) WriteFileFrom(ctx context.Context, h *sandbox.Handle, path string, r io.Reader, opts sandbox.WriteFileOptions) error {
 	if err := sandbox.CheckHandle(h, Name); err != nil {
 		return err
 	}
@@ -389,25 +402,58 @@ func (c *Client) WriteFile(ctx context.Context, h *sandbox.Handle, path string, 
 	if opts.Mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(opts.Mode.Perm()), 8))
 	}
-	return c.doRaw(ctx, http.MethodPut, c.path(h.Name, "files")+"?"+q.Encode(), bytes.NewReader(data), "application/octet-stream",
+	return c.doRaw(ctx, http.MethodPut, c.path(h.Name, "files")+"?"+q.Encode(), r, "application/octet-stream",
 		func(io.Reader) error { return nil })
 }
 
 // ReadFile reads a file of the sandbox.
 func (c *Client) ReadFile(ctx context.Context, h *sandbox.Handle, path string) ([]byte, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
+	rc, _, err := c.OpenFile(ctx, h, path)
+	if err != nil {
 		return nil, err
 	}
-	var out []byte
-	err := c.doRaw(ctx, http.MethodGet, c.path(h.Name, "files")+"?"+url.Values{"path": {path}}.Encode(), nil, "", func(r io.Reader) error {
-		b, err := io.ReadAll(r)
-		out = b
-		if err != nil {
-			return sandbox.Unavailable(sandbox.ReasonTransport, err)
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// OpenFile opens a file of the sandbox for a streamed read
+// (sandbox.FileOpener): the reader is the response body, and size the
+// length the platform announced. A body that ends before it (the file
+// shrank, the connection broke) is Unavailable{transport}. The caller
+// closes the reader.
+func (c *Client) OpenFile(ctx context.Context, h *sandbox.Handle, path string) (io.ReadCloser, int64, error) {
+	if err := sandbox.CheckHandle(h, Name); err != nil {
+		return nil, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.String()+c.path(h.Name, "files")+"?"+url.Values{"path": {path}}.Encode(), nil)
+	if err != nil {
+		return nil, 0, sandbox.Invalid("request", err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
 		}
-		return nil
-	})
-	return out, err
+		return nil, 0, sandbox.Unavailable(sandbox.ReasonTransport, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, 0, api.DecodeError(resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	return transportBody{resp.Body}, resp.ContentLength, nil
+}
+
+// transportBody reports a broken body as Unavailable{transport}.
+type transportBody struct{ io.ReadCloser }
+
+func (b transportBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = sandbox.Unavailable(sandbox.ReasonTransport, err)
+	}
+	return n, err
 }
 
 // Exec runs a command to completion on the platform. The budget sent is
