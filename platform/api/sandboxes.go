@@ -569,7 +569,6 @@ func (s *Server) intent(ctx context.Context, in store.Intent) (int64, error) {
 			Message: fmt.Sprintf("operation id %q was used for sandbox %q already: a bounded operation is made once per operation id (use a new one for a new checkpoint)", in.Arg, in.Name)}}
 	}
 	if err != nil {
-
 		s.log.Warn("api: recording an intent", "op", in.Op, "account", in.AccountID, "sandbox", in.Name, "err", err)
 		return 0, sandbox.Unavailable("store", fmt.Errorf("recording the intent of %s: %w", in.Op, err))
 	}
@@ -937,12 +936,15 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, k store.Key) 
 }
 
 // SessionUsable refuses every use of a session (terminate, attach, and
-// stdin, which an attach carries) while an intent to terminate it is open
-// (pending: its call may be under way; uncertain: it failed in a way that
-// leaves the outcome unknown) on this sandbox: 503
+// stdin, which an attach carries) while an intent to terminate it has an
+// unknown outcome on this sandbox (uncertain: its call failed in a way
+// that leaves it unknown, a 503 termination_unconfirmed; or pending for
+// longer than ParkingStale, a call that died): 503
 // unavailable{termination_unconfirmed}, until lifecycle settles the intent
 // by looking. A second terminate would send the write again, and an attach
-// would hand out a session that may be ending. A store that cannot say is
+// would hand out a session that may be ending. A terminate still under
+// way (pending, fresh) does not block: concurrent terminations of one
+// session get one verdict from the provider. A store that cannot say is
 // 503 unavailable{store}: unknown is not clear.
 func (s *Server) SessionUsable(ctx context.Context, rec store.Sandbox, sessionID string) error {
 	ins, err := s.cfg.Store.IntentsOf(ctx, rec.AccountID, rec.Name)
@@ -951,7 +953,7 @@ func (s *Server) SessionUsable(ctx context.Context, rec store.Sandbox, sessionID
 	}
 	for _, in := range ins {
 		if in.Op == store.OpTerminateSession && in.Arg == sessionID && in.ProviderName == rec.ProviderName &&
-			(in.State == store.IntentPending || in.State == store.IntentUncertain) {
+			(in.State == store.IntentUncertain || in.State == store.IntentPending && s.cfg.Now().Sub(in.UpdatedAt) > ParkingStale) {
 			return sandbox.Unavailable(sandbox.ReasonTerminationUnconfirm, fmt.Errorf(
 				"session %s has a termination whose outcome is not known yet (intent %d, %s): it is not used until reconciliation settles it", sessionID, in.ID, in.State))
 		}

@@ -19,10 +19,11 @@
 // is made only once its intent is recorded, else refused 503
 // unavailable; an operation id is a sandbox's once (a checkpoint POST
 // with one it has used is 409 already_exists, never sent again), and a
-// session with a termination intent still open (pending, or uncertain
-// after a 503 termination_unconfirmed) is refused every use, terminate
-// and attach (stdin with it), 503 unavailable{termination_unconfirmed},
-// until lifecycle settles the intent. An account sees only its
+// session whose termination has an unknown outcome (its intent uncertain
+// after a 503 termination_unconfirmed, or pending past ParkingStale) is
+// refused every use, terminate and attach (stdin with it), 503
+// unavailable{termination_unconfirmed}, until lifecycle settles the
+// intent. An account sees only its
 // own records: another account's sandbox is 404, never 403. Runner
 // sandboxes go to the account's most recently connected online runner.
 //
