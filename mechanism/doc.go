@@ -13,6 +13,30 @@
 // ListRunning reads the mechanism's on-disk state and live processes, so it is
 // right after the managing process restarts.
 //
+// # Provision: the caller's id is the reference
+//
+// The Elixir library's provision(spec, owner_ref) returned a sandbox
+// reference the host kept. Here the caller names the sandbox: the id it
+// passes to Provision (ValidateID: a name safe as one path element) is the
+// reference, and every later call (Start, Execute, Usage, Destroy) takes
+// the same id; there is no handle to keep or lose. The id is what the
+// mechanism's on-disk state is keyed by, so a restarted managing process
+// finds its sandboxes by id again (ListRunning), and Provision of an id
+// that exists with the same Spec adopts it. An owner reference, where a
+// host needs one, is the host's own: it maps its references to ids
+// (provider/local keeps a record per sandbox name).
+//
+// # Usage
+//
+// Usage is the current consumption of a sandbox, the usage map of the
+// Elixir library (cpu_millicores, memory_mb, disk_mb) as a struct in
+// bytes: CPUMillicores is a rate over UsageWindow (so a call on a running
+// sandbox takes about that long), next to the cumulative CPUTime;
+// MemoryBytes the current charge; DiskBytes what the sandbox holds on the
+// host's disk. A figure the mechanism has no counter for is 0 (trusted
+// has no cgroup: disk only); mechanismtest checks that the figures move
+// with the workload where the mechanism claims the cgroup caps.
+//
 // # Running commands
 //
 // Execute runs argv inside a running sandbox and waits. It has exactly three

@@ -233,11 +233,50 @@ type Process interface {
 	Wait() (ExitState, error)
 }
 
-// Usage is a sandbox's current consumption, from the kernel's counters.
+// Usage is a sandbox's current consumption, from the kernel's counters:
+// the Elixir library's usage map (cpu_millicores, memory_mb, disk_mb) as
+// a struct, in bytes. A mechanism with no counter for a figure (trusted
+// has no cgroup) leaves it 0; a stopped sandbox has no CPU rate and no
+// memory charge.
 type Usage struct {
-	CPUTime     time.Duration // cumulative CPU time of every task in the sandbox
-	MemoryBytes int64         // current memory charge (cgroup) or RSS
-	DiskBytes   int64         // allocated bytes under the home directory, and of the sandbox's own writable layer where it has one (the jail's image sandboxes)
+	CPUTime time.Duration // cumulative CPU time of every task in the sandbox
+	// CPUMillicores is the current CPU use: the CPU time the sandbox's
+	// tasks took over a window of UsageWindow, per second of wall clock,
+	// in thousandths of a core (1000: one core busy all the window).
+	CPUMillicores int64
+	MemoryBytes   int64 // current memory charge (cgroup) or RSS
+	DiskBytes     int64 // allocated bytes under the home directory, and of the sandbox's own writable layer where it has one (the jail's image sandboxes)
+}
+
+// UsageWindow is the window over which Usage measures the CPU rate: a
+// call of Usage on a running sandbox takes about this long.
+const UsageWindow = 250 * time.Millisecond
+
+// CPURate samples a cumulative CPU time (sample says false when it cannot
+// be read) twice, UsageWindow apart, and returns the rate in millicores
+// and the second sample; ctx ending cuts the window short (the rate is
+// then over the time waited, or 0 with ctx's error before any).
+func CPURate(ctx context.Context, sample func() (time.Duration, bool)) (int64, time.Duration, error) {
+	c0, ok := sample()
+	if !ok {
+		return 0, 0, nil
+	}
+	t0 := time.Now()
+	t := time.NewTimer(UsageWindow)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+	case <-t.C:
+	}
+	c1, ok := sample()
+	dt := time.Since(t0)
+	if !ok {
+		return 0, c0, nil
+	}
+	if dt <= 0 || c1 < c0 {
+		return 0, c1, ctx.Err()
+	}
+	return int64((c1 - c0) * 1000 / dt), c1, nil
 }
 
 // Mechanism is an isolation mechanism. All methods are safe for concurrent

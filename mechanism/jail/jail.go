@@ -1084,9 +1084,10 @@ func (j *Jail) ListRunning(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Usage implements mechanism.Mechanism: CPU time and memory from the
-// sandbox's cgroups, disk from the allocated blocks under its home and, for
-// an image sandbox, its writable layer (or its copy of the image).
+// Usage implements mechanism.Mechanism: CPU time, the CPU rate over
+// mechanism.UsageWindow and memory from the sandbox's cgroups, disk from
+// the allocated blocks under its home and, for an image sandbox, its
+// writable layer (or its copy of the image).
 func (j *Jail) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
 	if err := mechanism.ValidateID(id); err != nil {
 		return mechanism.Usage{}, err
@@ -1100,8 +1101,11 @@ func (j *Jail) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
 	}
 	var u mechanism.Usage
 	if g := j.group(st); g != nil && alive(st) {
-		s := g.Stats()
-		u.CPUTime, u.MemoryBytes = s.CPUTime, s.MemoryBytes
+		rate, cpu, err := mechanism.CPURate(ctx, func() (time.Duration, bool) { return g.Stats().CPUTime, true })
+		if err != nil {
+			return u, err
+		}
+		u.CPUTime, u.CPUMillicores, u.MemoryBytes = cpu, rate, g.Stats().MemoryBytes
 	}
 	_ = filepath.WalkDir(st.HomeDir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil || ctx.Err() != nil {

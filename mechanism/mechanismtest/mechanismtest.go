@@ -131,6 +131,7 @@ func Run(t *testing.T, factory func(t *testing.T) mechanism.Mechanism, opts ...O
 		{"memory", checkMemory},
 		{"pids", checkPids},
 		{"cpu", checkCPU},
+		{"usage", checkUsage},
 		{"wall_clock", checkWallClock},
 		{"network_deny_all", checkNetwork},
 		{"egress", checkEgress},
@@ -266,6 +267,9 @@ func checkLifecycle(t *testing.T, k *kit, m mechanism.Mechanism) {
 	}
 	if _, err := m.Usage(ctx, id); err != nil {
 		t.Errorf("usage: %v", err)
+	}
+	if _, err := m.Usage(ctx, never); !errors.Is(err, mechanism.ErrNotFound) {
+		t.Errorf("usage of a never-provisioned sandbox = %v, want ErrNotFound", err)
 	}
 	if err := m.Stop(ctx, id); err != nil {
 		t.Fatal(err)
@@ -520,6 +524,76 @@ func checkCPU(t *testing.T, k *kit, m mechanism.Mechanism) {
 	t.Logf("fixed work: uncapped %v, under 100 millicores %v (%.1fx)", base, c.Duration, ratio)
 	if ratio < 5 {
 		t.Fatalf("BREACHED: fixed work under a 100-millicore cap took only %.1fx its uncapped time (want >= 5x)", ratio)
+	}
+}
+
+// checkUsage: Usage reports current consumption that moves with the
+// workload: DiskBytes grows by a file written under the home; where the
+// mechanism measures by cgroup (it claims memory_cap and cpu_cap), a
+// process that holds 64 MiB and spins raises MemoryBytes by most of that
+// and CPUMillicores to a busy core's share, and both fall back when it is
+// killed. All-zero usage of a busy sandbox fails.
+func checkUsage(t *testing.T, k *kit, m mechanism.Mechanism) {
+	ctx := context.Background()
+	id := k.sandbox(t, m, "usage", mechanism.Spec{})
+	u0, err := m.Usage(ctx, id)
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	mustSh(t, m, id, `head -c 8388608 /dev/urandom > "$HOME/usage-blob" && sync`)
+	u1, err := m.Usage(ctx, id)
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	if grew := u1.DiskBytes - u0.DiskBytes; grew < 7<<20 {
+		t.Errorf("DiskBytes %d -> %d after 8 MiB written under the home: grew %d, want >= 7 MiB", u0.DiskBytes, u1.DiskBytes, grew)
+	}
+	g := mechanism.Guaranteed(m)
+	if !slices.Contains(g, mechanism.MemoryCap) || !slices.Contains(g, mechanism.CPUCap) {
+		t.Logf("%s claims no cgroup memory and cpu caps: CPU and memory figures not checked", m.Name())
+		return
+	}
+	if _, err := m.Execute(ctx, id, []string{"python3", "-c", "pass"}, mechanism.ExecOptions{}); err != nil {
+		k.notDemonstrated(t, "python3 cannot run in the sandbox: %v", err)
+	}
+	idle := u1
+	mustSh(t, m, id, `setsid python3 -c 'b = bytearray(64 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+while True: pass' >/dev/null 2>&1 </dev/null & echo $! > "$HOME/usage.pid"`)
+	t.Cleanup(func() {
+		_, _ = sh(ctx, m, id, `kill $(cat "$HOME/usage.pid")`, mechanism.ExecOptions{Timeout: 10 * time.Second})
+	})
+	var busy mechanism.Usage
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if busy, err = m.Usage(ctx, id); err != nil {
+			t.Fatalf("usage: %v", err)
+		}
+		if busy.MemoryBytes-idle.MemoryBytes >= 48<<20 && busy.CPUMillicores >= 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with a process holding 64 MiB and spinning: memory %d -> %d, cpu %d -> %d millicores; want +48 MiB and >= 100 millicores",
+				idle.MemoryBytes, busy.MemoryBytes, idle.CPUMillicores, busy.CPUMillicores)
+		}
+	}
+	if busy.CPUTime <= idle.CPUTime {
+		t.Errorf("CPUTime did not grow: %v -> %v", idle.CPUTime, busy.CPUTime)
+	}
+	t.Logf("idle: %d millicores, %d MiB; busy: %d millicores, %d MiB", idle.CPUMillicores, idle.MemoryBytes>>20, busy.CPUMillicores, busy.MemoryBytes>>20)
+	mustSh(t, m, id, `kill $(cat "$HOME/usage.pid")`)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		after, err := m.Usage(ctx, id)
+		if err != nil {
+			t.Fatalf("usage: %v", err)
+		}
+		if after.CPUMillicores < busy.CPUMillicores/3 && after.MemoryBytes < busy.MemoryBytes-(32<<20) {
+			t.Logf("after the kill: %d millicores, %d MiB", after.CPUMillicores, after.MemoryBytes>>20)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the kill: %d millicores, %d MiB; want the busy %d millicores and %d MiB to fall",
+				after.CPUMillicores, after.MemoryBytes>>20, busy.CPUMillicores, busy.MemoryBytes>>20)
+		}
 	}
 }
 

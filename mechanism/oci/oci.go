@@ -707,8 +707,9 @@ func (m *Mechanism) ListRunning(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Usage implements mechanism.Mechanism from the container's cgroup and
-// the home directory's allocated blocks.
+// Usage implements mechanism.Mechanism from the container's cgroup (CPU
+// time, the CPU rate over mechanism.UsageWindow, memory) and the home
+// directory's allocated blocks.
 func (m *Mechanism) Usage(ctx context.Context, id string) (mechanism.Usage, error) {
 	sb, err := m.open(id)
 	if err != nil {
@@ -724,8 +725,11 @@ func (m *Mechanism) Usage(ctx context.Context, id string) (mechanism.Usage, erro
 	if err != nil {
 		return u, err
 	}
-	s := cg.stats()
-	u.CPUTime, u.MemoryBytes = s.cpu, s.memory
+	rate, cpu, err := mechanism.CPURate(ctx, func() (time.Duration, bool) { return cg.stats().cpu, true })
+	if err != nil {
+		return u, err
+	}
+	u.CPUTime, u.CPUMillicores, u.MemoryBytes = cpu, rate, cg.stats().memory
 	return u, nil
 }
 
