@@ -132,6 +132,7 @@ var errDetached = errors.New("detached")
 // ends (its code), ctx ends (ctx's error), or a detach (errDetached).
 func (s *session) run(ctx context.Context) (int, error) {
 	tty := s.flags.wantTTY()
+	stdout, stderr := sessionOutputs(tty) // termfilter.go
 	if tty && isTerminal(os.Stdin) {
 		if restore, err := makeRaw(int(os.Stdin.Fd())); err == nil {
 			defer restore()
@@ -196,9 +197,9 @@ func (s *session) run(ctx context.Context) (int, error) {
 			}
 			switch ev.Kind {
 			case sandbox.Stdout:
-				_, _ = os.Stdout.Write(ev.Data)
+				_, _ = stdout.Write(ev.Data)
 			case sandbox.Stderr:
-				_, _ = os.Stderr.Write(ev.Data)
+				_, _ = stderr.Write(ev.Data)
 			case sandbox.Exit:
 				return ev.Code, nil
 			case sandbox.Error:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -146,11 +145,14 @@ func printLogs(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle, id
 		return wrap("logs", err)
 	}
 	defer func() { _ = cmd.Stop() }()
-	var held []chunk // the replay, while tail holds it back
+	var held []chunk                        // the replay, while tail holds it back
+	stdout, stderr := sessionOutputs(false) // termfilter.go: a workload's escapes do not drive the terminal
+	defer stdout.Flush()
+	defer stderr.Flush()
 	emit := func(c chunk) {
-		w := io.Writer(os.Stdout)
+		w := stdout
 		if c.stderr {
-			w = os.Stderr
+			w = stderr
 		}
 		_, _ = w.Write(c.data)
 	}
