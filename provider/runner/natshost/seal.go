@@ -213,13 +213,18 @@ func appendHeader(dst []byte, hdr nats.Header) []byte {
 
 // seal is the sealed message of hdr and data for subject and reply.
 func (s *sealer) seal(class byte, subject, reply string, hdr nats.Header, data []byte) []byte {
+	return s.sealAt(time.Now(), class, subject, reply, hdr, data)
+}
+
+// sealAt is seal stamped at now.
+func (s *sealer) sealAt(now time.Time, class byte, subject, reply string, hdr nats.Header, data []byte) []byte {
 	inner := appendHeader(nil, hdr)
 	out := make([]byte, headLen, headLen+len(inner)+len(data)+16)
 	out[0], out[1] = sealVersion, class
 	copy(out[2:], s.session[:])
 	ctr := s.ctr[class].Add(1)
 	binary.BigEndian.PutUint64(out[2+sessionLen:], ctr)
-	binary.BigEndian.PutUint64(out[2+sessionLen+8:], uint64(time.Now().UnixNano()))
+	binary.BigEndian.PutUint64(out[2+sessionLen+8:], uint64(now.UnixNano()))
 	var nonce [12]byte
 	nonce[0] = class
 	binary.BigEndian.PutUint64(nonce[4:], ctr)
