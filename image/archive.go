@@ -213,7 +213,12 @@ func scanArchive(ctx context.Context, ra io.ReaderAt, size int64) (map[string]ar
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		p := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		// Named as go-containerregistry's tarball finds an entry: the
+		// first whose cleaned name matches.
+		p := path.Clean(h.Name)
+		if files[p].ok {
+			continue
+		}
 		switch h.Typeflag {
 		case tar.TypeReg:
 			off, err := sr.Seek(0, io.SeekCurrent)
@@ -221,10 +226,24 @@ func scanArchive(ctx context.Context, ra io.ReaderAt, size int64) (map[string]ar
 				return nil, sandbox.Unavailable("image_archive", err)
 			}
 			files[p] = archiveFile{ok: true, off: off, size: h.Size}
-		case tar.TypeSymlink:
+		case tar.TypeSymlink, tar.TypeLink:
 			files[p] = archiveFile{ok: true, link: h.Linkname, isLink: true}
 		}
 	}
+}
+
+// resolve is the regular file the archive's entry p is, its links
+// followed as go-containerregistry's tarball follows them.
+func resolve(files map[string]archiveFile, p string) (archiveFile, bool) {
+	p = path.Clean(p)
+	for range 16 {
+		f := files[p]
+		if !f.ok || !f.isLink {
+			return f, f.ok
+		}
+		p = path.Join(path.Dir(p), path.Clean(f.link))
+	}
+	return archiveFile{}, false
 }
 
 type sectionCloser struct{ *io.SectionReader }
@@ -234,8 +253,8 @@ func (sectionCloser) Close() error { return nil }
 // dockerArchive reads a docker save tarball's manifest.json and gives
 // each image it lists with its RepoTags.
 func dockerArchive(ra io.ReaderAt, size int64, files map[string]archiveFile) ([]loadItem, error) {
-	if f := files["manifest.json"]; f.isLink || f.size > maxJSONBytes {
-		return nil, &BoundError{Ref: "archive", Bound: "manifest.json", What: "its manifest.json is a link or too large", Limit: maxJSONBytes}
+	if f, ok := resolve(files, "manifest.json"); !ok || f.size > maxJSONBytes {
+		return nil, &BoundError{Ref: "archive", Bound: "manifest.json", What: fmt.Sprintf("its manifest.json is missing or more than %d bytes", maxJSONBytes), Limit: maxJSONBytes}
 	}
 	opener := func() (io.ReadCloser, error) { return sectionCloser{io.NewSectionReader(ra, 0, size)}, nil }
 	m, err := tarball.LoadManifest(opener)
@@ -247,7 +266,7 @@ func dockerArchive(ra io.ReaderAt, size int64, files map[string]archiveFile) ([]
 	}
 	var items []loadItem
 	for _, d := range m {
-		if f := files[strings.TrimPrefix(path.Clean("/"+d.Config), "/")]; !f.ok || f.size > maxJSONBytes {
+		if f, ok := resolve(files, d.Config); !ok || f.size > maxJSONBytes {
 			return nil, sandbox.Invalid("image_archive", fmt.Sprintf("config %q is missing or larger than %d bytes", d.Config, maxJSONBytes))
 		}
 		if len(d.Layers) > maxLayers {

@@ -314,6 +314,18 @@ func TestLoadHostileArchives(t *testing.T) {
 		{"neither", imagetest.Layer{{Name: "README", Body: "x"}}.Tar(), false},
 		{"no-name", dockerSave(t, nil, v1.Config{}, base), false},
 		{"config-outside", imagetest.Layer{{Name: "manifest.json", Body: `[{"Config":"../../../../etc/passwd","RepoTags":["x:v1"],"Layers":[]}]`}}.Tar(), false},
+		// go-containerregistry reads the first manifest.json: a large one
+		// first is refused, not read whole into memory.
+		{"manifest-twice-first-large", imagetest.Layer{
+			{Name: "manifest.json", Body: `[{"Config":"c.json","RepoTags":["x:v1"],"Layers":[]}` + strings.Repeat(" ", 17<<20) + "]"},
+			{Name: "manifest.json", Body: `[{"Config":"c.json","RepoTags":["x:v1"],"Layers":[]}]`},
+			{Name: "c.json", Body: "{}"},
+		}.Tar(), false},
+		{"config-linked-to-large", imagetest.Layer{
+			{Name: "manifest.json", Body: `[{"Config":"c.json","RepoTags":["x:v1"],"Layers":[]}]`},
+			{Name: "c.json", Type: tar.TypeSymlink, Linkname: "big"},
+			{Name: "big", Body: `{"os":"linux","rootfs":{"type":"layers","diff_ids":[]}}` + strings.Repeat(" ", 17<<20)},
+		}.Tar(), false},
 		{"layout-climbing-entries", layoutTar(
 			imagetest.Entry{Name: "../../../../../../" + escape, Body: "x"},
 			imagetest.Entry{Name: "blobs/sha256/../../../../../../../" + escape, Body: "x"},
