@@ -39,6 +39,20 @@
 // held (go test -run '^$' -bench AttachedSessionMemory -benchtime 1x
 // ./runner/).
 //
+// The runner host is bounded (bounds.go): durations and sizes from the
+// wire are checked before use (wall_clock_ms 2^62 is invalid, not "no
+// limit"); a create's disk_bytes may ask at most Config.DiskShare (one
+// half) of the homes' free space, and one without gets the daemon's
+// default home quota (Config.DefaultDiskBytes) when it has one; a connection has at most Config.MaxOpsPerConn requests served
+// at once, the socket left unread while none is free, for up to
+// Config.BusyWait, before a request is answered rate_limited; file reads
+// and writes are bounded in number (Config.MaxFileOps) and a read is
+// refused from the file's size before it is read, then encoded from the
+// file straight into its reply (three concurrent read_file of a 1 GB
+// file no longer take the daemon to 3 GB: go test -run
+// TestReadFileMemoryBounded -v ./runner/ measures 80 MiB of growth for
+// six reads of 20 MiB beside them).
+//
 // Keep-alive (the later original's fix for half-open sockets): the daemon
 // pings the platform every PingInterval and reconnects when a ping goes
 // unanswered for PingTimeout.
@@ -125,6 +139,20 @@ type Config struct {
 	// Default 10 s and 5 s; negative disables.
 	PingInterval, PingTimeout time.Duration
 	HTTPClient                *http.Client
+	// The runner host's bounds (bounds.go says each rule). DiskShare is
+	// the share of the homes' free space one create's disk_bytes may ask
+	// (default DefaultDiskShare, one half); DefaultDiskBytes the home
+	// quota of a create that asks none (0 or negative: none added, the
+	// provider's own default stands). MaxOpsPerConn bounds the
+	// requests of one connection served at once (default 64), MaxFileOps
+	// the daemon's read_file and write_file under way (default 2); a
+	// request finding no place waits up to BusyWait (default 1 s), the
+	// socket unread, then is answered rate_limited.
+	DiskShare        float64
+	DefaultDiskBytes int64
+	MaxOpsPerConn    int
+	MaxFileOps       int
+	BusyWait         time.Duration
 	// OnDisconnect, if set, is called after each connection attempt ends
 	// and before the wait: the attempt counter (0 after a clean close), the
 	// delay, and the error (nil for a clean close).
@@ -165,6 +193,9 @@ type Daemon struct {
 	recoMu   sync.Mutex // serialises session recovery
 	closed   bool
 	wg       sync.WaitGroup
+
+	fileOps   chan struct{} // a place per read_file or write_file under way
+	frameBufs chan []byte   // read_file reply buffers for reuse, at most MaxFileOps
 }
 
 // New validates cfg and returns a daemon.
@@ -195,6 +226,16 @@ func New(cfg Config) (*Daemon, error) {
 	def(&cfg.WriteTimeout, 30*time.Second)
 	def(&cfg.PingInterval, 10*time.Second)
 	def(&cfg.PingTimeout, 5*time.Second)
+	def(&cfg.BusyWait, time.Second)
+	if cfg.DiskShare <= 0 || cfg.DiskShare > 1 {
+		cfg.DiskShare = DefaultDiskShare
+	}
+	if cfg.MaxOpsPerConn <= 0 {
+		cfg.MaxOpsPerConn = 64
+	}
+	if cfg.MaxFileOps <= 0 {
+		cfg.MaxFileOps = 2
+	}
 	u, err := DialURL(cfg.URL, url.Values{
 		wire.ParamName:     {cfg.Name},
 		wire.ParamHostname: {cfg.Hostname},
@@ -207,7 +248,8 @@ func New(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Daemon{cfg: cfg, p: cfg.Provider, log: cfg.Logger, u: u, sessions: map[string]*session{}}, nil
+	return &Daemon{cfg: cfg, p: cfg.Provider, log: cfg.Logger, u: u, sessions: map[string]*session{},
+		fileOps: make(chan struct{}, cfg.MaxFileOps), frameBufs: make(chan []byte, cfg.MaxFileOps)}, nil
 }
 
 // extraCaps are the capabilities beyond suspend and attach the daemon serves.

@@ -2,9 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"sort"
 	"strings"
@@ -27,25 +29,34 @@ type conn struct {
 
 	qmu    sync.Mutex
 	queues map[string]*opQueue // per-session stdin/stdin_close, in arrival order
+
+	ops chan struct{} // a place per request served (Config.MaxOpsPerConn)
 }
 
 // opQueue runs one session's stdin requests in arrival order (the original
 // ran each request in its own goroutine, so two writes could swap, D4).
 type opQueue struct {
-	items []*wire.Request
+	items []queued
 }
 
-// enqueue runs req after the earlier stdin requests of its session.
-func (c *conn) enqueue(req *wire.Request, wg *sync.WaitGroup) {
+// queued is a stdin request and the release of its place (admit).
+type queued struct {
+	req     *wire.Request
+	release func()
+}
+
+// enqueue runs req after the earlier stdin requests of its session; each
+// holds its place (admit) until it was served.
+func (c *conn) enqueue(req *wire.Request, release func(), wg *sync.WaitGroup) {
 	key := req.Name + "\x00" + req.SessionID
 	c.qmu.Lock()
 	q := c.queues[key]
 	if q != nil {
-		q.items = append(q.items, req)
+		q.items = append(q.items, queued{req, release})
 		c.qmu.Unlock()
 		return
 	}
-	q = &opQueue{items: []*wire.Request{req}}
+	q = &opQueue{items: []queued{{req, release}}}
 	c.queues[key] = q
 	c.qmu.Unlock()
 	wg.Add(1)
@@ -61,7 +72,8 @@ func (c *conn) enqueue(req *wire.Request, wg *sync.WaitGroup) {
 			next := q.items[0]
 			q.items = q.items[1:]
 			c.qmu.Unlock()
-			c.handle(next)
+			c.handle(next.req)
+			next.release()
 		}
 	}()
 }
@@ -85,7 +97,7 @@ var errClosed = errors.New("runner: connection closed")
 
 func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
 	cctx, cancel := context.WithCancel(ctx)
-	c := &conn{d: d, ws: ws, ctx: cctx, queues: map[string]*opQueue{}}
+	c := &conn{d: d, ws: ws, ctx: cctx, queues: map[string]*opQueue{}, ops: make(chan struct{}, d.cfg.MaxOpsPerConn)}
 	var wg sync.WaitGroup
 	defer func() {
 		c.closed.Store(true)
@@ -161,16 +173,55 @@ func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
 			}
 			continue
 		}
+		release, ok := c.admit(req)
+		if !ok {
+			if cctx.Err() == nil {
+				code, detail := wire.ErrorCode(&sandbox.RateLimitedError{RetryAfter: time.Second})
+				_ = c.write(wire.AppendError(nil, req.ID, code, detail))
+			}
+			continue
+		}
 		if req.Op == wire.OpStdin || req.Op == wire.OpStdinClose {
-			c.enqueue(req, &wg)
+			c.enqueue(req, release, &wg)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer release()
 			c.handle(req)
 		}()
 	}
+}
+
+// admit takes req's place among the connection's requests served at once
+// (and, for a file op, among the daemon's file ops), waiting up to
+// BusyWait with the socket unread; ok false: no place came.
+func (c *conn) admit(req *wire.Request) (release func(), ok bool) {
+	t := time.NewTimer(c.d.cfg.BusyWait)
+	defer t.Stop()
+	select {
+	case c.ops <- struct{}{}:
+	case <-t.C:
+		return nil, false
+	case <-c.ctx.Done():
+		return nil, false
+	}
+	if req.Op != wire.OpWriteFile {
+		// (A read_file waits for its file place in its own goroutine,
+		// holding nothing large: readFile.)
+		return func() { <-c.ops }, true
+	}
+	// A write_file's frame is large: it waits here, so at most MaxFileOps
+	// of them are held.
+	select {
+	case c.d.fileOps <- struct{}{}:
+		return func() { <-c.d.fileOps; <-c.ops }, true
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	<-c.ops
+	return nil, false
 }
 
 // handle runs one request and writes its reply (and, for spawn and attach,
@@ -312,11 +363,12 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 	case wire.OpCreate:
 		var opts sandbox.CreateOptions
 		if l := req.Limits; l != nil {
-			opts.Limits = sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CPUMillis,
-				WallClock: time.Duration(l.WallClockMS) * time.Millisecond, DiskBytes: l.DiskBytes}
-			if err := opts.Limits.Validate(); err != nil {
+			if opts.Limits, err = limitsOf(l); err != nil { // bounds.go
 				return nil, err
 			}
+		}
+		if err := d.diskFor(&opts.Limits); err != nil {
+			return nil, err
 		}
 		_, err := p.Create(ctx, req.Name, opts)
 		return nil, err
@@ -345,34 +397,19 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 		_, err := p.Resume(ctx, h)
 		return nil, err
 	case wire.OpWriteFile:
-		data, err := wire.DecodeData(deref(req.Data))
-		if err != nil {
-			return nil, sandbox.Invalid("data", "data is not base64")
-		}
 		var mode fs.FileMode
 		if req.Mode != nil {
 			mode = fs.FileMode(*req.Mode) & fs.ModePerm
 		}
-		return nil, p.WriteFile(ctx, h, req.Path, data, sandbox.WriteFileOptions{Mode: mode})
+		return nil, d.writeFile(ctx, h, req, sandbox.WriteFileOptions{Mode: mode})
 	case wire.OpReadFile:
-		fr, ok := p.(sandbox.FileReader)
-		if !ok {
-			return nil, sandbox.ErrNotSupported
-		}
-		data, err := fr.ReadFile(ctx, h, req.Path)
-		if err != nil {
-			return nil, err
-		}
-		if len(data) > wire.MaxWriteFile {
-			// The reply is one frame: a larger one would close the whole
-			// connection.
-			return nil, sandbox.Invalid("file_too_large", fmt.Sprintf("%d bytes: a runner sends files of at most %d MiB in one read", len(data), wire.MaxWriteFile>>20))
-		}
-		return marshal(map[string]string{"data": wire.EncodeData(data)})
+		return nil, d.readFile(c, h, req)
 	case wire.OpExec:
 		opts := sandbox.ExecOptions{Env: envPairs(req.Env), Dir: deref(req.Dir), StderrToStdout: req.StderrToStdout}
 		if req.TimeoutMS != nil && *req.TimeoutMS > 0 {
-			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+			if opts.Timeout, err = msDuration("timeout_ms", *req.TimeoutMS); err != nil {
+				return nil, err
+			}
 		}
 		// The reply is one frame: its output is capped far below the
 		// frame limit (a 60 MB reply closed the whole connection), and
@@ -411,7 +448,9 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			opts.Mode = sandbox.Force
 		}
 		if req.TimeoutMS != nil {
-			opts.Timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+			if opts.Timeout, err = msDuration("timeout_ms", *req.TimeoutMS); err != nil {
+				return nil, err
+			}
 		}
 		sid, err := providerSID(req.Name, req.SessionID)
 		if err != nil {
@@ -421,6 +460,102 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 	}
 	return nil, &opError{req.Op}
 }
+
+// writeFile writes a write_file's data, decoded as it is written where
+// the provider streams (sandbox.FileStreamWriter), else decoded whole.
+func (d *Daemon) writeFile(ctx context.Context, h *sandbox.Handle, req *wire.Request, opts sandbox.WriteFileOptions) error {
+	if fw, ok := d.p.(sandbox.FileStreamWriter); ok {
+		src := &b64Reader{r: base64.NewDecoder(base64.StdEncoding, strings.NewReader(deref(req.Data)))}
+		err := fw.WriteFileFrom(ctx, h, req.Path, src, opts)
+		if src.bad {
+			return sandbox.Invalid("data", "data is not base64")
+		}
+		return err
+	}
+	data, err := wire.DecodeData(deref(req.Data))
+	if err != nil {
+		return sandbox.Invalid("data", "data is not base64")
+	}
+	return d.p.WriteFile(ctx, h, req.Path, data, opts)
+}
+
+// b64Reader notes a base64 decoder's complaint.
+type b64Reader struct {
+	r   io.Reader
+	bad bool
+}
+
+func (b *b64Reader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.bad = true
+	}
+	return n, err
+}
+
+// readFile answers a read_file. The reply is one frame, so a file over
+// wire.MaxWriteFile is file_too_large; with a provider that streams
+// (sandbox.FileOpener) that is known from the open file's size before a
+// byte is read, and the reply is encoded from the file straight into its
+// frame (bounds.go).
+func (d *Daemon) readFile(c *conn, h *sandbox.Handle, req *wire.Request) error {
+	tooLarge := func(n int64) error {
+		return sandbox.Invalid("file_too_large", fmt.Sprintf("%d bytes: a runner sends files of at most %d MiB in one read", n, wire.MaxWriteFile>>20))
+	}
+	fo, ok := d.p.(sandbox.FileOpener)
+	if !ok {
+		fr, ok := d.p.(sandbox.FileReader)
+		if !ok {
+			return sandbox.ErrNotSupported
+		}
+		data, err := fr.ReadFile(c.ctx, h, req.Path)
+		if err != nil {
+			return err
+		}
+		if len(data) > wire.MaxWriteFile {
+			return tooLarge(int64(len(data)))
+		}
+		res, _ := marshal(map[string]string{"data": wire.EncodeData(data)})
+		_ = c.write(wire.AppendOK(nil, req.ID, res))
+		return errReplied
+	}
+	select {
+	case d.fileOps <- struct{}{}:
+		defer func() { <-d.fileOps }()
+	case <-c.ctx.Done():
+		return sandbox.Unavailable("shutting_down", nil)
+	}
+	rc, size, err := fo.OpenFile(c.ctx, h, req.Path)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if size > wire.MaxWriteFile {
+		return tooLarge(size)
+	}
+	var buf []byte
+	select {
+	case buf = <-d.frameBufs:
+	default:
+	}
+	frame, err := readFileReply(buf, req.ID, rc, size)
+	if err != nil {
+		return &sandbox.ProviderError{Provider: d.p.Name(), Reason: "read_file", Err: err}
+	}
+	_ = c.write(frame)
+	if cap(frame) <= maxPooledFrame {
+		select {
+		case d.frameBufs <- frame[:0]:
+		default:
+		}
+	}
+	return errReplied
+}
+
+// maxPooledFrame is the largest read_file frame buffer kept for reuse (a
+// larger one goes back to the heap: the daemon keeps no 48 MiB buffer for
+// its life).
+const maxPooledFrame = 4 << 20
 
 // opError is an unknown op: not_supported with the op as detail.
 type opError struct{ op string }
