@@ -29,7 +29,7 @@ func init() {
 	register("rm", "[flags] NAME...", "Destroy sandboxes", cmdRm)
 	register("suspend", "[flags] NAME", "Park a sandbox, keeping its disk", cmdSuspend)
 	register("resume", "[flags] NAME", "Wake a suspended sandbox", cmdResume)
-	register("policy", "[flags] NAME --allow DOMAIN,...", `Set a sandbox's egress allow list (--allow "" denies all egress)`, cmdPolicy)
+	register("policy", "[flags] NAME [--allow DOMAIN|CIDR,... | --deny all]", `Set a sandbox's egress allow list (--allow "" or --deny all denies all egress); without flags, print it and what it refused lately`, cmdPolicy)
 	register("url", "[flags] NAME", "Print a sandbox's public URL", cmdURL)
 	register("cp", "[flags] SRC DST", "Copy files or directories into or out of a sandbox (one of SRC and DST is NAME:PATH; - is a tar stream)", cmdCp)
 	register("version", "[flags]", "Print managoat's version", cmdVersion)
@@ -114,8 +114,14 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 	vf.add(fs) // volumes.go
 	var caf trustCAFlag
 	caf.add(fs) // cacert.go
+	var pf policyFlags
+	pf.add(fs) // network.go
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
+			return err
+		}
+		pol, withPolicy, err := pf.policy(fs)
+		if err != nil {
 			return err
 		}
 		mounts, err := vf.mounts()
@@ -188,6 +194,11 @@ func cmdRun(g *globals, fs *flag.FlagSet) action {
 				fmt.Fprintf(os.Stderr, "managoat run: destroy %s: %v (%s)\n", h.Name, err, sandbox.Kind(err))
 			}
 		}()
+		if withPolicy {
+			if err := applyPolicy(ctx, reg, h, pol, false); err != nil { // destroyed by the defer
+				return err
+			}
+		}
 		sctx := ctx
 		if limits.WallClock > 0 { // the budget of run's one command
 			var cancel context.CancelFunc
@@ -287,12 +298,18 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	vf.add(fs) // volumes.go
 	var caf trustCAFlag
 	caf.add(fs) // cacert.go
+	var pf policyFlags
+	pf.add(fs) // network.go
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
 			return err
 		}
 		if err := noMore(rest); err != nil {
+			return err
+		}
+		pol, withPolicy, err := pf.policy(fs)
+		if err != nil {
 			return err
 		}
 		mounts, err := vf.mounts()
@@ -378,11 +395,21 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 			}
 		}
 		noteNoIsolation(g, p) // provider_local.go
+		existed := false
+		if withPolicy {
+			_, gerr := reg.Get(ctx, sandbox.BuildHandle(p.Name(), name))
+			existed = gerr == nil
+		}
 		sp := startSpinner("creating sandbox " + name)
-		_, err = reg.Create(ctx, p.Name(), name, opts)
+		h, err := reg.Create(ctx, p.Name(), name, opts)
 		sp.Stop()
 		if err != nil {
 			return createErr(ctx, err)
+		}
+		if withPolicy {
+			if err := applyPolicy(ctx, reg, h, pol, !existed); err != nil {
+				return err
+			}
 		}
 		if of.json() {
 			return json.NewEncoder(os.Stdout).Encode(map[string]string{"name": name, "provider": p.Name()})
@@ -675,7 +702,8 @@ func onOne(g *globals, fs *flag.FlagSet, op string, f func(context.Context, *san
 }
 
 func cmdPolicy(g *globals, fs *flag.FlagSet) action {
-	allow := fs.String("allow", "", `comma-separated domains (required); "" denies all egress`)
+	var pf policyFlags
+	pf.add(fs) // network.go
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := positionals(fs, args, 1, "NAME")
 		if err != nil {
@@ -684,16 +712,9 @@ func cmdPolicy(g *globals, fs *flag.FlagSet) action {
 		if err := noMore(rest); err != nil {
 			return err
 		}
-		given := false
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "allow" })
-		if !given {
-			return usageError{msg: `--allow is required (--allow "" denies all egress)`}
-		}
-		pol := sandbox.NetworkPolicy{Allow: []string{}}
-		for _, d := range strings.Split(*allow, ",") {
-			if d = strings.TrimSpace(d); d != "" {
-				pol.Allow = append(pol.Allow, d)
-			}
+		pol, given, err := pf.policy(fs)
+		if err != nil {
+			return err
 		}
 		reg, h, err := handleFor(g, pos[0])
 		if err != nil {
@@ -701,6 +722,9 @@ func cmdPolicy(g *globals, fs *flag.FlagSet) action {
 		}
 		if err := mustExist(ctx, reg, h); err != nil {
 			return err
+		}
+		if !given {
+			return wrap("policy", printPolicy(ctx, reg, h)) // network.go
 		}
 		return wrap("policy", reg.ApplyNetworkPolicy(ctx, h, pol))
 	}

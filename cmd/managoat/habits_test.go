@@ -449,8 +449,8 @@ func TestMachineOutput(t *testing.T) {
 		}
 	}
 	out, _, _ := managoatEnv(t, env, "ls", "-o", "wide")
-	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+STATE\s+MEMORY\s+PIDS\s+CPU\s+DISK\s+TIMEOUT\s+PROVIDER\s+MECHANISM\s+CREATED\s+LABELS$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^m1\s+running\s+-\s+64M\s+\d+\s+-\s+\S+\s+-\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+team=a,tier=gold$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+STATE\s+MEMORY\s+PIDS\s+CPU\s+DISK\s+TIMEOUT\s+PROVIDER\s+MECHANISM\s+CREATED\s+LABELS\s+ALLOW$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^m1\s+running\s+-\s+64M\s+\d+\s+-\s+\S+\s+-\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+team=a,tier=gold\s+-$`).MatchString(out) {
 		t.Errorf("ls -o wide:\n%s", out)
 	}
 	for filter, want := range map[string]string{"label=team=a": "m1", "label=team=b": "m2", "label=tier": "m1", "label=team=c": ""} {

@@ -124,7 +124,7 @@ func TestUsageErrorsPointAtHelp(t *testing.T) {
 		{"--provider", "fake", "spawn", "--detach=maybe", "box", "--", "emit"},
 		{"--provider", "fake", "run"},
 		{"--provider", "fake", "attach", "box"},
-		{"--provider", "fake", "policy", "box"},
+		{"--provider", "fake", "policy", "box", "--deny", "example.com"},
 	} {
 		name := args[2]
 		out, errOut, code := managoat(t, "", args...)

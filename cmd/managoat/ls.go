@@ -30,6 +30,9 @@ type lsRow struct {
 	// DiskUsed is what the sandbox's home holds, when its provider says
 	// it cheaply (a home with a quota of its own file system).
 	DiskUsed *int64 `json:"disk_used_bytes,omitempty"`
+	// EgressAllow is the allow list in force, when its provider says it
+	// (absent: none, every public destination; empty: nothing).
+	EgressAllow *[]string `json:"egress_allow,omitempty"`
 }
 
 // labelFlags collects --label k=v.
@@ -144,6 +147,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					CreatedAt time.Time         `json:"created_at"`
 					Labels    map[string]string `json:"labels"`
 					DiskUsed  *int64            `json:"disk_used_bytes"`
+					Allow     *[]string         `json:"egress_allow"`
 				}
 				if where := platformProviderOf(p, info.Raw); where != "" {
 					row.Provider = where // through the platform: where it lives
@@ -152,7 +156,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					if raw.State != string(info.Status) {
 						row.State = raw.State
 					}
-					row.Limits, row.Mechanism, row.Labels, row.DiskUsed = raw.Limits, raw.Mechanism, raw.Labels, raw.DiskUsed
+					row.Limits, row.Mechanism, row.Labels, row.DiskUsed, row.EgressAllow = raw.Limits, raw.Mechanism, raw.Labels, raw.DiskUsed, raw.Allow
 					if !raw.CreatedAt.IsZero() {
 						t := raw.CreatedAt.UTC()
 						row.CreatedAt = &t
@@ -201,7 +205,7 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	switch {
 	case wide:
-		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tDISK\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS")
+		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tMEMORY\tPIDS\tCPU\tDISK\tTIMEOUT\tPROVIDER\tMECHANISM\tCREATED\tLABELS\tALLOW")
 	case withProvider:
 		fmt.Fprintln(tw, "NAME\tSTATUS\tSTATE\tPROVIDER")
 	default:
@@ -252,9 +256,17 @@ func lsTable(rows []lsRow, wide, withProvider bool) error {
 		if r.DiskUsed != nil && disk != "-" {
 			disk = fmt.Sprintf("%dM/%s", (*r.DiskUsed+1<<20-1)>>20, disk)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), r.Status, dash(r.State),
+		// ALLOW: the egress allow list ("-": none, every public
+		// destination; "none": all denied).
+		allow := "-"
+		if r.EgressAllow != nil {
+			if allow = strings.Join(*r.EgressAllow, ","); allow == "" {
+				allow = "none"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), r.Status, dash(r.State),
 			lim("memory_bytes"), lim("pids"), lim("cpu_millis"), disk, lim("wall_clock"),
-			cell(r.Provider), dash(r.Mechanism), created, dash(strings.Join(labels, ",")))
+			cell(r.Provider), dash(r.Mechanism), created, dash(strings.Join(labels, ",")), cell(allow))
 	}
 	return tw.Flush()
 }

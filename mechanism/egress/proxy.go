@@ -45,8 +45,9 @@ type Config struct {
 	PeekTimeout time.Duration
 	// OnRefusal, when set, is told of what the policy refused (see
 	// Refusal), at most 10 a second (bursts of 50; the others are
-	// counted and said with the next); it must not block. Proxy.Refusals
-	// keeps the latest either way.
+	// counted and said with the next), and not again for one like the
+	// last told within 10 s; it must not block. Proxy.Refusals keeps the
+	// latest either way.
 	OnRefusal func(Refusal)
 }
 

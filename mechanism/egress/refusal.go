@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,6 +25,8 @@ type Refusal struct {
 	Why  string
 }
 
+// String is one line of printable ASCII (what the sandbox sent is
+// bounded, and its other bytes are shown as '?').
 func (r Refusal) String() string {
 	s := r.Time.UTC().Format(time.RFC3339) + " refused " + r.What
 	if r.Name != "" {
@@ -35,7 +38,12 @@ func (r Refusal) String() string {
 	if r.Why != "" {
 		s += ": " + r.Why
 	}
-	return s
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c >= 0x7f {
+			return '?'
+		}
+		return c
+	}, s)
 }
 
 // maxRefusals is how many of the latest refusals a proxy keeps.
@@ -47,25 +55,34 @@ const maxRefusals = 32
 type refusals struct {
 	lim     *rate.Limiter
 	ring    [maxRefusals]Refusal
-	n       int // how many were ever refused
-	dropped int // not told since the last one told
+	n       int     // how many were ever refused
+	dropped int     // not told since the last one told, past the rate
+	last    Refusal // the last one told
 }
+
+// repeatWithin is how long a refusal like the last one told (the same
+// kind, name and destination: a resolver's retries, A then AAAA) is not
+// told again.
+const repeatWithin = 10 * time.Second
 
 func newRefusals() refusals { return refusals{lim: rate.NewLimiter(10, 50)} }
 
 // refuse records a refusal and tells Config.OnRefusal, within its rate
-// (a refusal past it is counted, and said with the next one told).
+// (a refusal past it is counted, and said with the next one told), unless
+// it repeats the last one told.
 func (p *Proxy) refuse(r Refusal) {
 	r.Time = time.Now()
 	p.mu.Lock()
 	rs := &p.refused
 	rs.ring[rs.n%maxRefusals] = r
 	rs.n++
-	tell := p.cfg.OnRefusal != nil && rs.lim.Allow()
+	repeat := rs.last.What == r.What && rs.last.Name == r.Name && rs.last.Dst == r.Dst && r.Time.Sub(rs.last.Time) < repeatWithin
+	tell := p.cfg.OnRefusal != nil && !repeat && rs.lim.Allow()
 	dropped := rs.dropped
-	if tell {
-		rs.dropped = 0
-	} else {
+	switch {
+	case tell:
+		rs.dropped, rs.last = 0, r
+	case !repeat:
 		rs.dropped++
 	}
 	p.mu.Unlock()

@@ -19,7 +19,7 @@ func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
 	case "jail":
 		// Every managoat process's first sandbox clones the tree
 		// template an earlier one pinned (jail.Config).
-		m, err := jail.New(jail.Config{StateDir: filepath.Join(base, "jail"), TemplateDir: JailTemplateDir()})
+		m, err := jail.New(jail.Config{StateDir: filepath.Join(base, "jail"), TemplateDir: JailTemplateDir(), Egress: egressConfig()})
 		return m, true, err
 	case "trusted":
 		m, err := trusted.New(filepath.Join(base, "trusted"))
@@ -27,7 +27,7 @@ func openBuiltin(name, base string) (mechanism.Mechanism, bool, error) {
 	}
 	if rt, ok := oci.ParseName(name); ok {
 		dir := "oci-" + strings.NewReplacer("/", "-", ":", "-").Replace(filepath.Base(rt))
-		m, err := oci.New(oci.Config{Runtime: rt, StateDir: filepath.Join(base, dir)})
+		m, err := oci.New(oci.Config{Runtime: rt, StateDir: filepath.Join(base, dir), Egress: egressConfig()})
 		return m, true, err
 	}
 	return nil, false, nil

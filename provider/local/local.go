@@ -384,6 +384,9 @@ type record struct {
 	Publish []int `json:"publish,omitempty"`
 	// Mounts are the host paths bound in, as asked (mounts.go).
 	Mounts []sandbox.Mount `json:"mounts,omitempty"`
+	// Network is CreateOptions.Network ("" the default: egress where the
+	// mechanism gives it).
+	Network string `json:"network,omitempty"`
 }
 
 // dir is the working directory of a command asked to run in d.
@@ -575,7 +578,7 @@ func (p *Provider) create(ctx context.Context, name string, opts sandbox.CreateO
 		}
 	}
 	rec := record{Name: name, InstanceID: iid, Fresh: fresh, Mechanism: p.mech.Name(), Limits: limits, CreatedAt: time.Now().UTC(), Lazy: p.lazy,
-		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels, Publish: spec.Publish, Mounts: opts.Mounts}
+		Env: opts.Env, Dir: opts.Dir, Labels: opts.Labels, Publish: spec.Publish, Mounts: opts.Mounts, Network: opts.Network}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := writeRecord(filepath.Join(tmp, "meta.json"), b, !p.nosync); err != nil {
 		undo()
@@ -680,6 +683,7 @@ func (p *Provider) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, er
 	if r.Fresh {
 		raw["id"] = r.InstanceID
 	}
+	policyJSON(r, dir, raw) // network.go
 	status := sandbox.StatusUnknown
 	pid, perr := supervisor.Client{Dir: dir}.Ping(ctx)
 	m, merr := p.mechFor(r)

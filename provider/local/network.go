@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/egress"
@@ -166,4 +168,59 @@ func (p *Provider) PortAddress(ctx context.Context, h *sandbox.Handle, port int)
 		return "unix:" + sock, nil
 	}
 	return addr, nil
+}
+
+// refusalPrefix starts each line a sandbox's egress writes to its
+// supervisor's log (sup.log) for what its policy refused.
+const refusalPrefix = "managoat egress: "
+
+// egressConfig is the egress of the mechanisms this provider opens: what
+// a sandbox's policy refuses is a line on stderr, which in the sandbox's
+// supervisor (where its proxy runs) is the sandbox's sup.log, read back
+// by Get (egress_refused).
+func egressConfig() egress.Config {
+	return egress.Config{OnRefusal: func(r egress.Refusal) {
+		fmt.Fprintln(os.Stderr, refusalPrefix+r.String())
+	}}
+}
+
+// maxRefusedShown is how many of the latest refusals Get reports.
+const maxRefusedShown = 10
+
+// policyJSON adds the sandbox's network policy to Get's raw: "network"
+// when it was chosen, "egress_allow" the allow list in force (absent: no
+// list, every public destination; empty: nothing), and "egress_refused"
+// the latest refusals its supervisor's log holds (from its last 64 KiB).
+func policyJSON(r *record, dir string, raw map[string]any) {
+	if r.Network != "" {
+		raw["network"] = r.Network
+	}
+	if allow, ok := readPolicy(dir); ok {
+		if allow == nil {
+			allow = []string{}
+		}
+		raw["egress_allow"] = allow
+	}
+	f, err := os.Open(filepath.Join(dir, supervisor.LogName))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	const tail = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > tail {
+		f.Seek(fi.Size()-tail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tail))
+	var refused []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if s, ok := strings.CutPrefix(l, refusalPrefix); ok {
+			refused = append(refused, s)
+		}
+	}
+	if len(refused) > maxRefusedShown {
+		refused = refused[len(refused)-maxRefusedShown:]
+	}
+	if len(refused) > 0 {
+		raw["egress_refused"] = refused
+	}
 }
