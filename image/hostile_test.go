@@ -7,14 +7,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/managoat/managoat/image"
 	"github.com/managoat/managoat/image/imagetest"
+	"github.com/managoat/managoat/sandbox"
 )
 
 // Layers that try to write outside the image's directory: through "../"
@@ -172,4 +176,32 @@ func findFile(root, name string) string {
 		return nil
 	})
 	return found
+}
+
+// A layer whose descriptor names URLs (a foreign layer, which the
+// library fetches from those addresses when the registry lacks it) is
+// refused before any layer is fetched: an image never chooses where a
+// pull connects.
+func TestForeignLayerRefused(t *testing.T) {
+	reg := imagetest.Serve(t)
+	img, err := mutate.Append(empty.Image, mutate.Addendum{Layer: base.V1(), URLs: []string{"https://foreign.invalid/layer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.PushImage(t, "foreign:v1", img)
+	s, opts := newStore(t)
+	if _, err := s.Pull(context.Background(), ref, opts); sandbox.Kind(err) != "invalid" || !strings.Contains(err.Error(), "foreign layer") {
+		t.Fatalf("an image with a foreign layer: %v", err)
+	}
+	for _, sub := range []string{"roots", "refs", "tmp", "blobs/sha256"} {
+		if e := storeEntries(t, s, sub); len(e) != 0 {
+			t.Errorf("%s holds %v", sub, e)
+		}
+	}
 }

@@ -650,6 +650,14 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 	if len(m.Layers) > maxLayers {
 		return nil, &BoundError{Ref: ref, Bound: "layers", What: fmt.Sprintf("it has %d layers", len(m.Layers)), Limit: maxLayers}
 	}
+	for _, d := range m.Layers {
+		if len(d.URLs) > 0 {
+			// A foreign layer, to be fetched from an address of the
+			// image's choosing when the registry lacks it: Windows
+			// images have them, Linux ones do not.
+			return nil, sandbox.Invalid("image", fmt.Sprintf("%s: layer %s names URLs to fetch it from (a foreign layer): refused", ref, d.Digest))
+		}
+	}
 	cf, err := rimg.ConfigFile() // verified against cfgDigest by the library
 	if err != nil {
 		return nil, registryErr(ref, err)
