@@ -542,3 +542,53 @@ func TestHostFactsMasked(t *testing.T) {
 		})
 	}
 }
+
+// sigqueueHog queues a blocked real-time signal to itself until the
+// kernel refuses one (RLIMIT_SIGPENDING), says how many, and holds them
+// until its stdin closes. With "once" it queues one and says whether it
+// could.
+const sigqueueHog = `import ctypes, errno, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class sigval(ctypes.Union):
+    _fields_ = [("sival_int", ctypes.c_int), ("sival_ptr", ctypes.c_void_p)]
+sig = signal.SIGRTMIN + 1
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+limit = 1 if sys.argv[1:] == ["once"] else 1 << 20
+n, why = 0, "none"
+while n < limit:
+    if libc.sigqueue(ctypes.c_int(libc.getpid()), ctypes.c_int(sig), sigval(0)) != 0:
+        why = errno.errorcode[ctypes.get_errno()]
+        break
+    n += 1
+print("queued %d %s" % (n, why), flush=True)
+if limit > 1:
+    sys.stdin.read()
+`
+
+// TestPendingSignalsAreTheSandboxs: a sandbox that queues every signal
+// it can (RLIMIT_SIGPENDING) leaves the host's root and another sandbox
+// able to queue one: the kernel charges pending signals to the owner of
+// the sandbox's user namespace too, base, not the host's root. Fails on
+// the old code (namespaces owned by root): the host's root's sigqueue
+// EAGAIN while the hog holds its signals.
+func TestPendingSignalsAreTheSandboxs(t *testing.T) {
+	j := startedJail(t, InitModes()[0], "sighog")
+	other := startedJail(t, InitModes()[0], "sigother")
+	if base, _, _ := j.IDRange("sighog"); base == 0 {
+		testenv.Require(t, false, "the sandbox has no uid range of its own: "+j.usernsSupport().Error())
+	}
+	got, release := holdWhile(t, j, "sighog", sigqueueHog)
+	defer release()
+	t.Logf("hog: %s", got)
+	if !strings.HasSuffix(got, " EAGAIN") {
+		t.Fatalf("hog said %q, want EAGAIN at its limit", got)
+	}
+	out, err := exec.Command("python3", "-c", sigqueueHog, "once").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "queued 1 none" {
+		t.Errorf("host root's sigqueue while the sandbox holds its signals: %q, %v", out, err)
+	}
+	c, err := other.Execute(context.Background(), "sigother", []string{"python3", "-c", sigqueueHog, "once"}, mechanism.ExecOptions{})
+	if err != nil || strings.TrimSpace(string(c.Stdout)) != "queued 1 none" {
+		t.Errorf("another sandbox's sigqueue while the hog holds its signals: %q %q, %v", c.Stdout, c.Stderr, err)
+	}
+}
