@@ -116,7 +116,8 @@
 // (mount, ptrace, kexec, bpf, keyctl, module loading, namespaces, clocks,
 // swap, reboot, perf, io_uring, NUMA memory policy, memfd_secret, ...;
 // clone with namespace flags is EPERM, clone3 is
-// ENOSYS; every verdict is an errno or a kill, never RET_TRACE, RET_LOG or
+// ENOSYS, and so is io_setup (kernel AIO's contexts are counted host-wide,
+// fs.aio-max-nr, with no per-user bound: one sandbox used them all); every verdict is an errno or a kill, never RET_TRACE, RET_LOG or
 // RET_USER_NOTIF, which a filter the workload stacks on top outranks; on x86-64 the same rules hold for i386's system calls, made
 // through int $0x80 by 32-bit programs, and a system call of any other
 // architecture kills the process).

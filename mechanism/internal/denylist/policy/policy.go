@@ -44,6 +44,13 @@ func Jail(goarch string) seccomp.Policy {
 				Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: denylist.CloneNewMask}},
 			}}},
 			{Action: enosys, Names: []string{"clone3"}},
+			// Kernel AIO's contexts are counted host-wide, with no
+			// per-user bound (fs.aio-max-nr, 65536 by default): 16
+			// io_setup(4096) in one sandbox made every io_setup of the
+			// host and of every other sandbox fail with EAGAIN. ENOSYS,
+			// as on a kernel without AIO, which libaio's users (InnoDB,
+			// fio) take for no native AIO and fall back.
+			{Action: enosys, Names: []string{"io_setup"}},
 		},
 	}
 }
