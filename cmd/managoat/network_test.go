@@ -1,14 +1,24 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/mechanism/egress"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -137,4 +147,144 @@ func TestPolicyThroughTheBinary(t *testing.T) {
 	if out, _, _ := managoatEnv(t, env, "ls"); strings.Contains(out, "badbox") || strings.Contains(out, "run-") {
 		t.Errorf("a sandbox left behind: %q", out)
 	}
+}
+
+// TestServedPortOnlyThroughItsProxy: a port published through serve is
+// reached with the account's key through serve's proxy, and by serve's
+// own user (root here) at the local CLI's url; another local user (uid
+// 65534) gets nothing at either of the published port's host
+// endpoints, the unix socket serve proxies (refused at connect) and the
+// loopback TCP port (reset), nor without a key through serve. (Fails on
+// the old code: the TCP port answered uid 65534, as the issue
+// reproduced with su nobody -c curl.)
+func TestServedPortOnlyThroughItsProxy(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := os.Stat("/usr/bin/python3")
+	testenv.Require(t, err == nil, "/usr/bin/python3 (Debian package python3) to serve inside the sandbox and to play the other user")
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir(), "SANDBOX_RUNNERS_ENABLED=false"}
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", "alice"); code != 0 {
+		t.Fatalf("account create: %d %s", code, e)
+	}
+	key, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "alice")
+	if code != 0 {
+		t.Fatalf("key create: %d %s", code, e)
+	}
+	key = strings.TrimSpace(key)
+	startServe(t, base, addr)
+	alice := append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+key)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, e, code := managoatEnv(t, alice, "create", "--publish", "8080", "web")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create --publish 8080 web: %d %s", code, e)
+		}
+	}
+	t.Cleanup(func() { managoatEnv(t, alice, "rm", "-f", "web") })
+	page := fmt.Sprintf("secret page %d\n", time.Now().UnixNano())
+	if _, e, code := managoatEnv(t, alice, "exec", "web", "--", "sh", "-c", "printf '"+strings.TrimSpace(page)+"\\n' > index.html"); code != 0 {
+		t.Fatalf("write the page: %d %s", code, e)
+	}
+	if _, e, code := managoatEnv(t, alice, "spawn", "--detach", "web", "--", "/usr/bin/python3", "-m", "http.server", "8080", "--bind", "127.0.0.1"); code != 0 {
+		t.Fatalf("spawn the application: %d %s", code, e)
+	}
+	get := func(u, key string) (int, string) {
+		req, _ := http.NewRequest("GET", u, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	proxied := "http://" + addr + "/v1/sandboxes/web/ports/8080/index.html"
+	var code200 int
+	var body string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if code200, body = get(proxied, key); code200 == 200 {
+			break
+		}
+	}
+	if code200 != 200 || body != page {
+		t.Fatalf("through serve's proxy with the key = %d %q", code200, body)
+	}
+	if c, _ := get(proxied, ""); c != 401 {
+		t.Errorf("through serve's proxy without a key = %d, want 401", c)
+	}
+	// The published port's host endpoints: its unix socket in this
+	// user's PortsDir (named by its loopback TCP port), the one whose
+	// application answers this test's page.
+	dir, err := egress.PortsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var sock, hostPort string
+	for _, ent := range ents {
+		path := filepath.Join(dir, ent.Name())
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}}
+		resp, err := hc.Get("http://localhost/index.html")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		hc.CloseIdleConnections()
+		if string(b) == page {
+			sock, hostPort = path, "127.0.0.1:"+ent.Name()
+		}
+	}
+	if sock == "" {
+		t.Fatalf("no socket in %s answers the page", dir)
+	}
+	// serve's own user (root here) at the loopback TCP port, as the
+	// local CLI's url gives it.
+	if c, b := get("http://"+hostPort+"/index.html", ""); c != 200 || b != page {
+		t.Errorf("the owner at %s = %d %q", hostPort, c, b)
+	}
+	for _, target := range []string{"unix " + sock, "tcp " + hostPort} {
+		if got := otherUserGet(t, target); got != "refused" {
+			t.Errorf("BREACHED: uid 65534 through %s: %s", target, got)
+		}
+	}
+}
+
+// otherUserGet asks for /index.html as uid 65534 ("unix PATH" or "tcp
+// HOST:PORT", through python3): "refused" when it got nothing, else
+// what it got.
+func otherUserGet(t *testing.T, target string) string {
+	t.Helper()
+	network, addr, _ := strings.Cut(target, " ")
+	script := `
+import socket, sys
+net, addr = sys.argv[1], sys.argv[2]
+try:
+    if net == "unix":
+        s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(addr)
+    else:
+        h, p = addr.rsplit(":", 1)
+        s = socket.create_connection((h, int(p)), timeout=3)
+    s.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+    got = s.recv(4096)
+    print("got %r" % got if got else "refused")
+except OSError as e:
+    print("refused")
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, network, addr)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 as uid 65534: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
