@@ -175,3 +175,25 @@ func TestDownloadBoundRefusesBeforeFetching(t *testing.T) {
 		t.Errorf("blobs %v", e)
 	}
 }
+
+// A layer of one small file followed by 24 MiB of zeros after the tar's
+// end (a few tens of KiB compressed; a terabyte would cost a
+// decompressor hours) is refused under MaxBytes 1 MiB, MaxEntries 10:
+// its stream may be at most its content, 4 KiB an entry and 16 MiB
+// longer.
+func TestTrailingDataBomb(t *testing.T) {
+	raw := append(imagetest.Layer{{Name: "small", Body: "x"}}.Tar(), make([]byte, 24<<20)...)
+	reg := imagetest.Serve(t)
+	ref := reg.PushImage(t, "trailing:v1", rawImage(t, raw))
+	s, opts := newStore(t)
+	opts.MaxBytes, opts.MaxEntries = 1<<20, 10
+	_, err := s.Pull(context.Background(), ref, opts)
+	refusedWhole(t, s, ref, err, "MaxBytes")
+	if !strings.Contains(err.Error(), "far longer than their files") {
+		t.Errorf("the error does not say what passed the bound: %v", err)
+	}
+	opts.MaxBytes = 16 << 20 // 16 MiB + 40 KiB + 16 MiB: the 24 MiB pass
+	if _, err := s.Pull(context.Background(), ref, opts); err != nil {
+		t.Fatalf("under a raised bound: %v", err)
+	}
+}

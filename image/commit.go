@@ -146,8 +146,7 @@ func (s *Store) Commit(ctx context.Context, base *Image, dirs []CommitDir, ref s
 		return nil, sandbox.Unavailable("image_store", err)
 	}
 	// The layer is the sandbox's: it gets an image's default bounds.
-	u.bytesLeft, u.entriesLeft = PullOptions{}.bounds()
-	u.maxBytes, u.maxEntries = u.bytesLeft, u.entriesLeft
+	u.setBounds(PullOptions{}.bounds())
 	err = withRef(applyBlobDigest(u, s.blobPath(dhex), diffID), r.Name())
 	u.close()
 	if err != nil {

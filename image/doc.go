@@ -62,8 +62,13 @@
 // written, and the entries they hold, summed over the layers; past one,
 // the image is refused (BoundError, invalid image_too_large, naming the
 // bound) and nothing of it is published, its half-unpacked root removed.
-// A config over 16 MiB or a manifest of more than 1024 layers is refused
-// the same way. A commit's new layer gets the default bounds.
+// The layers' uncompressed streams may be only so much longer than the
+// files they hold (4 KiB an entry and 16 MiB in all), so data after a
+// tar's end costs no decompressor hours. A config over 16 MiB or a
+// manifest of more than 1024 layers is refused the same way. A commit's
+// new layer gets the default bounds. A layer whose descriptor names URLs
+// (a foreign layer, which the library would fetch from the image's
+// addresses) is refused before any layer is fetched.
 //
 // The store is private: Open makes its directory and every one inside it
 // 0700 (and the directories above it it has to make, the state directory

@@ -730,7 +730,7 @@ func (s *Store) unpackImage(ctx context.Context, ref string, mdigest v1.Hash, ri
 		return nil, sandbox.Unavailable("image_store", err)
 	}
 	defer u.close()
-	u.bytesLeft, u.entriesLeft, u.maxBytes, u.maxEntries = maxBytes, maxEntries, maxBytes, maxEntries
+	u.setBounds(maxBytes, maxEntries)
 	img := &Image{Digest: mdigest.String(), ConfigDigest: cfgDigest.String(), PulledAt: time.Now().UTC(),
 		Config: Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}}
@@ -791,11 +791,19 @@ func applyBlob(u *unpacker, path string, diffID v1.Hash) error {
 	}
 	defer closeR()
 	h := sha256.New()
-	tr := io.TeeReader(r, h)
+	tr := io.TeeReader(&streamBound{r, u}, h)
 	if err := u.apply(tr); err != nil {
+		var be *BoundError
+		if errors.As(err, &be) {
+			return be // through the tar reader's wrapping
+		}
 		return err
 	}
 	if _, err := io.Copy(io.Discard, tr); err != nil { // tar's padding
+		var be *BoundError
+		if errors.As(err, &be) {
+			return be
+		}
 		return fmt.Errorf("layer %s: %w", filepath.Base(path), err)
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID.String() {

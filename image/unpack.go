@@ -45,6 +45,44 @@ type unpacker struct {
 	// unbounded by default).
 	bytesLeft, entriesLeft int64
 	maxBytes, maxEntries   int64
+	// streamLeft is what is left of the uncompressed bytes the layers'
+	// streams may take: their content, a header's worth per entry and
+	// some (setBounds); what a decompressor would otherwise spend hours
+	// on, a tar followed by terabytes of zeros, is refused.
+	streamLeft int64
+}
+
+// Overhead the layer streams of an image may carry beyond their files'
+// content: per entry (its header, padding and a long name's PAX
+// record) and in all (end-of-archive blocks, the odd large PAX record).
+const (
+	streamPerEntry = 4 << 10
+	streamSlack    = 16 << 20
+)
+
+// setBounds bounds the unpacker to maxBytes of file content and
+// maxEntries entries (math.MaxInt64: none).
+func (u *unpacker) setBounds(maxBytes, maxEntries int64) {
+	u.bytesLeft, u.entriesLeft, u.maxBytes, u.maxEntries = maxBytes, maxEntries, maxBytes, maxEntries
+	u.streamLeft = math.MaxInt64
+	if maxBytes < math.MaxInt64/4 && maxEntries < math.MaxInt64/(4*streamPerEntry) {
+		u.streamLeft = maxBytes + maxEntries*streamPerEntry + streamSlack
+	}
+}
+
+// streamBound counts the uncompressed bytes of the layers read through
+// it against the unpacker's streamLeft.
+type streamBound struct {
+	r io.Reader
+	u *unpacker
+}
+
+func (b *streamBound) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.u.streamLeft -= int64(n); b.u.streamLeft < 0 {
+		return n, &BoundError{Bound: "MaxBytes", What: "its layers' uncompressed streams are far longer than their files (data after the archive's end, or headers without files)", Limit: b.u.maxBytes}
+	}
+	return n, err
 }
 
 func newUnpacker(dir string) (*unpacker, error) {
@@ -52,8 +90,9 @@ func newUnpacker(dir string) (*unpacker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &unpacker{root: fd, chown: os.Geteuid() == 0, dirFD: -1,
-		bytesLeft: math.MaxInt64, entriesLeft: math.MaxInt64, maxBytes: math.MaxInt64, maxEntries: math.MaxInt64}, nil
+	u := &unpacker{root: fd, chown: os.Geteuid() == 0, dirFD: -1}
+	u.setBounds(math.MaxInt64, math.MaxInt64)
+	return u, nil
 }
 
 func (u *unpacker) close() {
