@@ -285,9 +285,10 @@ func (l *limitedFile) Close() error               { return l.f.Close() }
 // and modification times, each file at most the size it had when opened;
 // symlinks are kept as links (the copy's reader judges where they lead);
 // fifos, sockets and devices are left out; hard links become files of
-// their own. A path outside the home, or at, beneath or above a host
-// mount (the host's view of the home has an empty mount point there), is
-// ErrNotSupported before anything is written: cp then falls back to a
+// their own. A path outside the home, one reached through a symlink out
+// of it, or one at, beneath or above a host mount (the host's view of the
+// home has an empty mount point there), is ErrNotSupported before
+// anything is written: cp then falls back to a
 // tar in the sandbox, whose stream it checks entry by entry.
 func (p *Provider) ExportTree(ctx context.Context, h *sandbox.Handle, name string, w io.Writer) error {
 	r, _, err := p.handle(h)
@@ -317,6 +318,13 @@ func (p *Provider) ExportTree(ctx context.Context, h *sandbox.Handle, name strin
 		top = "."
 	}
 	if _, err := root.Lstat(rel); err != nil {
+		var ie *sandbox.InvalidError
+		if err := fileErr(err); errors.As(err, &ie) {
+			// A parent that is a symlink out of the home (to /tmp, which
+			// the sandbox sees and the host does not): the sandbox's own
+			// view is needed.
+			return sandbox.ErrNotSupported
+		}
 		return fileErr(err)
 	}
 	tw := tar.NewWriter(w)

@@ -602,7 +602,8 @@ func TestExportTree(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("exported\n%v\nwant\n%v", got, want)
 	}
-	for _, outside := range []string{"/etc", "/tmp/x", "/home/sprite/../../etc"} {
+	_ = os.Symlink("/tmp", filepath.Join(home, "tmplink"))
+	for _, outside := range []string{"/etc", "/tmp/x", "/home/sprite/../../etc", "/home/sprite/tmplink/x"} {
 		b.Reset()
 		if err := p.ExportTree(ctx, h, outside, &b); !errors.Is(err, sandbox.ErrNotSupported) || b.Len() != 0 {
 			t.Errorf("%s: %v, %d bytes written", outside, err, b.Len())
