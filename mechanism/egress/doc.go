@@ -148,8 +148,9 @@
 // refused and a body that says the sandbox's egress policy refused it
 // (the requests before it on the connection are answered first). What
 // cannot be inspected is inside TLS: the Host of the requests in a TLS
-// connection (or an HTTP/2 one's streams) may name another host the same
-// server serves (domain fronting; the hosted providers' SNI and Host
+// connection (or an HTTP/2 one's streams, or the inner SNI of an
+// Encrypted Client Hello, whose outer SNI is what is checked) may name
+// another host the same server serves (domain fronting; the hosted providers' SNI and Host
 // checks have the same bound). IPv6 egress is not provided.
 // SetPolicy (or Apply, from another process) puts a new list in force
 // for the next connection and cuts, before it returns, every open
