@@ -553,10 +553,7 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 			// Its host mounts are idmapped to its workload (mounts.go);
 			// closed after the tree's thread is done (abortUnused, or
 			// launch waiting for the tree: deferred calls run last first).
-			im, err := newMountIdmaps(lc.Mounts, st.IDBase, lc.UID, lc.GID)
-			if err != nil {
-				return err
-			}
+			im := newMountIdmaps(lc.Mounts, st.IDBase, lc.UID, lc.GID)
 			defer im.close()
 			lc.idmaps = im
 		}

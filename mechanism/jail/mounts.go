@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -140,9 +141,9 @@ func placeMount(rfd int, m mechanism.Mount, idmaps *mountIdmaps) error {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
 	if idmaps != nil {
-		ns, ok := idmaps.fds[ownerKey(&sst)]
-		if !ok {
-			return fmt.Errorf("mount source %s: its owner changed to %d:%d since the start began", m.Source, sst.Uid, sst.Gid)
+		ns, err := idmaps.lookup(m, &sst)
+		if err != nil {
+			return err
 		}
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(ns)
@@ -261,30 +262,40 @@ func openMountedTarget(m mechanism.Mount) (int, error) {
 // uid).
 
 // mountIdmaps holds, for a start, one user namespace per owner of a
-// mount's source.
+// mount's source, made while the start goes on (each is a holder
+// process's: about a millisecond).
 type mountIdmaps struct {
-	fds map[[2]uint32]int
+	done chan struct{}
+	fds  map[[2]uint32]int
+	err  error
 }
 
 func ownerKey(st *unix.Stat_t) [2]uint32 { return [2]uint32{st.Uid, st.Gid} }
 
-// newMountIdmaps makes the user namespaces of ms for a sandbox whose
-// range starts at base and whose workload is uid:gid inside: each maps a
-// source's owner to base+uid (and its group to base+gid), owned by base.
-func newMountIdmaps(ms []mechanism.Mount, base, uid, gid int) (*mountIdmaps, error) {
-	im := &mountIdmaps{fds: map[[2]uint32]int{}}
+// newMountIdmaps begins making the user namespaces of ms for a sandbox
+// whose range starts at base and whose workload is uid:gid inside: each
+// maps a source's owner to base+uid (and its group to base+gid), owned
+// by base.
+func newMountIdmaps(ms []mechanism.Mount, base, uid, gid int) *mountIdmaps {
+	im := &mountIdmaps{done: make(chan struct{}), fds: map[[2]uint32]int{}}
+	go func() {
+		defer close(im.done)
+		im.err = im.make(ms, base, uid, gid)
+	}()
+	return im
+}
+
+func (im *mountIdmaps) make(ms []mechanism.Mount, base, uid, gid int) error {
 	for _, m := range ms {
 		src, err := openSource(m)
 		if err != nil {
-			im.close()
-			return nil, err
+			return err
 		}
 		var st unix.Stat_t
 		err = unix.Fstat(src, &st)
 		unix.Close(src)
 		if err != nil {
-			im.close()
-			return nil, err
+			return err
 		}
 		k := ownerKey(&st)
 		if _, ok := im.fds[k]; ok {
@@ -292,28 +303,54 @@ func newMountIdmaps(ms []mechanism.Mount, base, uid, gid int) (*mountIdmaps, err
 		}
 		fd, err := holdUsernsMap(base, fmt.Sprintf("%d %d 1\n", st.Uid, base+uid), fmt.Sprintf("%d %d 1\n", st.Gid, base+gid)) // userns_image.go
 		if err != nil {
-			im.close()
-			return nil, fmt.Errorf("mount source %s: %w", m.Source, err)
+			return fmt.Errorf("mount source %s: %w", m.Source, err)
 		}
 		im.fds[k] = fd
 	}
-	return im, nil
+	return nil
 }
 
+// lookup returns the namespace for a source owned as st says, once they
+// are made.
+func (im *mountIdmaps) lookup(m mechanism.Mount, st *unix.Stat_t) (int, error) {
+	<-im.done
+	if im.err != nil {
+		return -1, im.err
+	}
+	ns, ok := im.fds[ownerKey(st)]
+	if !ok {
+		return -1, fmt.Errorf("mount source %s: its owner changed to %d:%d since the start began", m.Source, st.Uid, st.Gid)
+	}
+	return ns, nil
+}
+
+// close waits for the namespaces and closes them.
 func (im *mountIdmaps) close() {
 	if im == nil {
 		return
 	}
+	<-im.done
 	for k, fd := range im.fds {
 		unix.Close(fd)
 		delete(im.fds, k)
 	}
 }
 
-// probeIdmaps reports why a mount of ms cannot be idmapped with the
-// namespaces of im: it clones each source as placeMount does and sets the
-// idmapping on the detached clone, which is then dropped.
-func probeIdmaps(ms []mechanism.Mount, im *mountIdmaps) error {
+// probeUserns is a user namespace (mapping 0 to nobody, owned by this
+// process's euid, with no process in it) that Provision idmaps its
+// mounts' clones with to see that it can, made once per process and kept.
+var probeUserns = sync.OnceValues(func() (int, error) {
+	return holdUsernsMap(0, "0 65534 1\n", "0 65534 1\n") // userns_image.go
+})
+
+// probeIdmaps reports why a mount of ms cannot be idmapped: it clones each
+// source as placeMount does and sets an idmapping on the detached clone,
+// which is then dropped.
+func probeIdmaps(ms []mechanism.Mount) error {
+	ns, err := probeUserns()
+	if err != nil {
+		return fmt.Errorf("a user namespace to idmap mounts with: %w", err)
+	}
 	for _, m := range ms {
 		src, err := openSource(m)
 		if err != nil {
@@ -329,7 +366,7 @@ func probeIdmaps(ms []mechanism.Mount, im *mountIdmaps) error {
 		if err != nil {
 			return fmt.Errorf("mount source %s: clone: %w", m.Source, err)
 		}
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(im.fds[ownerKey(&st)])}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}
 		err = unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
 		unix.Close(tree)
 		if err != nil {

@@ -345,12 +345,7 @@ func (j *Jail) provisionRange(ctx context.Context, dir string, st *state) error 
 		return nil
 	}
 	// Host mounts are idmapped to the workload (mounts.go): try it now.
-	uid, gid := j.imageUser(st.Spec, st.ImageRoot)
-	im, err := newMountIdmaps(st.Spec.Mounts, base, uid, gid)
-	if err == nil {
-		err = probeIdmaps(st.Spec.Mounts, im)
-		im.close()
-	}
+	err = probeIdmaps(st.Spec.Mounts)
 	if err == nil {
 		return nil
 	}
