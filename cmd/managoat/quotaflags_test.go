@@ -16,7 +16,8 @@ import (
 // TestServeQuotaFlags: --runners-per-account bounds the runner names an
 // account holds (one more is 403 resource_exhausted), `serve admin runner
 // ls` lists the names and who holds each, `runner rm` frees one (beside
-// the running serve); a bound under 1 is a usage error.
+// the running serve); a bound under 1 is a usage error; serve logs the
+// default provider and why at start (a warning: local is off).
 func TestServeQuotaFlags(t *testing.T) {
 	addr := freeAddr(t)
 	base := []string{"MANAGOAT_HOME=" + t.TempDir(), "SANDBOX_LOCAL_ENABLED=false",
@@ -32,7 +33,7 @@ func TestServeQuotaFlags(t *testing.T) {
 		t.Fatalf("key create: %d %s", code, e)
 	}
 	key = strings.TrimSpace(key)
-	startServeCmd(t, base, addr, "--runners-per-account", "1")
+	_, logs := startServeCmd(t, base, addr, "--runners-per-account", "1")
 	dial := func(name string) (int, string) {
 		t.Helper()
 		u := "ws://" + addr + wire.Path + "?" + url.Values{"name": {name}, "os": {"linux"}}.Encode()
@@ -69,5 +70,9 @@ func TestServeQuotaFlags(t *testing.T) {
 	}
 	if st, body := dial("r2"); st != 101 {
 		t.Fatalf("r2 after r1 was freed: %d %s", st, body)
+	}
+	// With local off, the default is said at start, loudly, with why.
+	if l := logs(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "default=runner") || !strings.Contains(l, "SANDBOX_LOCAL_ENABLED is false") {
+		t.Fatalf("serve's log does not say the default provider and why:\n%s", l)
 	}
 }
