@@ -15,6 +15,13 @@
 // then reports no NUMA, as in a container); and memfd_secret, memory taken
 // out of the kernel's direct map, unswappable, whose purpose is to hide
 // data from the kernel's own view, a surface Docker keeps closed too.
+//
+// What a jail sandbox's /proc shows of the host is decided beside its
+// tree: masked files and directories (mechanism/jail start.go,
+// maskedProcFiles: keys, key-users, config.gz, kallsyms, timers), and
+// mountinfo's source paths, left as the kernel prints them (mounts.go).
+// The jail's own additions to this list (clone3 and io_setup ENOSYS, no
+// set-id modes with a read-write mount) are in package policy.
 package denylist
 
 var common = []string{
