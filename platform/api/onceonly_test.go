@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/store"
@@ -165,5 +167,55 @@ func TestUnconfirmedTerminationBlocksTheSession(t *testing.T) {
 	_ = cmd.Stop()
 	if a := terminate(sid); a.status != 204 {
 		t.Fatalf("terminate once the intent is settled: %d %s", a.status, a.body)
+	}
+}
+
+// TestStalePendingTerminationBlocks: a terminate intent still pending
+// (its call under way) does not block the session, and one pending past
+// api.ParkingStale (a call that died with its process) does, as an
+// uncertain one. Fails with the pending state ignored: the attach to the
+// stale one's session succeeds.
+func TestStalePendingTerminationBlocks(t *testing.T) {
+	ctx := context.Background()
+	var skew atomic.Int64
+	f := &bounded{Provider: fake.New()}
+	t.Cleanup(func() { _ = f.Provider.Close() })
+	pl := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"fake": f},
+		Env:       map[string]string{"SANDBOX_PROVIDER": "fake", "SANDBOX_RUNNERS_ENABLED": "false"},
+		Configure: func(c *api.Config) { c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } }})
+	key := pl.Account(t, "alice")
+	if a := call(t, "POST", pl.URL+"/v1/sandboxes", key, strings.NewReader(`{"name": "box"}`)); a.status != 201 {
+		t.Fatalf("create: %d %s", a.status, a.body)
+	}
+	c, err := client.New(client.Options{URL: pl.URL, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := sandbox.BuildHandle(client.Name, "box")
+	cmd, err := c.Spawn(ctx, h, sandbox.Cmd{Name: "emit", Args: []string{"out:ready", "stay"}}, sandbox.SpawnOptions{Detachable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cmd.SessionID
+	_ = cmd.Stop()
+	acct, _ := pl.Store.AccountByName(ctx, "alice")
+	rec := mustRec(t, pl.Store, acct.ID, "box")
+	if _, err := pl.Store.AddIntent(ctx, store.Intent{AccountID: acct.ID, Name: "box", Op: store.OpTerminateSession, Provider: rec.Provider,
+		ProviderName: rec.ProviderName, Arg: sid}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Attach(ctx, h, sid, sandbox.AttachOptions{})
+	if err != nil {
+		t.Fatalf("attach while a terminate is (freshly) under way: %v", err)
+	}
+	_ = a.Stop()
+	skew.Store(int64(api.ParkingStale + time.Minute))
+	var ue *sandbox.UnavailableError
+	if a, err := c.Attach(ctx, h, sid, sandbox.AttachOptions{}); !errors.As(err, &ue) || ue.Reason != sandbox.ReasonTerminationUnconfirm {
+		if a != nil {
+			_ = a.Stop()
+		}
+		t.Fatalf("attach with a terminate pending past ParkingStale: %v, want Unavailable{%s}", err, sandbox.ReasonTerminationUnconfirm)
 	}
 }
