@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/managoat/managoat/mechanism"
@@ -26,8 +27,13 @@ type controlReply struct {
 }
 
 // ServeControl listens on the unix socket path (mode 0600) for policy
-// changes until p is closed.
+// changes until p is closed. path's directory must be this user's and
+// writable by no other (a socket another user could replace would take
+// the policy changes meant for this proxy).
 func (p *Proxy) ServeControl(path string) error {
+	if err := private(filepath.Dir(path), 0o022); err != nil {
+		return fmt.Errorf("egress control socket: %w", err)
+	}
 	_ = os.Remove(path)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -89,13 +95,17 @@ func Serving(path string) bool {
 // force, and returns once it is (new connections are checked against it,
 // and the open ones it does not allow are cut). An invalid list is an
 // *mechanism.InvalidError before anything is sent; no proxy on path is
-// mechanism.ErrNotRunning.
+// mechanism.ErrNotRunning; a socket in a directory another user can
+// write is refused.
 func Apply(ctx context.Context, path string, allow []string) error {
 	if _, err := ParsePolicy(allow); err != nil {
 		return err
 	}
 	if allow == nil {
 		allow = []string{}
+	}
+	if err := private(filepath.Dir(path), 0o022); err != nil {
+		return fmt.Errorf("egress control socket: %w", err) // another user's socket could be there
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)

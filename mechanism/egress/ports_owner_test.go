@@ -161,3 +161,44 @@ func TestPublishedPortsOwnerOnly(t *testing.T) {
 		t.Errorf("SocketFor after Close found a socket")
 	}
 }
+
+// TestControlSocketInAPrivateDir: the policy's control socket is neither
+// served nor used in a directory another user can write (a temporary
+// directory's managoat-UID made by someone else): there another user
+// could put their own socket and take the policy changes, so that a
+// deny-all never reached the sandbox. (Fails on the old code: both
+// went ahead.)
+func TestControlSocketInAPrivateDir(t *testing.T) {
+	testenv.RequireRoot(t)
+	in := egresstest.New(t)
+	b := newBox(t, in, nil)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "box.egress")
+	if err := b.p.ServeControl(sock); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("ServeControl in a directory of mode 0777 = %v, want refused", err)
+	}
+	// Another user's socket there: Apply does not talk to it.
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan bool, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		got <- err == nil
+	}()
+	if err := egress.Apply(t.Context(), sock, []string{}); err == nil {
+		t.Errorf("Apply through a socket in a directory of mode 0777 succeeded")
+	}
+	ln.Close()
+	if <-got {
+		t.Errorf("Apply connected to the socket in a directory of mode 0777")
+	}
+}
