@@ -89,7 +89,7 @@ func Create(path string) (*Writer, error) {
 
 // OpenAppend opens an existing journal for appending (after a restart).
 func OpenAppend(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // read too: its records are scanned
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,38 @@ func OpenAppend(path string) (*Writer, error) {
 	}
 	w := &Writer{f: f, size: st.Size(), head: loadHead(path), floor: -1}
 	w.scanMarks()
+	// A record torn at the end (its writer killed in the middle of it,
+	// or a crash before its data reached the disk) is cut off: an append
+	// after it would be read as the rest of it.
+	if end := w.wholeEnd(); end < w.size {
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return nil, err
+		}
+		w.size = end
+	}
 	return w, nil
+}
+
+// wholeEnd is the end of the journal's last whole record.
+func (w *Writer) wholeEnd() int64 {
+	var h [HeaderSize]byte
+	off := w.head
+	for off < w.size {
+		n, err := w.f.ReadAt(h[:], off)
+		if n < HeaderSize && err == io.EOF {
+			return off // a header torn
+		}
+		if err != nil && n < HeaderSize {
+			return w.size // unreadable: nothing is cut
+		}
+		next := off + HeaderSize + int64(binary.BigEndian.Uint32(h[1:]))
+		if next > w.size {
+			return off
+		}
+		off = next
+	}
+	return off
 }
 
 // Name is the journal's file name.

@@ -266,3 +266,53 @@ func TestLargeRecordInParts(t *testing.T) {
 		t.Fatalf("second reader: %d records", len(recs))
 	}
 }
+
+// TestOpenAppendCutsATornRecord: a journal whose last record is torn (its
+// writer killed in the middle of a splice: the header says more than
+// follows) is cut back to its last whole record when opened for
+// appending, so what is appended next reads back as itself, not as the
+// rest of the torn record. So is a torn header.
+func TestOpenAppendCutsATornRecord(t *testing.T) {
+	for _, torn := range [][]byte{
+		{byte(KindStdout), 0, 0, 0, 100, 'x', 'y'}, // a record of 100 bytes, 2 written
+		{byte(KindStdout), 0, 0},                   // a header in part
+	} {
+		p := filepath.Join(t.TempDir(), "j")
+		w, err := Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(KindStdout, []byte("whole")); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(torn); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		w, err = OpenAppend(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(KindStdout, []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.AppendExit(3, 0); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		r, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := collect(t, r, -1)
+		r.Close()
+		if len(recs) != 3 || string(recs[0].Data) != "whole" || string(recs[1].Data) != "after" || recs[2].Kind != KindExit || recs[2].Code != 3 {
+			t.Fatalf("torn %q: read back %+v", torn, recs)
+		}
+	}
+}
