@@ -12,7 +12,13 @@
 // working-directory options, stdin on a stopped command, destroy_once,
 // create_checkpoint_once and checkpoints when advertised, force termination,
 // capabilities that agree with the optional interfaces, concurrent
-// create_new, and bad input that must be Invalid without a panic.
+// create_new, and bad input that must be Invalid without a panic. Where the
+// original's cases asked only for no error, these observe the outcome:
+// deny-all is a connection from the sandbox that never arrives
+// (Fixtures.Connect), an adopting Create keeps the first sandbox's file or
+// session, a suspended sandbox reads suspended, a missing one is
+// ErrNotFound. TestWrongAdaptersFail runs the suite against adapters wrong
+// in each of these ways and sees each fail.
 //
 // Each case is a named subtest, so `go test -run 'Conformance/Streaming/StdinRoundTrip'`
 // selects one. A case gated by a capability the provider does not advertise
