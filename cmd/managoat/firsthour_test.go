@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/internal/testenv"
 )
@@ -165,5 +166,62 @@ func TestSurfacesAgree(t *testing.T) {
 		if got := complete(w...); got != want && !(strings.HasPrefix(want, "!") && got != "" && !strings.Contains(got, want[1:])) {
 			t.Errorf("completion of %q: %q, want %q", words, got, want)
 		}
+	}
+}
+
+// TestPlatformSurfacesAgree: through the platform (MANAGOAT_URL and
+// MANAGOAT_API_KEY), rm of several sandboxes destroys each (the key was
+// read once and taken out of the environment, so the second name found it
+// unset); checkpoint ls lists a sandbox's checkpoints, as it does on the
+// local provider; a runner sandbox with no runner online says how to start
+// one, not doctor.
+func TestPlatformSurfacesAgree(t *testing.T) {
+	testenv.RequireRoot(t)
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "account", "create", "me"); code != 0 {
+		t.Fatalf("account create: %s", e)
+	}
+	key, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "me")
+	if code != 0 {
+		t.Fatalf("key create: %s", e)
+	}
+	startServe(t, base, addr)
+	as := append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+strings.TrimSpace(key))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) { // serve is starting
+		_, e, code := managoatEnv(t, as, "create", "a")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create a: %d %s", code, e)
+		}
+	}
+	if _, e, code := managoatEnv(t, as, "create", "b"); code != 0 {
+		t.Fatalf("create b: %s", e)
+	}
+	t.Cleanup(func() { managoatEnv(t, as, "rm", "-f", "a", "b") })
+	if _, e, code := managoatEnv(t, as, "exec", "a", "--", "sh", "-c", "echo one > f"); code != 0 {
+		t.Fatalf("exec: %s", e)
+	}
+	id, e, code := managoatEnv(t, as, "checkpoint", "create", "a")
+	if code != 0 || !strings.HasPrefix(id, "cp-") {
+		t.Fatalf("checkpoint create through the platform: exit %d %q %s", code, id, e)
+	}
+	if out, e, code := managoatEnv(t, as, "checkpoint", "ls", "a"); code != 0 || out != "CHECKPOINT\n"+id {
+		t.Errorf("checkpoint ls through the platform: exit %d stdout %q stderr %q, want the id", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, as, "checkpoint", "ls", "--json", "a"); code != 0 || out != `[{"id":"`+strings.TrimSpace(id)+`"}]`+"\n" {
+		t.Errorf("checkpoint ls --json through the platform: exit %d %q %s", code, out, e)
+	}
+	_, e, code = managoatEnv(t, as, "--provider", "platform:runner", "create", "r")
+	if code != exitCouldNotRun || !strings.Contains(e, "no_runner_online") || !strings.Contains(e, "start a runner for this account") || strings.Contains(e, "doctor") {
+		t.Errorf("a runner sandbox with no runner: exit %d %q, want how to start one", code, e)
+	}
+	if out, e, code := managoatEnv(t, as, "rm", "a", "b"); code != 0 || out != "" || e != "" {
+		t.Fatalf("rm a b through the platform: exit %d stdout %q stderr %q", code, out, e)
+	}
+	if out, e, code := managoatEnv(t, as, "ls", "-q"); code != 0 || out != "" {
+		t.Errorf("ls after rm a b: exit %d %q %s", code, out, e)
 	}
 }

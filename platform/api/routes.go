@@ -34,6 +34,7 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{name}/files", "read_file", false},
 	{"PUT", "/v1/sandboxes/{name}/network-policy", "network_policy", false},
 	{"GET", "/v1/sandboxes/{name}/url", "url", false},
+	{"GET", "/v1/sandboxes/{name}/checkpoints", "checkpoints", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints", "checkpoint", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints/{checkpoint}/restore", "restore", false},
 	// The proxy to a port the sandbox publishes (proxy.go); {path} is the

@@ -322,6 +322,8 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.networkPolicy
 	case "url":
 		return s.url
+	case "checkpoints":
+		return s.checkpoints // checkpoints.go
 	case "checkpoint":
 		return s.checkpoint
 	case "restore":
