@@ -100,7 +100,7 @@
 // keys (SocketFor finds it from the address below); and a TCP port of
 // 127.0.0.1 for the user's own browser and tools (`managoat url`), where
 // a connection is relayed only when the kernel's socket diagnostics
-// (sock_diag, through github.com/vishvananda/netlink) say the socket at
+// (sock_diag, asked for that one socket) say the socket at
 // its other end is owned by that user or by root: any other user's is
 // reset before a byte is read from it or anything is dialled inside the
 // sandbox. (A user is the unit: every process of that user, and root,

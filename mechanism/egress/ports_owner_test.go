@@ -202,3 +202,67 @@ func TestControlSocketInAPrivateDir(t *testing.T) {
 		t.Errorf("Apply connected to the socket in a directory of mode 0777")
 	}
 }
+
+// BenchmarkPublishedOwnerCheck: a connection and one exchange through a
+// published port's loopback TCP port, whose owner is asked of the
+// kernel (sock_diag) for each connection, against the same through its
+// unix socket, which needs no check, interleaved; the metric is the
+// ratio of the times.
+func BenchmarkPublishedOwnerCheck(b *testing.B) {
+	testenv.RequireRoot(b)
+	app, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := app.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	defer func() { app.Close(); <-done }()
+	child := exec.Command("sleep", "600")
+	if err := child.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	file := filepath.Join(b.TempDir(), "published.json")
+	ps, err := egress.PublishPorts(child.Process.Pid, []int{app.Addr().(*net.TCPAddr).Port}, file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ps.Close()
+	addr := egress.PublishedAddr(file, child.Process.Pid, app.Addr().(*net.TCPAddr).Port)
+	sock, err := egress.SocketFor(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	exchange := func(network, a string) time.Duration {
+		t0 := time.Now()
+		c, err := net.Dial(network, a)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("ping")); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	var tTCP, tUnix time.Duration
+	b.ResetTimer()
+	for range b.N {
+		tTCP += exchange("tcp4", addr)
+		tUnix += exchange("unix", sock)
+	}
+	b.ReportMetric(float64(tTCP)/float64(tUnix), "checked-tcp/unix-conn")
+	b.ReportMetric(float64(tTCP.Microseconds())/float64(b.N), "tcp-µs/conn")
+}

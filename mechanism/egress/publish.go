@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -155,20 +155,68 @@ func (p *Published) ownerOnly(c net.Conn) bool {
 	return err == nil && (uid == p.owner || uid == 0)
 }
 
-// peerUID is the owner uid of the socket at the other end of c, a
-// connection over this host's loopback.
+// peerUID is the owner uid of the socket at the other end of c, a TCP
+// connection over this host's IPv4 loopback: the kernel's socket
+// diagnostics (sock_diag, NETLINK_SOCK_DIAG), asked for exactly that
+// socket (its four-tuple; no dump of the table, which would cost in
+// proportion to the host's sockets).
 func peerUID(c *net.TCPConn) (uint32, error) {
-	var err error
-	for range 3 { // a dump interrupted by a change of the table is retried
-		var s *netlink.Socket
-		if s, err = netlink.SocketGet(c.RemoteAddr(), c.LocalAddr()); err == nil {
-			return s.UID, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+	la, lok := c.LocalAddr().(*net.TCPAddr)
+	ra, rok := c.RemoteAddr().(*net.TCPAddr)
+	if !lok || !rok || la.IP.To4() == nil || ra.IP.To4() == nil {
+		return 0, errors.New("not an IPv4 TCP connection")
 	}
-	return 0, err
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return 0, os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		return 0, os.NewSyscallError("setsockopt", err)
+	}
+	// struct nlmsghdr, then struct inet_diag_req_v2 (linux/inet_diag.h).
+	req := make([]byte, 16+56)
+	ne := binary.NativeEndian
+	ne.PutUint32(req[0:], uint32(len(req)))
+	ne.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
+	ne.PutUint16(req[6:], unix.NLM_F_REQUEST)
+	r := req[16:]
+	r[0], r[1] = unix.AF_INET, unix.IPPROTO_TCP
+	ne.PutUint32(r[4:], ^uint32(0)) // any state
+	id := r[8:]                     // struct inet_diag_sockid: the peer's socket
+	binary.BigEndian.PutUint16(id[0:], uint16(ra.Port))
+	binary.BigEndian.PutUint16(id[2:], uint16(la.Port))
+	copy(id[4:8], ra.IP.To4())
+	copy(id[20:24], la.IP.To4())
+	ne.PutUint32(id[40:], ^uint32(0)) // INET_DIAG_NOCOOKIE
+	ne.PutUint32(id[44:], ^uint32(0))
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, os.NewSyscallError("sendto", err)
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return 0, os.NewSyscallError("recvfrom", err)
+	}
+	buf = buf[:n]
+	if len(buf) < 16 {
+		return 0, errors.New("sock_diag: short answer")
+	}
+	if ne.Uint16(buf[4:]) == unix.NLMSG_ERROR {
+		if len(buf) >= 20 {
+			if errno := -int32(ne.Uint32(buf[16:])); errno != 0 {
+				return 0, fmt.Errorf("sock_diag: %w", unix.Errno(errno))
+			}
+		}
+		return 0, errors.New("sock_diag: no such socket")
+	}
+	// struct inet_diag_msg: family, state, timer, retrans, the sockid
+	// (48 bytes), expires, rqueue, wqueue, then uid.
+	m := buf[16:]
+	if len(m) < 68 || m[0] != unix.AF_INET || binary.BigEndian.Uint16(m[4:]) != uint16(ra.Port) || binary.BigEndian.Uint16(m[6:]) != uint16(la.Port) {
+		return 0, errors.New("sock_diag: not the socket asked for")
+	}
+	return ne.Uint32(m[64:]), nil
 }
 
 func (p *Published) track(c net.Conn) bool {
