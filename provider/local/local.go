@@ -110,13 +110,20 @@
 // the call returns; the provider advertises network_policy where the
 // mechanism enforces it. A sandbox made with network none refuses a
 // non-empty list naming egress_allowlist, and a mechanism without any
-// egress control (trusted) answers ErrNotSupported. A sandbox made with
+// egress control (trusted) answers ErrNotSupported. What a sandbox's
+// policy refuses is a line in its supervisor's log (in the process that
+// serves its egress: run's own stderr), and Get reports the list in force
+// (egress_allow), the network asked for, and the latest refusals
+// (egress_refused). A sandbox made with
 // CreateOptions.Publish has its ports published on this machine's
 // loopback while it runs (as root: the jail, runc, and runsc with an
-// egress network), and PublicURL is http://127.0.0.1:PORT for the first,
-// never an address another machine can reach (public_url is advertised
-// there; elsewhere PublicURL is ErrUnsupported). PublishedPorts and
-// PortAddress are what `managoat serve` proxies (platform/api).
+// egress network; rootless: the jail), for this user only: a unix socket
+// no other user can connect to, and a TCP port that relays only this
+// user's (and root's) connections (mechanism/egress's Published).
+// PublicURL is http://127.0.0.1:PORT for the first, never an address
+// another machine can reach (public_url is advertised there; elsewhere
+// PublicURL is ErrUnsupported). PublishedPorts and PortAddress (the unix
+// socket) are what `managoat serve` proxies (platform/api).
 //
 // Where this differs from the original runner daemon's local sandboxes
 // (runner-protocol spec §2.6, §2.9): its journals lived in the daemon's
@@ -966,8 +973,8 @@ func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Hand
 }
 
 // PublicURL is http://127.0.0.1:PORT where the sandbox's first published
-// port is on this machine's loopback (network.go); ErrUnsupported on a
-// mechanism that publishes nothing.
+// port is on this machine's loopback, for this user only (network.go);
+// ErrUnsupported on a mechanism that publishes nothing.
 func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
 	r, _, err := p.handle(h)
 	if err != nil {
