@@ -211,14 +211,14 @@ func cmdImage(g *globals, fs *flag.FlagSet) action {
 	var of outputFlags
 	of.add(fs, false)
 	if f := fs.Lookup("o"); f != nil {
-		f.Usage += "; image save: the `FILE` to write (as --output)"
+		f.Usage += "; image save: the FILE to write (as --output)"
 	}
 	var bounds boundFlags
 	bounds.add(fs)
 	input := fs.String("i", "", "image load: read the archive from `FILE` (a docker save tarball or an OCI layout tar) or an OCI layout directory; default stdin")
-	fs.StringVar(input, "input", "", "image load: the same as -i")
+	fs.StringVar(input, "input", "", "image load: the same as -i `FILE`")
 	output := fs.String("output", "", "image save: write the archive to `FILE` (default stdout)")
-	format := fs.String("format", image.FormatOCI, "image save: the archive's `FORMAT`: oci (an OCI image layout tar, which skopeo, podman and docker 25+ load) or docker (a docker save tarball)")
+	format := fs.String("format", image.FormatOCI, "image save: the archive's `FORMAT`: oci (an OCI image layout tar, which skopeo and podman read as oci-archive:FILE) or docker (a docker save tarball, for docker load)")
 	tag := fs.String("tag", "", "image load: name the archive's one image `REF` (needed when the archive names none)")
 	return func(ctx context.Context, args []string) error {
 		// Flags may come before the subcommand (--help among them), after
