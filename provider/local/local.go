@@ -104,8 +104,9 @@
 // default on a mechanism that provides it: the jail as root, through
 // mechanism/egress) or has only loopback (none). ApplyNetworkPolicy goes
 // through the mechanism's egress update (network.go): the list is
-// domains, *.domains, addresses and CIDRs, each optionally with :port,
-// a bad entry is Invalid naming it, Allow [] denies all, and the list is
+// domains, *.domains, IPv4 addresses and CIDRs, each optionally with
+// :port (an IPv6 one is refused: egress is IPv4 only), a bad entry is
+// Invalid naming it, Allow [] denies all, and the list is
 // in force for new connections and cuts the open ones it denies when
 // the call returns; the provider advertises network_policy where the
 // mechanism enforces it. A sandbox made with network none refuses a
@@ -293,6 +294,9 @@ func New(cfg Config) (*Provider, error) {
 		if err := os.MkdirAll(filepath.Join(state, d), 0o700); err != nil {
 			return nil, stateErr("state dir", err)
 		}
+	}
+	if err := privateStateDir(state); err != nil {
+		return nil, stateErr("state dir", err)
 	}
 	// Prove the directory is writable now rather than half-way through a
 	// Create: access(2) sees both the permissions and a read-only mount,

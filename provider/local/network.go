@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +51,9 @@ func enforcesEgress(m mechanism.Mechanism) bool {
 }
 
 // checkPolicy refuses a list the mechanism's proxy would not parse:
-// Invalid{egress_allowlist} naming the entry, or the limit.
+// Invalid{egress_allowlist} naming the entry, or the limit; and an IPv6
+// address or CIDR, which would allow nothing (a sandbox has no IPv6
+// egress), rather than take it silently.
 func checkPolicy(allow []string) error {
 	if _, err := egress.ParsePolicy(allow); err != nil {
 		var ie *mechanism.InvalidError
@@ -57,6 +61,22 @@ func checkPolicy(allow []string) error {
 			return sandbox.Invalid("egress_allowlist", ie.Reason)
 		}
 		return sandbox.Invalid("egress_allowlist", err.Error())
+	}
+	for _, e := range allow {
+		host := e
+		if h, _, err := net.SplitHostPort(e); err == nil && strings.HasPrefix(e, "[") {
+			host = h
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			var pr netip.Prefix
+			if pr, err = netip.ParsePrefix(host); err == nil {
+				a = pr.Addr()
+			}
+		}
+		if err == nil && a.Is6() && !a.Is4In6() {
+			return sandbox.Invalid("egress_allowlist", fmt.Sprintf("%s is IPv6: a local sandbox's egress is IPv4 only, so it would allow nothing", quote(e)))
+		}
 	}
 	return nil
 }

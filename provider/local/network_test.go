@@ -35,6 +35,11 @@ func TestJailPolicy(t *testing.T) {
 	if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com", "*.example.org:443", "203.0.113.0/24"}}); err != nil {
 		t.Fatalf("allow list: %v", err)
 	}
+	for _, v6 := range []string{"2001:db8::/32", "[2001:db8::1]:443", "2001:db8::1"} {
+		if err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com", v6}}); !isInvalid(err) || !strings.Contains(err.Error(), "IPv6") {
+			t.Errorf("an IPv6 entry %s = %v, want Invalid: it would allow nothing", v6, err)
+		}
+	}
 	err = p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"api.example.com", "not a domain"}})
 	if !isInvalid(err) || !strings.Contains(err.Error(), `"not a domain"`) {
 		t.Fatalf("bad entry = %v, want Invalid naming it", err)
