@@ -218,10 +218,35 @@ func TestPlatformSurfacesAgree(t *testing.T) {
 	if code != exitCouldNotRun || !strings.Contains(e, "no_runner_online") || !strings.Contains(e, "start a runner for this account") || strings.Contains(e, "doctor") {
 		t.Errorf("a runner sandbox with no runner: exit %d %q, want how to start one", code, e)
 	}
+	// serve admin deletes an account: not while it holds sandboxes (named),
+	// and then with its keys and its runners' enrolments.
+	if _, e, code := managoatEnv(t, base, "enroll", "--account", "me", "mine"); code != 0 {
+		t.Fatalf("enroll --account me: %s", e)
+	}
+	if _, e, code := managoatEnv(t, base, "enroll", "--account", "other", "theirs"); code != 0 {
+		t.Fatalf("enroll --account other: %s", e)
+	}
+	_, e, code = managoatEnv(t, base, "serve", "admin", "account", "delete", "me")
+	if code != exitCouldNotRun || !strings.Contains(e, `account "me" holds sandboxes (a, b): destroy them first`) || !strings.Contains(e, "(invalid account_in_use)") {
+		t.Errorf("account delete with sandboxes: exit %d %q, want refused naming them", code, e)
+	}
 	if out, e, code := managoatEnv(t, as, "rm", "a", "b"); code != 0 || out != "" || e != "" {
 		t.Fatalf("rm a b through the platform: exit %d stdout %q stderr %q", code, out, e)
 	}
 	if out, e, code := managoatEnv(t, as, "ls", "-q"); code != 0 || out != "" {
 		t.Errorf("ls after rm a b: exit %d %q %s", code, out, e)
+	}
+	if _, e, code := managoatEnv(t, base, "serve", "admin", "account", "delete", "me"); code != 0 || !strings.Contains(e, "account me") || !strings.Contains(e, "enrolments revoked: 1 [mine]") {
+		t.Fatalf("account delete: exit %d %s", code, e)
+	}
+	if out, _, _ := managoatEnv(t, base, "serve", "admin", "account", "ls"); strings.Contains(out, "me ") {
+		t.Errorf("account ls after the delete: %s", out)
+	}
+	if _, e, code := managoatEnv(t, as, "ls"); code == 0 || !strings.Contains(e, "denied") {
+		t.Errorf("the deleted account's key: exit %d %s, want denied", code, e)
+	}
+	runners, err := os.ReadFile(filepath.Join(strings.TrimPrefix(base[0], "MANAGOAT_HOME="), "platform", "runners.json"))
+	if err != nil || strings.Contains(string(runners), `"mine"`) || !strings.Contains(string(runners), `"theirs"`) {
+		t.Errorf("the runners' file after the delete (want mine gone, theirs kept): %v %s", err, runners)
 	}
 }

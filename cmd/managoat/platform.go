@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -328,8 +329,8 @@ func (a platformAuth) Authenticate(r *http.Request, key string) (string, error) 
 }
 
 // serveAdmin is `managoat serve [--db FILE] admin ...`: accounts and keys.
-func serveAdmin(ctx context.Context, db string, args []string) error {
-	usage := usageError{msg: "serve admin: account create NAME | account ls | key create ACCOUNT [--label L] | key ls ACCOUNT | key revoke KEY_ID | runner ls ACCOUNT | runner rm ACCOUNT NAME"}
+func serveAdmin(ctx context.Context, db, runnersFile string, args []string) error {
+	usage := usageError{msg: "serve admin: account create NAME | account ls | account delete NAME | key create ACCOUNT [--label L] | key ls ACCOUNT | key revoke KEY_ID | runner ls ACCOUNT | runner rm ACCOUNT NAME"}
 	if len(args) < 2 {
 		return usage
 	}
@@ -357,6 +358,41 @@ func serveAdmin(ctx context.Context, db string, args []string) error {
 			return wrap("serve admin", err)
 		}
 		fmt.Println(a.ID)
+	case "account delete", "account rm":
+		// An account with sandboxes is refused: their records would go,
+		// and the providers' sandboxes be left with no account.
+		if len(args) != 3 {
+			return usage
+		}
+		a, err := account(args[2])
+		if err != nil {
+			return err
+		}
+		keys, _ := st.ListKeys(ctx, a.ID)
+		switch err := st.DeleteAccount(ctx, a.ID); {
+		case errors.Is(err, store.ErrInUse):
+			var names []string
+			if sbs, err := st.ListSandboxes(ctx, a.ID); err == nil {
+				for _, b := range sbs {
+					names = append(names, b.Name)
+				}
+			}
+			held := "operations under way (a destroy or checkpoint the platform is settling; try again in a minute)"
+			if len(names) > 0 {
+				held = fmt.Sprintf("sandboxes (%s): destroy them first (managoat rm, with one of its keys)", strings.Join(names, ", "))
+			}
+			return &sandbox.InvalidError{Reason: "account_in_use", Msg: fmt.Sprintf("serve admin: account %q holds %s", a.Name, held)}
+		case err != nil:
+			return wrap("serve admin", err)
+		}
+		// Its runners' enrolments are its name's: they must not serve the
+		// next account given the name.
+		gone, err := runnerprov.RevokeAccount(runnersFile, a.Name)
+		if err != nil {
+			return wrap("serve admin", fmt.Errorf("account %q deleted, but its runners' enrolments in %s were not revoked: %w", a.Name, runnersFile, err))
+		}
+		fmt.Fprintf(os.Stderr, "managoat serve admin: account %s (%s) deleted, with its %d keys and its runners' records; enrolments revoked: %d %v\n",
+			a.Name, a.ID, len(keys), len(gone), gone)
 	case "account ls":
 		as, err := st.ListAccounts(ctx)
 		if err != nil {

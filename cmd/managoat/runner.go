@@ -175,7 +175,11 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			return usageError{msg: "--db: a password in the flag shows in ps to every user; put the URL in " + envDatabaseURL + " or the password in PGPASSWORD"}
 		}
 		if a := fs.Args(); len(a) > 0 && a[0] == "admin" {
-			return serveAdmin(ctx, *db, a[1:])
+			rf := *runners
+			if rf == "" {
+				rf = defaultRunnersFile()
+			}
+			return serveAdmin(ctx, *db, rf, a[1:])
 		}
 		if err := noMore(fs.Args()); err != nil {
 			return err

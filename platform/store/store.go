@@ -31,6 +31,8 @@ var (
 	ErrAlreadyExists = sandbox.ErrAlreadyExists
 	// ErrConflict: UpdateSandbox lost a race (the record's Version moved).
 	ErrConflict = errors.New("store: the record changed since it was read")
+	// ErrInUse: DeleteAccount of an account that still holds sandboxes.
+	ErrInUse = errors.New("store: the account still holds sandboxes or operations under way")
 )
 
 // Account owns API keys, sandboxes and runners.
@@ -139,6 +141,13 @@ type Store interface {
 	AccountByName(ctx context.Context, name string) (Account, error)
 	AccountByID(ctx context.Context, id string) (Account, error)
 	ListAccounts(ctx context.Context) ([]Account, error)
+	// DeleteAccount removes the account of that ID with its keys, its
+	// runner records and its settled intents: ErrInUse while it holds a
+	// sandbox record or an open intent (its sandboxes are destroyed first:
+	// a record dropped here would leave a provider's sandbox that no
+	// account owns), ErrNotFound when there is no such account. The check
+	// and the delete are one statement: a create between them is not lost.
+	DeleteAccount(ctx context.Context, id string) error
 
 	AddKey(ctx context.Context, k Key) error // ErrAlreadyExists for a taken ID
 	KeyByID(ctx context.Context, id string) (Key, error)

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationIDIsUsedOnce", operationOnce},
 		{"IntentsOfASandbox", intentsOf},
 		{"Runners", runners},
+		{"DeleteAccount", deleteAccount}, // accounts_delete.go
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t)
