@@ -90,6 +90,7 @@ func UsernsDescription() string {
 		return "no uid range of their own: " + err.Error() + "; the workload runs as host uid 1000 (or the image's user)"
 	}
 	s := "a user namespace each, mapping 65536 uids and gids to a range of the host of its own (claimed in " + DefaultIDMapDir + ")"
+	s += "; host mounts (-v) are idmapped so the source's owner is the workload (one whose file system cannot be idmapped is refused unless MANAGOAT_JAIL_UNMAPPED_MOUNTS=1, which runs it as host uid 1000)"
 	if err := idmapKernel(); err != nil {
 		return s + "; an image's workload cannot be root of it: " + err.Error()
 	}
