@@ -5,13 +5,13 @@
 // Usage:
 //
 //	managoat run [limits] [-it] [-e K=V] [-w DIR] [-v HOST:SANDBOX[:ro]] [--] CMD [ARGS...]   ephemeral sandbox: create, run with live output, destroy
-//	managoat create NAME [limits] [-e K=V] [--env-file F] [-w DIR] [--label K=V] [-v HOST:SANDBOX[:ro]]
+//	managoat create NAME [limits] [-e K=V] [--env-file F] [-w DIR] [--label K=V] [-v HOST:SANDBOX[:ro]] [--trust-host-ca]
 //	managoat exec NAME [-it] [-e K=V] [-w DIR] [--timeout D] -- CMD [ARGS...]
 //	managoat spawn NAME [--detach] [-t] -- CMD [ARGS...]
 //	managoat attach NAME SESSION [--detach-keys ctrl-p,ctrl-q]
 //	managoat sessions NAME ; managoat logs NAME [SESSION] [-f] [--tail N] [--since T]
 //	managoat terminate NAME SESSION [--force] [--grace D]
-//	managoat ls [-o json|wide] [--filter label=K=V]
+//	managoat ls [-o json|wide] [-q] [--filter label=K=V]
 //	managoat rm [-f] NAME...
 //	managoat suspend NAME | resume NAME
 //	managoat policy NAME --allow a.example,b.example   (--allow "" denies all egress)
@@ -50,7 +50,11 @@
 // --timeout ended it; a command the memory limit killed ends 137, with a
 // line "managoat: out of memory" on its stderr; 2 is a usage error; 130
 // after Ctrl-C detached from a session. Each error is one line: what
-// failed, the taxonomy kind and reason in parentheses, and what to do next.
+// failed, the taxonomy kind and reason in parentheses, and what to do next
+// (errors.go's hint: the thing that helps for that error). A fallback a
+// user would not guess (MANAGOAT_URL without MANAGOAT_API_KEY, enroll's
+// default account, a sandbox on trusted) is said once on stderr, as a
+// line "managoat: note: ...".
 //
 // MANAGOAT_PROVIDER names the default provider, over the configuration
 // file's (provider = NAME, mechanism = NAME in $MANAGOAT_CONFIG, else
