@@ -261,6 +261,15 @@ func TestRootlessMounts(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "rw", "w")); err != nil || string(b) != "w\n" {
 		t.Fatalf("the write through the read-write mount: %q %v", b, err)
 	}
+	// A set-user-ID copy of sh in the read-write mount would run on the
+	// host as the caller: refused (policy.JailMounts).
+	c = run(t, j, "rootless", "cp /bin/sh /data/sh && chmod 4755 /data/sh")
+	if c.ExitStatus == 0 || !strings.Contains(string(c.Stderr), "Operation not permitted") {
+		t.Errorf("chmod 4755 in a rootless read-write mount: exit %d %q", c.ExitStatus, c.Stderr)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "rw", "sh")); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("the copy of sh on the host: %v, %v", fi.Mode(), err)
+	}
 	if c := run(t, j, "rootless", "cd "+mechanism.Home+" && mv sub old && ln -s / sub"); c.ExitStatus != 0 {
 		t.Fatalf("workload: %s", c.Stderr)
 	}
