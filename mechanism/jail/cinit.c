@@ -201,6 +201,13 @@ static void check_restricted(void) {
 static void become_owner(void) {
 	if (cfg.owner == 0)
 		return;
+	/* SECBIT_NO_SETUID_FIXUP (1 << 2), where the process may set it (the
+	 * holder, started with every capability: its namespace is then made
+	 * with them, as the host's root made it, which a host restricting
+	 * unprivileged user namespaces tells apart); an init, born without
+	 * CAP_SETPCAP, drops its three at the setresuid, and gets its
+	 * namespace's. */
+	(void)prctl(PR_SET_SECUREBITS, 1 << 2, 0, 0, 0);
 	if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, cfg.owner, cfg.owner, cfg.owner) != 0 ||
 	    syscall(SYS_setresuid, cfg.owner, cfg.owner, cfg.owner) != 0)
 		ci_fail("become the owner %u of the sandbox's user namespace: %s", cfg.owner, strerror(errno));
