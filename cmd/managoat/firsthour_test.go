@@ -11,6 +11,8 @@ import (
 	"github.com/managoat/managoat/internal/testenv"
 )
 
+func home(t *testing.T) []string { return []string{"MANAGOAT_HOME=" + t.TempDir()} }
+
 // TestQuietFallbacksAreSaid: what managoat does that a new user would not
 // guess is said once on stderr. MANAGOAT_URL without MANAGOAT_API_KEY uses
 // the local provider, and says so (not when a provider was chosen); enroll
@@ -33,6 +35,12 @@ func TestQuietFallbacksAreSaid(t *testing.T) {
 	}
 	if _, e, code := runBinary(t, nil, env, "--mechanism", "trusted", "ls", "--provider", "local"); code != 0 || e != "" {
 		t.Errorf("ls --provider local: exit %d stderr %q, want nothing said", code, e)
+	}
+
+	// MANAGOAT_URL unset: the platform's default address, said.
+	_, e, _ = runBinary(t, nil, append(home(t), "MANAGOAT_URL=", "MANAGOAT_API_KEY=mgk_0000000000000000_x"), "--provider", "platform", "ls")
+	if !strings.HasPrefix(e, "managoat: note: MANAGOAT_URL is not set: using the platform at http://127.0.0.1:8080") {
+		t.Errorf("--provider platform without MANAGOAT_URL: stderr %q, want a note of the default address", e)
 	}
 
 	runners := filepath.Join(t.TempDir(), "runners.json")

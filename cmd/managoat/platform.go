@@ -72,13 +72,20 @@ var platformKey = sync.OnceValue(func() string {
 	return key
 })
 
+// defaultedPlatformURL is MANAGOAT_URL, else serve's default address,
+// which is said once on stderr (a fallback the user did not choose).
+func defaultedPlatformURL() string {
+	if u := os.Getenv(envPlatformURL); u != "" {
+		return u
+	}
+	noteOnce("MANAGOAT_URL is not set: using the platform at http://127.0.0.1:8080, serve's default address")
+	return "http://127.0.0.1:8080"
+}
+
 // platformClient builds the platform client with platformKey.
 func platformClient(pin string) func() (sandbox.Provider, error) {
 	return func() (sandbox.Provider, error) {
-		url := os.Getenv(envPlatformURL)
-		if url == "" {
-			url = "http://127.0.0.1:8080"
-		}
+		url := defaultedPlatformURL()
 		key := platformKey()
 		if key == "" {
 			return nil, fmt.Errorf("%s is not set: an API key of your account on the platform at %s (managoat serve admin key create ACCOUNT)", envAPIKey, url)
