@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -35,10 +36,15 @@ func errDisconnected() error { return sandbox.Unavailable(ReasonDisconnected, ni
 // carries every session of a runner, so its reading cannot wait for one
 // slow reader. When the reader has more than half the Stream's bound
 // queued, the subscription stops delivering (it is behind) and calls its
-// onBehind once, with the count of output bytes it delivered; the
-// Provider then attaches again and resumes from that offset of the
-// session's journal (see Provider.resume). Output positions count stdout
-// and stderr as one sequence, as the daemon's replay orders them.
+// onBehind once, with the count of output bytes it delivered and their
+// checksum; the Provider then attaches again and resumes from that
+// offset of the session's journal (see Provider.resume). Output
+// positions count stdout and stderr as one sequence, as the daemon's
+// replay orders them. A resumed subscription checks that the replay's
+// bytes it drops are the ones delivered before (CRC-32C): a replay that
+// differs (the journal's cap dropped output the reader had not read, or
+// the session is not the same) ends the Command with
+// Unavailable{replay_mismatch} rather than deliver misplaced bytes.
 type Subscription struct {
 	stream *sandbox.Stream
 	frames func(*wire.Stream) // instead of stream (NewFrameSubscription)
@@ -49,10 +55,12 @@ type Subscription struct {
 	reqID     int64
 
 	mu       sync.Mutex
-	skip     int64           // output bytes of the replay still to drop (a resumed subscription)
-	pos      int64           // output bytes delivered to stream, skip included
-	behind   bool            // stopped delivering; onBehind was called
-	onBehind func(pos int64) // nil: a reader that falls behind is dropped (the Stream's rule)
+	skip     int64                       // output bytes of the replay still to drop (a resumed subscription)
+	want     uint32                      // the checksum the dropped bytes must have (a resumed subscription)
+	sum      uint32                      // CRC-32C of every output byte seen, dropped ones included
+	pos      int64                       // output bytes delivered to stream (after the skip)
+	behind   bool                        // stopped delivering; onBehind was called
+	onBehind func(pos int64, sum uint32) // nil: a reader that falls behind is dropped (the Stream's rule)
 }
 
 // NewSubscription returns a subscription that feeds s.
@@ -105,12 +113,26 @@ func (sub *Subscription) deliver(s *wire.Stream) {
 		sub.mu.Unlock()
 		return
 	}
+	if sub.skip > 0 && (s.Kind == wire.StreamExit || s.Kind == wire.StreamError) {
+		// The replay ended before the offset this reader had reached.
+		sub.behind = true
+		sub.mu.Unlock()
+		sub.stream.Fail(errReplayMismatch())
+		return
+	}
 	if s.Kind == wire.StreamStdout || s.Kind == wire.StreamStderr {
 		data := s.Data
 		if sub.skip > 0 {
 			k := min(int64(len(data)), sub.skip)
 			sub.skip -= k
+			sub.sum = crc32.Update(sub.sum, castagnoli, data[:k])
 			data = data[k:]
+			if sub.skip == 0 && sub.sum != sub.want {
+				sub.behind = true
+				sub.mu.Unlock()
+				sub.stream.Fail(errReplayMismatch())
+				return
+			}
 		}
 		if len(data) == 0 {
 			sub.mu.Unlock()
@@ -118,12 +140,15 @@ func (sub *Subscription) deliver(s *wire.Stream) {
 		}
 		if sub.onBehind != nil && !hasRoom(sub.stream, len(data)) {
 			sub.behind = true
-			pos, f := sub.pos, sub.onBehind
+			pos, sum, f := sub.pos, sub.sum, sub.onBehind
 			sub.mu.Unlock()
-			f(pos)
+			f(pos, sum)
 			return
 		}
 		sub.pos += int64(len(data))
+		if sub.onBehind != nil {
+			sub.sum = crc32.Update(sub.sum, castagnoli, data)
+		}
 		sub.mu.Unlock()
 		if s.Kind == wire.StreamStdout {
 			sub.stream.Stdout(data)
@@ -145,6 +170,12 @@ func (sub *Subscription) deliver(s *wire.Stream) {
 	default:
 		// Unknown stream kinds deliver nothing.
 	}
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func errReplayMismatch() error {
+	return sandbox.Unavailable("replay_mismatch", errors.New("the session's replay differs from the output this reader had: its journal dropped output the reader had not read"))
 }
 
 // hasRoom reports, without waiting, whether st's reader has room for n

@@ -76,8 +76,12 @@
 //     drained, the Command attaches again and resumes at the output offset
 //     it reached (the daemon replays the session from byte zero, from its
 //     memory or the provider's journal; the bytes before the offset are
-//     dropped here). The original dropped nothing and queued without bound;
-//     the Stream's own rule would cut the reader off (slow_reader).
+//     dropped here, once checked against the checksum of what was
+//     delivered: a replay that differs, as when the journal's cap dropped
+//     output the reader had not read, is Unavailable{replay_mismatch},
+//     never misplaced bytes). The original dropped nothing and queued
+//     without bound; the Stream's own rule would cut the reader off
+//     (slow_reader).
 //   - ListSessions gives each session its state: the daemon's "state"
 //     extension field, else (an original daemon) exited with its code when
 //     the entry has exit_code and running when it has none. The original

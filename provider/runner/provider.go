@@ -407,7 +407,7 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 	priv := &cmdPrivate{runnerID: rid, name: h.Name, stdin: req.Stdin || req.TTY, cancel: cancel, ready: make(chan struct{})}
 	defer close(priv.ready)
 	cmd, stream := sandbox.NewCommand(p, "", priv)
-	sub := p.newSub(rctx, stream, priv, 0)
+	sub := p.newSub(rctx, stream, priv, 0, 0)
 	priv.sub = sub
 	res, err := p.call(ctx, rid, req, sub)
 	if err != nil {
@@ -435,14 +435,14 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 // newSub is a subscription feeding stream that resumes when its reader
 // falls behind (see Subscription), dropping the first skip output bytes
 // of its replay.
-func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, skip int64) *Subscription {
+func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, skip int64, want uint32) *Subscription {
 	sub := NewSubscription(stream)
-	sub.skip = skip
-	sub.onBehind = func(pos int64) {
+	sub.skip, sub.want = skip, want
+	sub.onBehind = func(pos int64, sum uint32) {
 		// Called under the connection's lock: the resume runs apart,
 		// from the offset this subscription began at plus what it
-		// delivered.
-		go p.resume(ctx, stream, priv, sub, skip+pos)
+		// delivered, checking the replay against the bytes' checksum.
+		go p.resume(ctx, stream, priv, sub, skip+pos, sum)
 	}
 	return sub
 }
@@ -455,7 +455,7 @@ func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmd
 // itself and loses nothing, as on provider/local, whose journal the
 // daemon's replay reads. A resume that cannot attach ends the Command
 // with the attach's error.
-func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, old *Subscription, pos int64) {
+func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, old *Subscription, pos int64, sum uint32) {
 	select {
 	case <-priv.ready:
 	case <-ctx.Done():
@@ -465,7 +465,7 @@ func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmd
 	if !stream.WaitRoom(ctx, sandbox.StreamLimit/4) {
 		return // stopped, or ended
 	}
-	sub := p.newSub(ctx, stream, priv, pos)
+	sub := p.newSub(ctx, stream, priv, pos, sum)
 	priv.mu.Lock()
 	sid := priv.sid
 	if priv.stopped || sid == "" {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
 
 	prov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -74,6 +76,84 @@ func TestSlowReaderResumesOverWire(t *testing.T) {
 				}
 			}
 			t.Fatalf("events closed after %d bytes without an exit", got)
+		})
+	}
+}
+
+// TestResumeChecksTheReplay: a resumed Command drops the replay's bytes
+// it had delivered only when they are those bytes (their checksum): a
+// daemon whose replay differs (its journal dropped output the reader had
+// not read) ends the Command with unavailable replay_mismatch after the
+// bytes it had, never with misplaced ones; a faithful replay goes on to
+// the live output and the exit. A hand-driven daemon plays both.
+func TestResumeChecksTheReplay(t *testing.T) {
+	for _, faithful := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Faithful", false: "Differs"}[faithful], func(t *testing.T) {
+			pl := newPlatform(t, prov.ServerConfig{})
+			rd := dialRawCaps(t, pl, "replay", "")
+			_, h := rawName(t, pl.online(t))
+			p := pl.srv.Provider()
+			c := spawnOnRaw(t, p, rd, h)
+			chunk := bytes.Repeat([]byte("a"), 32<<10)
+			frame := func(data []byte, replayFor int64) string {
+				return string(wire.AppendStream(nil, &wire.Stream{Kind: wire.StreamStdout, SessionID: "s1", Data: data, ReplayFor: replayFor}))
+			}
+			// Well over half a Stream's bound, unread (all but what the
+			// sockets' buffers hold is taken before the sends return):
+			// the Command is behind and stops taking frames.
+			const frames = (3 * sandbox.StreamLimit / 4) / (32 << 10)
+			for range frames {
+				rd.send(frame(chunk, 0))
+			}
+			// The reader drains; the Command attaches again.
+			got := 0
+			for got < 3*sandbox.StreamLimit/8 { // of the half it took: room for a quarter
+				ev := recv(t, c, 10*time.Second)
+				if ev.Kind != sandbox.Stdout {
+					t.Fatalf("event %v after %d bytes", ev.Kind, got)
+				}
+				got += len(ev.Data)
+			}
+			req := rd.next()
+			for req.Op == wire.OpDetach {
+				req = rd.next()
+			}
+			if req.Op != wire.OpAttach || req.SessionID != "s1" {
+				t.Fatalf("request %+v, want an attach of s1", req)
+			}
+			rd.send(sprintf(`{"id":%d,"ok":true,"result":{"session_id":"s1"}}`, req.ID))
+			replay := chunk
+			if !faithful {
+				replay = bytes.Repeat([]byte("b"), 32<<10)
+			}
+			for range frames {
+				rd.send(frame(replay, req.ID))
+			}
+			rd.send(frame([]byte("live"), 0))
+			rd.send(`{"stream":"exit","session_id":"s1","exit_code":0}`)
+			var tail []byte
+			for {
+				ev := recv(t, c, 10*time.Second)
+				switch ev.Kind {
+				case sandbox.Stdout:
+					got += len(ev.Data)
+					tail = append(tail[max(0, len(tail)-8):], ev.Data...)
+					if !faithful && bytes.Contains(ev.Data, []byte("b")) {
+						t.Fatal("a replay that differs was delivered")
+					}
+					continue
+				case sandbox.Exit:
+					if !faithful || got != frames*(32<<10)+4 || !bytes.HasSuffix(tail, []byte("alive")) {
+						t.Fatalf("exit after %d bytes (want %d) ending %q", got, frames*(32<<10)+4, tail)
+					}
+				case sandbox.Error:
+					var una *sandbox.UnavailableError
+					if faithful || !errors.As(ev.Err, &una) || una.Reason != "replay_mismatch" {
+						t.Fatalf("error %v after %d bytes", ev.Err, got)
+					}
+				}
+				return
+			}
 		})
 	}
 }
