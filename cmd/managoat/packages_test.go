@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"net/url"
 	"os"
 	"os/exec"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/managoat/managoat/image/imagetest"
 	"github.com/managoat/managoat/internal/testenv"
 )
 
@@ -136,5 +140,36 @@ dpkg-deb -x hello_*.deb root
 	out, e, code = managoatEnv(t, env, "exec", "--timeout", "1m", "aptbox", "--", "sh", "-c", "curl -sS -m 20 http://example.org/ >/dev/null 2>&1; echo $?")
 	if code != 0 || out == "0\n" {
 		t.Errorf("a request to another host: exit %d stdout %q stderr %q, want it refused", code, out, e)
+	}
+}
+
+// TestTrustHostCAOnAnImage: on an image, whose /etc/ssl is its own,
+// --trust-host-ca binds the host's bundle read-only where the variables
+// say (the image's own bundle, or none, underneath); without the flag the
+// image's own is what the sandbox reads.
+func TestTrustHostCAOnAnImage(t *testing.T) {
+	testenv.RequireRoot(t)
+	bundle, err := hostCABundle()
+	testenv.Require(t, err == nil, "a CA bundle on this host")
+	want, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := imagetest.Serve(t)
+	withOwn := reg.Push(t, "ca:own", v1.Config{}, append(imagetest.Conformance(t), imagetest.Layer{{Name: "etc/", Type: tar.TypeDir},
+		{Name: "etc/ssl/", Type: tar.TypeDir}, {Name: "etc/ssl/certs/", Type: tar.TypeDir}, {Name: "etc/ssl/certs/ca-certificates.crt", Body: "the image's own\n"}})...)
+	without := reg.Push(t, "ca:none", v1.Config{}, imagetest.Conformance(t)...)
+	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	if out, e, code := managoatEnv(t, env, "run", "--image", withOwn, "--", "cat", "/etc/ssl/certs/ca-certificates.crt"); code != 0 || out != "the image's own\n" {
+		t.Fatalf("run on the image without --trust-host-ca: exit %d %q %s", code, out, e)
+	}
+	for _, ref := range []string{withOwn, without} {
+		out, e, code := managoatEnv(t, env, "run", "--image", ref, "--trust-host-ca", "--", "sh", "-c", `cat "$SSL_CERT_FILE"; echo "$NODE_EXTRA_CA_CERTS" >&2; echo x > "$SSL_CERT_FILE"`)
+		if code == 0 || out != string(want) || !strings.Contains(e, "/etc/ssl/certs/ca-certificates.crt\n") {
+			t.Errorf("run --image %s --trust-host-ca: exit %d, %d bytes read (want the host's %d and the write refused), stderr %q", ref, code, len(out), len(want), e)
+		}
+	}
+	if got, err := os.ReadFile(bundle); err != nil || string(got) != string(want) {
+		t.Errorf("the host's bundle changed: %v", err)
 	}
 }
