@@ -221,5 +221,8 @@ type Store interface {
 	// long as the platform runs.
 	PruneIntents(ctx context.Context, before time.Time) (int64, error)
 
+	// Placer: placement on runners (placement.go).
+	Placer
+
 	Close() error
 }

@@ -116,6 +116,17 @@ var migrations = []string{
 		(SELECT min(id) FROM intents WHERE op = 'create_checkpoint_once' GROUP BY provider, provider_name, arg);
 	CREATE UNIQUE INDEX intents_operation ON intents(provider, provider_name, arg) WHERE op = 'create_checkpoint_once';
 	CREATE INDEX intents_sandbox ON intents(account_id, name);`,
+	// 4: what an account's operator set on its runners (cordon, drain,
+	// labels), by runner id (store.RunnerSchedule).
+	`CREATE TABLE runner_schedules (
+		account_id TEXT NOT NULL,
+		runner_id TEXT NOT NULL,
+		name TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL DEFAULT '',
+		labels TEXT NOT NULL DEFAULT 'null',
+		updated_at BIGINT NOT NULL,
+		PRIMARY KEY (account_id, runner_id)
+	);`,
 }
 
 // migrationLock is the advisory lock key replicas take to migrate.

@@ -42,7 +42,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationIDIsUsedOnce", operationOnce},
 		{"IntentsOfASandbox", intentsOf},
 		{"Runners", runners},
-		{"DeleteAccount", deleteAccount}, // accounts_delete.go
+		{"PlacementWithinRoom", placement}, // placement.go
+		{"DeleteAccount", deleteAccount},   // accounts_delete.go
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t)
