@@ -106,6 +106,10 @@ func TestShellBlocksRun(t *testing.T) {
 	testenv.Require(t, err == nil, "bash runs the README's sh blocks")
 	script, err := exec.LookPath("script")
 	testenv.Require(t, err == nil, "script(1) (util-linux) gives the README's -it example a terminal")
+	for _, prog := range []string{"make", "python3"} {
+		_, err := exec.LookPath(prog)
+		testenv.Require(t, err == nil, prog+" (the jail's /usr is the host's) runs in the README's examples")
+	}
 	goCmd, err := exec.LookPath("go")
 	testenv.Require(t, err == nil, "the go command builds and installs managoat as the README says")
 	blocks := shBlocks(t)
