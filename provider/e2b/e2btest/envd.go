@@ -2,6 +2,8 @@ package e2btest
 
 import (
 	"bytes"
+	"compress/gzip"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -18,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // journalDir is the sandbox path of the shim's journals.
@@ -39,6 +43,11 @@ type sbx struct {
 	procs     map[uint32]*proc // live processes; guarded by srv.mu
 
 	envdVersion string
+	// envVars are create's envVars, every process's environment.
+	envVars map[string]string
+	// accessToken, when set (a secure sandbox), is the envdAccessToken
+	// envd wants in every request's X-Access-Token.
+	accessToken string
 	// transition, while set, is the state the sandbox is changing through
 	// (pausing, snapshotting, killing) until transitionEnd; then
 	// it becomes transitionTo ("" means removed).
@@ -125,7 +134,8 @@ type proc struct {
 	cmd      *exec.Cmd
 	tag      string
 	cfg      procConfig
-	stdin    io.WriteCloser // nil without stdin
+	stdin    io.WriteCloser // nil without stdin; the terminal with a pty
+	ptmx     *os.File       // the terminal's master, with a pty
 	tagBlind bool           // started before a pause; guarded by srv.mu
 
 	mu   sync.Mutex
@@ -238,7 +248,18 @@ func (s *Server) sandboxFor(w http.ResponseWriter, r *http.Request) (*sbx, bool)
 	sb, ok := s.sandboxes[id]
 	running := ok && sb.state == "running"
 	transitioning := ok && sb.transition != "" && sb.transition != "resuming"
+	token := ""
+	if ok {
+		token = sb.accessToken
+	}
 	s.mu.Unlock()
+	if running && !transitioning && token != "" && r.URL.Path != "/health" &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(token)) != 1 {
+		// A secure sandbox's envd wants its access token on every call
+		// but the health check.
+		apiError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or a valid signature")
+		return nil, false
+	}
 	if transitioning {
 		// The client proxy's answer while a sandbox changes state.
 		writeJSON(w, http.StatusConflict, map[string]any{"code": 409, "sandboxId": id,
@@ -265,15 +286,13 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	if s.applyFault(w, r, f) {
 		return
 	}
-	if r.URL.Path == "/health" {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
 	sb, ok := s.sandboxFor(w, r)
 	if !ok {
 		return
 	}
 	switch r.URL.Path {
+	case "/health":
+		w.WriteHeader(http.StatusNoContent)
 	case "/process.Process/Start":
 		s.envdStart(w, r, sb, f)
 	case "/process.Process/CloseStdin":
@@ -283,58 +302,130 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.envdUnary(w, r, sb, "CloseStdin")
-	case "/process.Process/List", "/process.Process/SendInput", "/process.Process/SendSignal":
+	case "/process.Process/List", "/process.Process/SendInput", "/process.Process/SendSignal", "/process.Process/Update":
 		s.envdUnary(w, r, sb, strings.TrimPrefix(r.URL.Path, "/process.Process/"))
+	case "/process.Process/Connect":
+		s.envdConnect(w, r, sb)
 	case "/files":
 		s.envdFiles(w, r, sb)
 	case "/filesystem.Filesystem/ListDir":
 		s.envdListDir(w, r, sb)
+	case "/filesystem.Filesystem/Stat", "/filesystem.Filesystem/MakeDir", "/filesystem.Filesystem/Move",
+		"/filesystem.Filesystem/Remove":
+		s.envdFS(w, r, sb, strings.TrimPrefix(r.URL.Path, "/filesystem.Filesystem/"))
+	case "/filesystem.Filesystem/WatchDir":
+		s.envdWatchDir(w, r, sb)
 	default:
 		connectError(w, http.StatusNotFound, "unimplemented", "no such method")
 	}
 }
 
-func (s *Server) envdStart(w http.ResponseWriter, r *http.Request, sb *sbx, f *Fault) {
+// ptyJSON is process.PTY.
+type ptyJSON struct {
+	Size struct {
+		Cols uint16 `json:"cols"`
+		Rows uint16 `json:"rows"`
+	} `json:"size"`
+}
+
+// readEnvelope reads a Connect streaming request's one message.
+func readEnvelope(w http.ResponseWriter, r *http.Request, v any) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "application/connect+json" {
 		connectError(w, http.StatusUnsupportedMediaType, "unknown", "unsupported content type "+ct)
-		return
+		return false
 	}
 	body := readBody(r)
 	if len(body) < 5 || int(binary.BigEndian.Uint32(body[1:5])) != len(body)-5 {
 		connectError(w, http.StatusBadRequest, "invalid_argument", "bad request envelope")
-		return
+		return false
 	}
-	var req struct {
-		Process procConfig `json:"process"`
-		Tag     *string    `json:"tag"`
-		Stdin   *bool      `json:"stdin"`
-	}
-	if err := json.Unmarshal(body[5:], &req); err != nil {
+	if err := json.Unmarshal(body[5:], v); err != nil {
 		connectError(w, http.StatusBadRequest, "invalid_argument", err.Error())
-		return
+		return false
 	}
+	return true
+}
+
+// streamWriter writes a Connect server stream's envelopes, flushing each.
+type streamWriter struct {
+	w  http.ResponseWriter
+	fl http.Flusher
+}
+
+func startStream(w http.ResponseWriter) *streamWriter {
 	w.Header().Set("Content-Type", "application/connect+json")
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
-	write := func(flag byte, payload []byte) bool {
-		if _, err := w.Write(envelope(flag, payload)); err != nil {
-			return false
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return true
+	return &streamWriter{w: w, fl: fl}
+}
+
+func (sw *streamWriter) write(flag byte, payload []byte) bool {
+	if _, err := sw.w.Write(envelope(flag, payload)); err != nil {
+		return false
 	}
-	// envd before 0.3.0 has no stdin field: every process gets a stdin.
-	withStdin := req.Stdin == nil || *req.Stdin || olderThan(sb.envdVersion, 0, 3, 0)
-	p, sub, err := s.spawn(sb, req.Process, req.Tag, withStdin)
-	if err != nil {
-		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "internal", "message": "error starting process: " + err.Error()}})
-		write(2, b)
+	if sw.fl != nil {
+		sw.fl.Flush()
+	}
+	return true
+}
+
+// fail ends the stream with a Connect error.
+func (sw *streamWriter) fail(code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	sw.write(2, b)
+}
+
+func (s *Server) envdStart(w http.ResponseWriter, r *http.Request, sb *sbx, f *Fault) {
+	var req struct {
+		Process procConfig `json:"process"`
+		Pty     *ptyJSON   `json:"pty"`
+		Tag     *string    `json:"tag"`
+		Stdin   *bool      `json:"stdin"`
+	}
+	if !readEnvelope(w, r, &req) {
 		return
 	}
+	sw := startStream(w)
+	// envd before 0.3.0 has no stdin field: every process gets a stdin.
+	withStdin := req.Stdin == nil || *req.Stdin || olderThan(sb.envdVersion, 0, 3, 0)
+	p, sub, err := s.spawn(sb, req.Process, req.Tag, withStdin, req.Pty)
+	if err != nil {
+		sw.fail("internal", "error starting process: "+err.Error())
+		return
+	}
+	s.streamProc(sw, r, p, sub, f)
+}
+
+// envdConnect is process.Process/Connect: a stream of a running process's
+// events from now on (envd does not replay what it already sent).
+func (s *Server) envdConnect(w http.ResponseWriter, r *http.Request, sb *sbx) {
+	var req struct {
+		Process selectorJSON `json:"process"`
+	}
+	if !readEnvelope(w, r, &req) {
+		return
+	}
+	sw := startStream(w)
+	s.mu.Lock()
+	p := sb.find(req.Process)
+	var su *sub
+	if p != nil {
+		su = p.subscribe()
+	}
+	s.mu.Unlock()
+	if su == nil {
+		sw.fail("not_found", "process not found")
+		return
+	}
+	s.streamProc(sw, r, p, su, nil)
+}
+
+// streamProc sends the start event and then p's events as sub sees them,
+// with keepalives, until the end event, the client leaves, the server
+// closes or a pause cuts the stream.
+func (s *Server) streamProc(sw *streamWriter, r *http.Request, p *proc, sub *sub, f *Fault) {
 	defer p.unsubscribe(sub)
-	write(0, event("start", map[string]any{"pid": p.pid()}))
+	sw.write(0, event("start", map[string]any{"pid": p.pid()}))
 	if f != nil && f.StallStream {
 		select {
 		case <-r.Context().Done():
@@ -350,6 +441,12 @@ func (s *Server) envdStart(w http.ResponseWriter, r *http.Request, sb *sbx, f *F
 	}
 	tick := time.NewTicker(ka)
 	defer tick.Stop()
+	var deadline <-chan time.Time
+	if ms, err := strconv.ParseInt(r.Header.Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		select {
 		case <-r.Context().Done():
@@ -358,31 +455,50 @@ func (s *Server) envdStart(w http.ResponseWriter, r *http.Request, sb *sbx, f *F
 			return
 		case <-sub.cut:
 			panic(http.ErrAbortHandler) // the connection dies with the VM's snapshot
+		case <-deadline:
+			// The stream's deadline (Connect-Timeout-Ms) ends the stream,
+			// not the process.
+			sw.fail("deadline_exceeded", "context deadline exceeded")
+			return
 		case <-tick.C:
-			if !write(0, event("keepalive", map[string]any{})) {
+			if !sw.write(0, event("keepalive", map[string]any{})) {
 				return
 			}
 		case <-sub.wake:
 			msgs, ended := sub.take()
 			for _, m := range msgs {
-				if f != nil && f.NoEnd && strings.Contains(string(m), `"end"`) && strings.HasPrefix(string(m), `{"event":{"end"`) {
+				if f != nil && f.NoEnd && strings.HasPrefix(string(m), `{"event":{"end"`) {
 					continue
 				}
-				if !write(0, m) {
+				if !sw.write(0, m) {
 					return
 				}
 			}
 			if ended {
-				write(2, []byte("{}"))
+				sw.write(2, []byte("{}"))
 				return
 			}
 		}
 	}
 }
 
+// subscribe adds a stream's view of p; nil when p has ended.
+func (p *proc) subscribe() *sub {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return nil
+	}
+	su := newSub()
+	p.subs[su] = true
+	return su
+}
+
 // spawn starts a real process for a Start request and subscribes the
-// caller to it.
-func (s *Server) spawn(sb *sbx, cfg procConfig, tag *string, withStdin bool) (*proc, *sub, error) {
+// caller to it. With pt the process gets a terminal of that size as its
+// controlling terminal (a session of its own), its output comes as pty
+// data and its input goes to the terminal.
+func (s *Server) spawn(sb *sbx, cfg procConfig, tag *string, withStdin bool, pt *ptyJSON) (*proc, *sub, error) {
 	if cfg.Cmd == "" {
 		return nil, nil, errors.New("empty cmd")
 	}
@@ -397,47 +513,81 @@ func (s *Server) spawn(sb *sbx, cfg procConfig, tag *string, withStdin bool) (*p
 		"E2B_SANDBOX=true", "E2B_SANDBOX_ID=" + sb.id,
 		"MANAGOAT_JOURNAL_DIR=" + sb.journal,
 	}
+	for k, v := range sb.envVars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	for k, v := range cfg.Envs {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &proc{cmd: cmd, cfg: cfg, subs: map[*sub]bool{}}
 	if tag != nil {
 		p.tag = *tag
 	}
-	var err error
-	if withStdin {
-		if p.stdin, err = cmd.StdinPipe(); err != nil {
+	var outs []io.Reader
+	var tty *os.File
+	if pt != nil {
+		ptmx, t, err := pty.Open()
+		if err != nil {
 			return nil, nil, err
 		}
+		if err := pty.Setsize(ptmx, &pty.Winsize{Cols: max(pt.Size.Cols, 1), Rows: max(pt.Size.Rows, 1)}); err != nil {
+			ptmx.Close()
+			t.Close()
+			return nil, nil, err
+		}
+		tty = t
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+		p.ptmx, p.stdin = ptmx, ptmx
+		outs = []io.Reader{ptmx}
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var err error
+		if withStdin {
+			if p.stdin, err = cmd.StdinPipe(); err != nil {
+				return nil, nil, err
+			}
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		outs = []io.Reader{stdout, stderr}
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, nil, err
+	closePty := func() {
+		if tty != nil {
+			tty.Close()
+			p.ptmx.Close()
+		}
 	}
 	s.mu.Lock()
 	if s.closed || sb.state != "running" {
 		s.mu.Unlock()
+		closePty()
 		return nil, nil, errors.New("sandbox is not running")
 	}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
+		closePty()
 		return nil, nil, err
+	}
+	if tty != nil {
+		tty.Close() // the child has it; the master sees EIO once it is gone
 	}
 	sb.procs[uint32(cmd.Process.Pid)] = p
 	su := newSub()
 	p.subs[su] = true
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.reap(sb, p, stdout, stderr)
+	go s.reap(sb, p, outs...)
 	return p, su, nil
 }
 
-func (s *Server) reap(sb *sbx, p *proc, stdout, stderr io.Reader) {
+func (s *Server) reap(sb *sbx, p *proc, outs ...io.Reader) {
 	defer s.wg.Done()
 	var wg sync.WaitGroup
 	pump := func(r io.Reader, key string) {
@@ -453,11 +603,19 @@ func (s *Server) reap(sb *sbx, p *proc, stdout, stderr io.Reader) {
 			}
 		}
 	}
-	wg.Add(2)
-	go pump(stdout, "stdout")
-	go pump(stderr, "stderr")
+	if p.ptmx != nil {
+		wg.Add(1)
+		go pump(outs[0], "pty")
+	} else {
+		wg.Add(2)
+		go pump(outs[0], "stdout")
+		go pump(outs[1], "stderr")
+	}
 	wg.Wait()
 	err := p.cmd.Wait()
+	if p.ptmx != nil {
+		p.ptmx.Close()
+	}
 	s.mu.Lock()
 	delete(sb.procs, uint32(p.pid()))
 	s.mu.Unlock()
@@ -503,9 +661,11 @@ func (s *Server) envdUnary(w http.ResponseWriter, r *http.Request, sb *sbx, meth
 	var req struct {
 		Process selectorJSON `json:"process"`
 		Input   struct {
-			Stdin string `json:"stdin"`
+			Stdin *string `json:"stdin"`
+			Pty   *string `json:"pty"`
 		} `json:"input"`
-		Signal any `json:"signal"`
+		Signal any      `json:"signal"`
+		Pty    *ptyJSON `json:"pty"`
 	}
 	if err := json.Unmarshal(readBody(r), &req); err != nil {
 		connectError(w, http.StatusBadRequest, "invalid_argument", err.Error())
@@ -538,8 +698,30 @@ func (s *Server) envdUnary(w http.ResponseWriter, r *http.Request, sb *sbx, meth
 		return
 	}
 	switch method {
+	case "Update":
+		if p.ptmx == nil {
+			connectError(w, http.StatusBadRequest, "failed_precondition", "tty not assigned to process")
+			return
+		}
+		if req.Pty != nil {
+			if err := pty.Setsize(p.ptmx, &pty.Winsize{Cols: max(req.Pty.Size.Cols, 1), Rows: max(req.Pty.Size.Rows, 1)}); err != nil {
+				connectError(w, http.StatusInternalServerError, "internal", "error resizing tty: "+err.Error())
+				return
+			}
+		}
 	case "SendInput":
-		data, err := base64.StdEncoding.DecodeString(req.Input.Stdin)
+		in := req.Input.Stdin
+		if req.Input.Pty != nil {
+			if p.ptmx == nil {
+				connectError(w, http.StatusBadRequest, "failed_precondition", "tty not assigned to process")
+				return
+			}
+			in = req.Input.Pty
+		}
+		if in == nil {
+			in = new(string)
+		}
+		data, err := base64.StdEncoding.DecodeString(*in)
 		if err != nil {
 			connectError(w, http.StatusBadRequest, "invalid_argument", "bad stdin bytes")
 			return
@@ -570,107 +752,139 @@ func (s *Server) envdUnary(w http.ResponseWriter, r *http.Request, sb *sbx, meth
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
+// maxUpload bounds what one POST /files writes in all.
+const maxUpload = 64 << 20
+
+// envdFiles is envd's HTTP files API: GET /files?path= reads a file, POST
+// /files writes one (an octet-stream body, gzip-encoded or not, to path)
+// or several (multipart "file" parts, each to path when given, else to
+// its part's file name), creating the directories above; both take the
+// user as ?username=.
 func (s *Server) envdFiles(w http.ResponseWriter, r *http.Request, sb *sbx) {
-	path := r.URL.Query().Get("path")
-	if path == "" {
-		apiError(w, http.StatusBadRequest, "path is required")
-		return
-	}
-	if u := r.URL.Query().Get("username"); u != "" && u != s.opts.User {
+	q := r.URL.Query()
+	if u := q.Get("username"); u != "" && u != s.opts.User {
 		apiError(w, http.StatusUnauthorized, "invalid user: "+u)
 		return
 	}
-	host := sb.mapPath(path)
+	p := q.Get("path")
 	switch r.Method {
 	case http.MethodGet:
+		if p == "" {
+			apiError(w, http.StatusBadRequest, "path is required")
+			return
+		}
+		sp := sb.sandboxPath(p)
+		host := sb.mapPath(sp)
+		if fi, err := os.Stat(host); err == nil && fi.IsDir() {
+			apiError(w, http.StatusBadRequest, "path '"+sp+"' is a directory")
+			return
+		}
 		b, err := os.ReadFile(host)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			apiError(w, http.StatusNotFound, "path '"+path+"' does not exist")
+			apiError(w, http.StatusNotFound, "path '"+sp+"' does not exist")
 		case err != nil:
 			apiError(w, http.StatusBadRequest, err.Error())
 		default:
 			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 			_, _ = w.Write(b)
 		}
 	case http.MethodPost:
-		var data []byte
+		type upload struct {
+			path string
+			data []byte
+		}
+		var ups []upload
 		mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		switch mt {
 		case "multipart/form-data":
 			mr := multipart.NewReader(r.Body, params["boundary"])
+			total := 0
 			for {
 				part, err := mr.NextPart()
-				if err != nil {
-					apiError(w, http.StatusBadRequest, "no file field")
-					return
-				}
-				if part.FormName() == "file" {
-					data, err = io.ReadAll(io.LimitReader(part, 64<<20))
-					if err != nil {
-						apiError(w, http.StatusBadRequest, err.Error())
-						return
-					}
+				if err == io.EOF {
 					break
 				}
+				if err != nil {
+					apiError(w, http.StatusBadRequest, "bad multipart body: "+err.Error())
+					return
+				}
+				if part.FormName() != "file" {
+					continue
+				}
+				data, err := io.ReadAll(io.LimitReader(part, int64(maxUpload-total+1)))
+				if err != nil {
+					apiError(w, http.StatusBadRequest, err.Error())
+					return
+				}
+				if total += len(data); total > maxUpload {
+					apiError(w, http.StatusRequestEntityTooLarge, "upload too large")
+					return
+				}
+				dst := p
+				if dst == "" {
+					// The part's file name whole: Part.FileName keeps only
+					// its last element, and envd takes it as the path.
+					_, cd, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+					dst = cd["filename"]
+				}
+				if dst == "" {
+					apiError(w, http.StatusBadRequest, "no path for a file")
+					return
+				}
+				ups = append(ups, upload{dst, data})
+			}
+			if len(ups) == 0 {
+				apiError(w, http.StatusBadRequest, "no file field")
+				return
 			}
 		case "application/octet-stream":
-			data = readBody(r)
+			if p == "" {
+				apiError(w, http.StatusBadRequest, "path is required")
+				return
+			}
+			var body io.Reader = bytes.NewReader(readBody(r))
+			if r.Header.Get("Content-Encoding") == "gzip" {
+				zr, err := gzip.NewReader(body)
+				if err != nil {
+					apiError(w, http.StatusBadRequest, "bad gzip body")
+					return
+				}
+				body = zr
+			}
+			data, err := io.ReadAll(io.LimitReader(body, maxUpload+1))
+			if err != nil || len(data) > maxUpload {
+				apiError(w, http.StatusBadRequest, "bad or too large body")
+				return
+			}
+			ups = append(ups, upload{p, data})
 		default:
 			apiError(w, http.StatusBadRequest, "unsupported content type")
 			return
 		}
-		if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
-			apiError(w, http.StatusBadRequest, err.Error())
-			return
+		var out []map[string]string
+		for _, u := range ups {
+			sp := sb.sandboxPath(u.path)
+			host := sb.mapPath(sp)
+			if fi, err := os.Stat(host); err == nil && fi.IsDir() {
+				apiError(w, http.StatusBadRequest, "path '"+sp+"' is a directory")
+				return
+			}
+			if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
+				apiError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			if err := os.WriteFile(host, u.data, 0o644); err != nil {
+				apiError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			out = append(out, map[string]string{"path": sp, "name": filepath.Base(sp), "type": "file"})
 		}
-		if err := os.WriteFile(host, data, 0o644); err != nil {
-			apiError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, []map[string]string{{"path": path, "name": filepath.Base(path), "type": "file"}})
+		writeJSON(w, http.StatusOK, out)
 	default:
 		apiError(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
-}
-
-func (s *Server) envdListDir(w http.ResponseWriter, r *http.Request, sb *sbx) {
-	var req struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(readBody(r), &req); err != nil || req.Path == "" {
-		connectError(w, http.StatusBadRequest, "invalid_argument", "path is required")
-		return
-	}
-	des, err := os.ReadDir(sb.mapPath(req.Path))
-	if errors.Is(err, os.ErrNotExist) {
-		connectError(w, http.StatusNotFound, "not_found", "directory not found")
-		return
-	} else if err != nil {
-		connectError(w, http.StatusBadRequest, "invalid_argument", err.Error())
-		return
-	}
-	var entries []map[string]any
-	for _, de := range des {
-		info, err := de.Info()
-		if err != nil {
-			continue
-		}
-		typ := "FILE_TYPE_FILE"
-		if de.IsDir() {
-			typ = "FILE_TYPE_DIRECTORY"
-		}
-		entries = append(entries, map[string]any{
-			"name": de.Name(), "type": typ, "path": filepath.Join(req.Path, de.Name()),
-			"size": strconv.FormatInt(info.Size(), 10), // proto3 JSON renders int64 as a string
-			"mode": uint32(info.Mode().Perm()), "modifiedTime": info.ModTime().UTC().Format(time.RFC3339Nano),
-		})
-	}
-	if len(entries) == 0 {
-		writeJSON(w, http.StatusOK, map[string]any{})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
 }
 
 // olderThan reports whether version v (x.y.z) is older than maj.min.patch.

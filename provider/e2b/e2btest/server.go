@@ -1,21 +1,78 @@
 // Package e2btest is an in-process fake of E2B's two planes, for tests of
-// code that drives E2B (provider/e2b and anything built on it).
+// code that drives E2B (provider/e2b and anything built on it), checked by
+// E2B's own SDK: TestSDK runs sdk/e2b.mjs, a program written against the
+// public API of e2b@2.51.0 (internal/nodesdk runs it under Node), and
+// asserts every call's result.
 //
-// The control plane (X-API-Key) serves create, the v2 listing with
-// metadata and state filters and X-Next-Token paging, kill, pause,
-// connect, timeout and network. The envd plane (Basic-auth user, routed by
-// the E2b-Sandbox-Id header or a 49983-<id>. host) serves the Connect
-// process service (Start streams envelopes; List, SendInput, CloseStdin,
-// SendSignal are unary JSON) and the /files API. SendSignal signals the
-// process alone, as envd does (its children live on). Commands run as real
-// processes on this machine, each in its own process group, with the
-// sandbox's scratch directory as HOME and default working directory.
+// # Generations
+//
+// Options.Generation picks the control plane the fake plays. V2 (the
+// default) is the current service: create is POST /v2/sandboxes (timeout
+// 300 s unless given; the sandbox is secure: the answer carries an
+// envdAccessToken that envd then wants in X-Access-Token on every call
+// but /health) and connect is POST /v2/sandboxes/{id}/connect (no field
+// required, timeout 300 s unless given); the deprecated POST /sandboxes
+// and POST /sandboxes/{id}/connect are still served, as E2B serves them.
+// V1 is a service from before those routes: POST /sandboxes (timeout 15 s
+// unless given, secure only with "secure": true), POST
+// /sandboxes/{id}/connect with a required timeout, and 404 on the v2
+// create and connect routes. Both serve create's envVars to every process.
+//
+// # Routes
+//
+// The control plane (X-API-Key; 401 otherwise) serves create, the v2
+// listing (GET /v2/sandboxes) with metadata and state filters, limit and
+// nextToken paging (the next token in X-Next-Token), GET /sandboxes/{id},
+// kill (DELETE, 404 when unknown), pause (409 when already paused),
+// connect, timeout and network. The envd plane (the Basic-auth user when
+// one is named, the token of a secure sandbox, routed by the E2b-Sandbox-Id
+// header or a 49983-<id>. host) serves
+//
+//   - /health (204 for a running sandbox, 502 otherwise, as E2B's edge);
+//   - process.Process: Start and Connect (server streams of start, data,
+//     end and keepalive events; a Start with pty gets a real terminal of
+//     that size, its output as pty data), List, SendInput (stdin, or pty
+//     input), SendSignal, CloseStdin and Update (a terminal's resize);
+//   - filesystem.Filesystem: Stat, MakeDir (already_exists when it is),
+//     Move, ListDir (to a depth), Remove and WatchDir (a server stream of
+//     the changes inotify sees below the directory, named relative to it,
+//     recursive when asked, with the entry when asked);
+//   - GET /files?path= (404 for a missing file, 400 for a directory) and
+//     POST /files (an octet-stream body, gzip-encoded or not, to path, or
+//     multipart "file" parts, each to path or to its part's file name).
+//
+// Connect is spoken in its JSON form (the SDK's useBinaryFormat: false):
+// unary calls are JSON POSTs whose errors are {code, message} with the
+// Connect code's HTTP status; streams are envelopes (a flag byte, a 4-byte
+// big-endian length, JSON) ended by an end-of-stream envelope that carries
+// an error when there is one; a stream honours Keepalive-Ping-Interval and
+// Connect-Timeout-Ms (deadline_exceeded ends the stream, not the process).
+// The messages are written here from envd's published process.proto and
+// filesystem.proto in proto3 JSON (int64 as strings, enums by name, zero
+// values omitted). The framing is hand-written rather than served by
+// connectrpc.com/connect: without protoc there are no generated message
+// types, so the library would need a custom codec over these same
+// hand-written structs and would add only the envelope, which is twenty
+// lines here; and the fake must answer some paths the library would not let
+// it (a raw 502 from the edge, a stream cut mid-way at a pause, a stream
+// that never sends its end event) to test clients against them.
+// Filesystem.CreateWatcher, GetWatcherEvents and RemoveWatcher and
+// Process.StreamInput are not served: the JavaScript SDK does not call
+// them.
+//
+// Commands run as real processes on this machine, each in its own process
+// group (a terminal's in its own session), with the sandbox's scratch
+// directory as HOME and default working directory. SendSignal signals the
+// process alone, as envd does (its children live on).
 //
 // The sandbox's filesystem is the host's, with two mapped prefixes:
-// /home/<user> is the scratch home, and the journal directory /tmp/fountain
-// is the scratch journal directory — for processes through the
-// MANAGOAT_JOURNAL_DIR variable the journaling shim honours, and for /files
-// by rewriting the path — so concurrent sandboxes never share journals.
+// /home/<user> (and relative paths, and ~) is the scratch home, and the
+// journal directory /tmp/fountain is the scratch journal directory — for
+// processes through the MANAGOAT_JOURNAL_DIR variable the journaling shim
+// honours, and for the filesystem calls by rewriting the path — so
+// concurrent sandboxes never share journals. Paths are reported in the
+// sandbox's terms (/home/user/...), but a process sees the host's paths
+// (pwd prints the scratch directory).
 //
 // It keeps E2B's behaviours that matter to a client: a sandbox's TTL
 // auto-pauses it (or kills it without autoPause) when no heartbeat renews
@@ -38,16 +95,16 @@
 // maximum instance length (Options.MaxInstanceLength), past which
 // /timeout and connect answer 400, and a resume restarts startedAt; an
 // unknown template or tag is a 404 on create, a malformed reference a
-// 400; SendSignal signals the process alone; an old envd
-// (Options.EnvdVersion) ignores Start's stdin field (< 0.3.0) and lacks
-// CloseStdin (< 0.5.2); the metadata filter is decoded as the API decodes
-// it. Faults can be injected: any status with any body and headers (a
-// 429's Retry-After, 5xx), a delay or a stall before the answer, a stream
-// that stalls after its start event, and a stream that ends without its
-// end event.
+// 400; an old envd (Options.EnvdVersion) ignores Start's stdin field
+// (< 0.3.0) and lacks CloseStdin (< 0.5.2); the metadata filter is decoded
+// as the API decodes it. Faults can be injected: any status with any body
+// and headers (a 429's Retry-After, 5xx), a delay or a stall before the
+// answer, a stream that stalls after its start event, and a stream that
+// ends without its end event.
 package e2btest
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -119,7 +176,30 @@ type Options struct {
 	// '<tag>' does not exist for template '<id>'", or 400 "Invalid template
 	// reference" for a malformed one.
 	Templates []string
+	// Generation is which generation of E2B's sandbox routes the fake
+	// plays; default V2, the current service.
+	Generation Generation
 }
+
+// Generation names a generation of E2B's control plane.
+type Generation string
+
+// The generations.
+const (
+	// V2 is the current service, as e2b@2.51.0 speaks to it: create is
+	// POST /v2/sandboxes (NewSandboxV2: timeout defaults to 300 s and the
+	// sandbox is always secure, so envd wants its envdAccessToken in
+	// X-Access-Token) and connect is POST /v2/sandboxes/{id}/connect
+	// (ConnectSandboxV2: no field required, timeout defaults to 300 s).
+	// The deprecated v1 routes are still served, as E2B still serves them.
+	V2 Generation = "v2"
+	// V1 is a service from before the v2 routes, which a user may still
+	// meet (a self-hosted or older cluster): create is POST /sandboxes
+	// (timeout defaults to 15 s; secure only when asked), connect is POST
+	// /sandboxes/{id}/connect with a required timeout, and the v2 create
+	// and connect routes answer 404.
+	V1 Generation = "v1"
+)
 
 // Plane names one of the two planes, for Fault and Request.
 type Plane string
@@ -219,6 +299,9 @@ func NewServer(opts Options) *Server {
 	}
 	if len(opts.Templates) == 0 {
 		opts.Templates = []string{"base"}
+	}
+	if opts.Generation == "" {
+		opts.Generation = V2
 	}
 	s := &Server{opts: opts, sandboxes: map[string]*sbx{}, closing: make(chan struct{})}
 	if opts.Dir == "" {
@@ -606,6 +689,9 @@ func (sb *sbx) detailJSON() (m map[string]any, ok bool) {
 		state = "paused"
 	}
 	m = sb.listedJSON(state)
+	if sb.accessToken != "" {
+		m["envdAccessToken"] = sb.accessToken
+	}
 	m["domain"] = nil
 	if sb.state == "running" {
 		m["domain"] = sb.srv.domainJSON()
@@ -662,9 +748,26 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/sandboxes":
-		s.apiCreate(w, body)
+		s.apiCreate(w, body, V1)
+	case r.Method == http.MethodPost && r.URL.Path == "/v2/sandboxes" && s.opts.Generation == V2:
+		s.apiCreate(w, body, V2)
 	case r.Method == http.MethodGet && r.URL.Path == "/v2/sandboxes":
 		s.apiList(w, r)
+	case len(parts) == 4 && parts[0] == "v2" && parts[1] == "sandboxes" && parts[3] == "connect" &&
+		r.Method == http.MethodPost && s.opts.Generation == V2:
+		// ConnectSandboxV2 requires no field: a missing timeout is 300 s.
+		var t map[string]any
+		if len(bytes.TrimSpace(body)) == 0 {
+			t = map[string]any{}
+		} else if err := json.Unmarshal(body, &t); err != nil || t == nil {
+			apiError(w, http.StatusBadRequest, "invalid request body")
+			return
+		}
+		if t["timeout"] == nil {
+			t["timeout"] = 300
+		}
+		body, _ = json.Marshal(t)
+		s.apiSandbox(w, r, parts[2], "connect", body)
 	case len(parts) == 2 && parts[0] == "sandboxes":
 		s.apiSandbox(w, r, parts[1], "", body)
 	case len(parts) == 3 && parts[0] == "sandboxes":
@@ -690,12 +793,14 @@ func readBody(r *http.Request) []byte {
 	return b
 }
 
-func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
+func (s *Server) apiCreate(w http.ResponseWriter, body []byte, gen Generation) {
 	var req struct {
 		TemplateID string            `json:"templateID"`
 		Timeout    *int              `json:"timeout"`
 		AutoPause  bool              `json:"autoPause"`
 		Metadata   map[string]string `json:"metadata"`
+		EnvVars    map[string]string `json:"envVars"`
+		Secure     bool              `json:"secure"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil || req.TemplateID == "" {
 		apiError(w, http.StatusBadRequest, "templateID is required")
@@ -706,16 +811,36 @@ func (s *Server) apiCreate(w http.ResponseWriter, body []byte) {
 		return
 	}
 	timeout := 15
+	if gen == V2 {
+		timeout = 300
+	}
 	if req.Timeout != nil {
 		timeout = *req.Timeout
 	}
+	if timeout < 1 && gen == V2 {
+		apiError(w, http.StatusBadRequest, "timeout must be at least 1")
+		return
+	}
 	s.mu.Lock()
 	sb := s.createLocked(req.TemplateID, req.Metadata, timeout, req.AutoPause)
+	sb.envVars = req.EnvVars
+	if gen == V2 || req.Secure {
+		sb.accessToken = newID()
+	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, map[string]any{
+	writeJSON(w, http.StatusCreated, sb.startedJSON())
+}
+
+// startedJSON is the answer of create and connect (E2B's Sandbox schema).
+func (sb *sbx) startedJSON() map[string]any {
+	m := map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake", "envdVersion": sb.envdVersion,
-		"domain": s.domainJSON(),
-	})
+		"domain": sb.srv.domainJSON(), "trafficAccessToken": nil,
+	}
+	if sb.accessToken != "" {
+		m["envdAccessToken"] = sb.accessToken
+	}
+	return m
 }
 
 var (
@@ -980,8 +1105,7 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 	}
 	if joined && action == "connect" && sb.state == "running" {
 		// A connect that joined a resume answers as the resume does.
-		writeJSON(w, http.StatusCreated, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
-			"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
+		writeJSON(w, http.StatusCreated, sb.startedJSON())
 		return
 	}
 	var t struct {
@@ -1023,8 +1147,7 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 				apiError(w, http.StatusInternalServerError, "Error resuming sandbox")
 				return
 			}
-			writeJSON(w, http.StatusCreated, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
-				"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
+			writeJSON(w, http.StatusCreated, sb.startedJSON())
 			return
 		}
 		if sb.state == "paused" {
@@ -1043,8 +1166,7 @@ func (s *Server) apiSandbox(w http.ResponseWriter, r *http.Request, id, action s
 		} else if end := s.capEnd(sb, now.Add(s.secs(*t.Timeout))); end.After(sb.endAt) {
 			sb.endAt = end
 		}
-		writeJSON(w, status, map[string]any{"templateID": sb.template, "sandboxID": sb.id, "clientID": "fake",
-			"envdVersion": sb.envdVersion, "domain": s.domainJSON()})
+		writeJSON(w, status, sb.startedJSON())
 	case action == "timeout" && r.Method == http.MethodPost:
 		if json.Unmarshal(body, &t) != nil || t.Timeout == nil {
 			apiError(w, http.StatusBadRequest, "timeout is required")
