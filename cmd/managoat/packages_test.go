@@ -40,13 +40,10 @@ func TestTrustHostCAInstallsARealPackage(t *testing.T) {
 	testenv.RequireRoot(t)
 	reg, host := npmRegistry(t)
 	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
-	if _, e, code := managoatEnv(t, env, "create", "--trust-host-ca", "npmbox"); code != 0 {
-		t.Fatalf("create --trust-host-ca: exit %d %s", code, e)
+	if _, e, code := managoatEnv(t, env, "create", "--trust-host-ca", "--allow", host, "npmbox"); code != 0 {
+		t.Fatalf("create --trust-host-ca --allow the registry's host: exit %d %s", code, e)
 	}
 	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "npmbox") })
-	if _, e, code := managoatEnv(t, env, "policy", "npmbox", "--allow", host); code != 0 {
-		t.Fatalf("policy --allow the registry's host: exit %d %s", code, e)
-	}
 	out, e, code := managoatEnv(t, env, "exec", "--timeout", "3m", "npmbox", "--", "sh", "-c",
 		`npm config set registry "$0" && npm init -y >/dev/null && npm install --no-audit --no-fund is-number@7.0.0 >/dev/null && node -e 'console.log(require("is-number")(5), require("is-number/package.json").version)'`, reg)
 	if code != 0 || out != "true 7.0.0\n" {
@@ -123,6 +120,8 @@ func TestAptGetFromDebiansArchive(t *testing.T) {
 		t.Fatalf("create: exit %d %s", code, e)
 	}
 	t.Cleanup(func() { managoatEnv(t, env, "rm", "-f", "aptbox") })
+	// Here the list is set after create, with policy (the npm test sets
+	// it at create, with --allow).
 	if _, e, code := managoatEnv(t, env, "policy", "aptbox", "--allow", host); code != 0 {
 		t.Fatalf("policy --allow the archive's host: exit %d %s", code, e)
 	}
