@@ -15,6 +15,11 @@
 // program's main; a program that passes its own Config.Mechanism calls
 // MaybeRunSupervisorWith first thing in main (see there).
 //
+// A CreateOptions.Dir is made when the sandbox is created (mkdir -p in the
+// sandbox, as its commands' user, workdir.go), as docker does for -w; one
+// that user cannot make refuses the Create (Invalid{dir}) and leaves no
+// sandbox.
+//
 // # State
 //
 // Everything lives under the state directory (Config.StateDir, default
