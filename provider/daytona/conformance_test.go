@@ -54,14 +54,17 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceOlderDaemon runs the suite against the shapes of older
 // daemons: exit codes in command records, JSON journals, a toolbox proxy
-// URL that must be asked for and a /process/execute that splits its
-// command on spaces without a shell; session commands under bash.
+// URL that must be asked for, a /process/execute that splits its command
+// on spaces without a shell, and the public daemon's /files/upload with no
+// upload-v2 (Daemon0190); session commands under bash. TestConformance
+// plays the current service (upload-v2).
 func TestConformanceOlderDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("second full suite run")
 	}
 	srv, p := fakeProvider(t, func(s *daytonatest.Server, c *daytona.Config) {
 		s.RecordExitCodes, s.LegacyLogs, s.ProxyURLInRecord, s.Shell, s.SplitExecute = true, true, false, "bash", true
+		s.Generation = daytonatest.Daemon0190
 		hosted(s, c)
 	})
 	fx := fixtures()

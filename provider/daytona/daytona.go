@@ -16,6 +16,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/managoat/managoat/sandbox"
@@ -42,7 +43,20 @@ type Provider struct {
 
 	mu       sync.Mutex
 	proxyURL map[string]string // toolbox proxy per region (target), once learned
+
+	// upload is the toolbox's single-file upload route, once a toolbox has
+	// answered: uploadUnknown, uploadV2 or uploadV1.
+	upload atomic.Int32
 }
+
+// The single-file upload routes: the current service's POST
+// /files/upload-v2 (the only one the 0.218 toolbox client defines), and
+// the public daemon's POST /files/upload (v0.190.0, which has no v2).
+const (
+	uploadUnknown int32 = iota
+	uploadV2
+	uploadV1
+)
 
 var (
 	_ sandbox.Provider   = (*Provider)(nil)
@@ -975,10 +989,14 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 }
 
 // WriteFile uploads data through the toolbox's multipart POST
-// /files/upload (query path, field file; the public daemon has no
-// upload-v2), creating an absolute path's parent directories first. A 404
-// is ErrNotFound only when the sandbox is gone. Mode, when set, is applied
-// afterwards with chmod (the original ignored it).
+// /files/upload-v2 (query path, field file), the current service's route;
+// where that answers 404 or 405 before any upload-v2 has succeeded, it
+// uploads at POST /files/upload, the public daemon's (v0.190.0 has no
+// upload-v2), and keeps to the route that worked for the provider's life,
+// so the choice is made once per provider, not per call. It creates an
+// absolute path's parent directories first. A 404 is ErrNotFound only when
+// the sandbox is gone. Mode, when set, is applied afterwards with chmod
+// (the original ignored it).
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string, data []byte, opts sandbox.WriteFileOptions) error {
 	if err := checkHandle(h); err != nil {
 		return err
@@ -1003,15 +1021,44 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string
 	}
 	_, _ = fw.Write(data)
 	_ = mw.Close()
-	r, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload?"+url.Values{"path": {file}}.Encode(), &buf, mw.FormDataContentType())
+	body, ctype := buf.Bytes(), mw.FormDataContentType()
+	query := "?" + url.Values{"path": {file}}.Encode()
+	route := p.upload.Load()
+	if route == uploadV1 {
+		r, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload"+query, bytes.NewReader(body), ctype)
+		if err != nil {
+			return err
+		}
+		return p.uploaded(ctx, h.Name, tb, file, opts, r)
+	}
+	r, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload-v2"+query, bytes.NewReader(body), ctype)
 	if err != nil {
 		return err
 	}
+	if route == uploadUnknown && (r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed) {
+		r1, err := p.c.do(ctx, http.MethodPost, tb+"/files/upload"+query, bytes.NewReader(body), ctype)
+		if err != nil {
+			return err
+		}
+		if r1.status >= 200 && r1.status <= 299 {
+			p.upload.CompareAndSwap(uploadUnknown, uploadV1)
+		}
+		if r1.status != http.StatusNotFound && r1.status != http.StatusMethodNotAllowed {
+			r = r1
+		}
+	} else if r.status >= 200 && r.status <= 299 {
+		p.upload.CompareAndSwap(uploadUnknown, uploadV2)
+	}
+	return p.uploaded(ctx, h.Name, tb, file, opts, r)
+}
+
+// uploaded reads an upload's answer r.
+func (p *Provider) uploaded(ctx context.Context, name, tb, file string, opts sandbox.WriteFileOptions, r *response) error {
 	switch {
 	case r.status == http.StatusNotFound:
-		return p.routeNotFound(ctx, h.Name, "upload", r)
+		return p.routeNotFound(ctx, name, "upload", r)
 	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
-		return p.toolboxGone(ctx, h.Name, httpError(r))
+		return p.toolboxGone(ctx, name, httpError(r))
 	case r.status < 200 || r.status > 299:
 		return httpError(r)
 	}

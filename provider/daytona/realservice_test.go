@@ -51,44 +51,80 @@ func TestSpawnKeepsStderrApart(t *testing.T) {
 	_ = srv
 }
 
-// The public daemon uploads at POST /files/upload (apps/daemon
-// pkg/toolbox/fs/upload_file.go); there is no upload-v2, and its 404 is the
-// router's, not a missing sandbox.
-func TestWriteFileUsesTheDaemonsUpload(t *testing.T) {
-	srv, p := fakeProvider(t, nil)
-	h := mustCreate(t, p, "files")
-	ctx := ctxT(t)
-	if err := p.WriteFile(ctx, h, "notes/a.txt", []byte("hello\x00\xff"), sandbox.WriteFileOptions{}); err != nil {
-		t.Fatalf("WriteFile: %v", err)
-	}
-	got, err := p.ReadFile(ctx, h, "notes/a.txt")
-	if err != nil || string(got) != "hello\x00\xff" {
-		t.Fatalf("ReadFile = %q, %v", got, err)
-	}
-	if countRequests(srv, "POST /toolbox/") == 0 || strings.Contains(strings.Join(srv.Requests(), " "), "upload-v2") {
-		t.Fatalf("requests %q", srv.Requests())
-	}
-	// A 404 from the upload route of a sandbox that exists is not ErrNotFound.
-	srv.Inject("POST", "/files/upload", 1, daytonatest.Fault{Status: http.StatusNotFound, Body: `404 page not found`})
-	err = p.WriteFile(ctx, h, "notes/b.txt", []byte("x"), sandbox.WriteFileOptions{})
-	if err == nil || errors.Is(err, sandbox.ErrNotFound) {
-		t.Fatalf("WriteFile after a route 404 = %v, want an error that is not ErrNotFound", err)
-	}
-	// The same 404 for a sandbox deleted meanwhile is ErrNotFound.
-	srv.Inject("POST", "/files/upload", 1, daytonatest.Fault{Status: http.StatusNotFound, Stall: 300 * time.Millisecond})
-	deleted := make(chan struct{})
-	defer func() { <-deleted }()
-	go func() {
-		defer close(deleted)
-		time.Sleep(50 * time.Millisecond)
-		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/sandbox/files", nil)
-		req.Header.Set("Authorization", "Bearer "+srv.APIKey)
-		if r, err := srv.Client().Do(req); err == nil {
-			r.Body.Close()
-		}
-	}()
-	if err := p.WriteFile(ctx, h, "c.txt", []byte("x"), sandbox.WriteFileOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Fatalf("WriteFile to a sandbox deleted meanwhile = %v, want ErrNotFound", err)
+// The current service uploads at POST /files/upload-v2 (the 0.218 toolbox
+// client has no other single-file route); the public daemon at v0.190.0
+// at POST /files/upload (apps/daemon pkg/toolbox/fs/upload_file.go) and
+// has no upload-v2. The adapter tries v2, falls back once on the router's
+// 404, and keeps to what worked; a 404 of the route it knows is not a
+// missing sandbox.
+func TestWriteFileOnBothGenerations(t *testing.T) {
+	for _, gen := range []daytonatest.Generation{daytonatest.Current, daytonatest.Daemon0190} {
+		t.Run(gen.String(), func(t *testing.T) {
+			srv, p := fakeProvider(t, func(s *daytonatest.Server, _ *daytona.Config) { s.Generation = gen })
+			h := mustCreate(t, p, "files")
+			ctx := ctxT(t)
+			route := "/files/upload-v2"
+			if gen == daytonatest.Daemon0190 {
+				route = "/files/upload"
+			}
+			uploads := func() (v2, v1 int) {
+				for _, r := range srv.Requests() {
+					switch {
+					case strings.HasSuffix(r, "/files/upload-v2"):
+						v2++
+					case strings.HasSuffix(r, "/files/upload"):
+						v1++
+					}
+				}
+				return v2, v1
+			}
+			for i, name := range []string{"notes/a.txt", "notes/a2.txt", "notes/a3.txt"} {
+				if err := p.WriteFile(ctx, h, name, []byte("hello\x00\xff"), sandbox.WriteFileOptions{}); err != nil {
+					t.Fatalf("WriteFile %s: %v", name, err)
+				}
+				got, err := p.ReadFile(ctx, h, name)
+				if err != nil || string(got) != "hello\x00\xff" {
+					t.Fatalf("ReadFile = %q, %v", got, err)
+				}
+				v2, v1 := uploads()
+				// Current: one v2 per write. The daemon: v2 once (404), then
+				// /files/upload for every write — the choice is made once.
+				want2, want1 := i+1, 0
+				if gen == daytonatest.Daemon0190 {
+					want2, want1 = 1, i+1
+				}
+				if v2 != want2 || v1 != want1 {
+					t.Fatalf("after %d writes: %d upload-v2 and %d upload requests, want %d and %d: %q", i+1, v2, v1, want2, want1, srv.Requests())
+				}
+			}
+			// A 404 from the known upload route of a sandbox that exists is
+			// not ErrNotFound, and is not taken as a reason to switch routes.
+			srv.Inject("POST", route, 1, daytonatest.Fault{Status: http.StatusNotFound, Body: `404 page not found`})
+			v2Before, v1Before := uploads()
+			err := p.WriteFile(ctx, h, "notes/b.txt", []byte("x"), sandbox.WriteFileOptions{})
+			if err == nil || errors.Is(err, sandbox.ErrNotFound) {
+				t.Fatalf("WriteFile after a route 404 = %v, want an error that is not ErrNotFound", err)
+			}
+			if v2, v1 := uploads(); v2+v1 != v2Before+v1Before+1 {
+				t.Fatalf("a 404 of the known route made %d upload requests, want 1", v2+v1-v2Before-v1Before)
+			}
+			// The same 404 for a sandbox deleted meanwhile is ErrNotFound.
+			srv.Inject("POST", route, 1, daytonatest.Fault{Status: http.StatusNotFound, Stall: 300 * time.Millisecond})
+			deleted := make(chan struct{})
+			defer func() { <-deleted }()
+			go func() {
+				defer close(deleted)
+				time.Sleep(50 * time.Millisecond)
+				req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/sandbox/files", nil)
+				req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+				if r, err := srv.Client().Do(req); err == nil {
+					r.Body.Close()
+				}
+			}()
+			if err := p.WriteFile(ctx, h, "c.txt", []byte("x"), sandbox.WriteFileOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Fatalf("WriteFile to a sandbox deleted meanwhile = %v, want ErrNotFound", err)
+			}
+		})
 	}
 }
 

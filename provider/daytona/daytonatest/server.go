@@ -144,6 +144,10 @@ type Server struct {
 	// as the hosted service documents; zero models the public-source
 	// runner, which stores the list and ignores it (see Egress).
 	EnforceDomains bool
+	// Generation is the toolbox's single-file upload route: Current
+	// (POST /files/upload-v2, the zero value) or Daemon0190 (POST
+	// /files/upload). Every other route is served by both.
+	Generation Generation
 
 	ts   *httptest.Server
 	root string
@@ -178,6 +182,7 @@ type Sandbox struct {
 	sessions                          map[string]*session
 	sessionOrder                      []string
 	procs                             map[*exec.Cmd]bool
+	previews                          map[int]string // port → preview token
 }
 
 type session struct {
@@ -407,6 +412,19 @@ func (s *Server) fault(r *http.Request) (Fault, bool) {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/api/socket.io") {
+		// The SDK tries the API's socket.io state events first and polls
+		// when they are refused; the fake has none.
+		s.mu.Lock()
+		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, "Cannot GET "+r.URL.Path)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/preview/") {
+		s.preview(w, r)
+		return
+	}
 	if r.Header.Get("Authorization") != "Bearer "+s.APIKey {
 		apiError(w, http.StatusUnauthorized, "Unauthorized")
 		return
@@ -545,6 +563,8 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		s.stop(w, parts[0])
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "network-settings":
 		s.network(w, r, parts[0])
+	case len(parts) == 4 && r.Method == http.MethodGet && parts[1] == "ports" && parts[3] == "preview-url":
+		s.previewURL(w, parts[0], parts[2])
 	case len(parts) == 2 && r.Method == http.MethodGet && parts[1] == "toolbox-proxy-url":
 		s.mu.Lock()
 		sb := s.find(parts[0])
@@ -1012,10 +1032,9 @@ func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, region, id, sub
 		s.listSessions(w, sb)
 	case strings.HasPrefix(sub, "/process/session/"):
 		s.sessionOp(w, r, sb, strings.Split(strings.TrimPrefix(sub, "/process/session/"), "/"))
-	case sub == "/files/upload" && r.Method == http.MethodPost:
-		s.upload(w, r, sb)
 	case sub == "/files/download" && r.Method == http.MethodGet:
 		s.download(w, r, sb)
+	case s.files(w, r, sb, sub):
 	default:
 		// The daemon's router (gin) answers an unknown route with a bare
 		// text 404 — the same status as a missing sandbox.
@@ -1235,10 +1254,14 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 		}
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
+	case len(parts) == 1 && r.Method == http.MethodGet:
+		s.getSession(w, se)
 	case len(parts) == 2 && parts[1] == "exec" && r.Method == http.MethodPost:
 		s.sessionExec(w, r, sb, se)
 	case len(parts) == 3 && cmd != nil && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, cmd.record(s.RecordExitCodes))
+	case len(parts) == 4 && parts[3] == "logs" && cmd != nil && r.Method == http.MethodGet && r.URL.Query().Get("follow") == "true":
+		s.followLogs(w, r, cmd)
 	case len(parts) == 4 && parts[3] == "logs" && cmd != nil && r.Method == http.MethodGet:
 		cmd.mu.Lock()
 		j := append([]byte(nil), cmd.journal...)
@@ -1246,6 +1269,14 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 		cmd.mu.Unlock()
 		if s.LegacyLogs {
 			writeJSON(w, http.StatusOK, map[string]string{"stdout": out, "stderr": errs})
+			return
+		}
+		// The 0.218 toolbox client asks with Accept: application/json,text/plain
+		// and reads {output, stdout, stderr} (SessionCommandLogsResponse);
+		// output is both streams merged, as the journal has them.
+		if strings.Contains(r.Header.Get("Accept"), "application/json") {
+			merged := bytes.ReplaceAll(bytes.ReplaceAll(j, []byte{1, 1, 1}, nil), []byte{2, 2, 2}, nil)
+			writeJSON(w, http.StatusOK, map[string]string{"output": string(merged), "stdout": out, "stderr": errs})
 			return
 		}
 		// For a client without an SDK version header the daemon keeps the
@@ -1435,6 +1466,7 @@ func (s *Server) hostPath(sb *Sandbox, p string) (string, error) {
 }
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxUpload)
 	dst, err := s.hostPath(sb, r.URL.Query().Get("path"))
 	if err != nil {
 		apiError(w, http.StatusForbidden, err.Error())
