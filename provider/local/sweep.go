@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -94,7 +95,23 @@ func (p *Provider) Sweep(ctx context.Context) error {
 			}
 		}
 	}()
-	// Instances no sandbox refers to.
+	// Instances no sandbox refers to. An instance that no sandbox refers
+	// to has a mark in tmp: Create makes tmp/new-<id> before the instance
+	// and removes it only after the instance (or with the record renamed
+	// into place), and Destroy renames the record there and removes it
+	// after the instance, as this Sweep does. With no old mark, and no
+	// more instances than sandboxes (which also catches what an older
+	// version left), there is nothing to find, and neither directory is
+	// listed nor a record read: every command opens the provider, and its
+	// cost must not grow with the number of sandboxes (subdirs, O(1)
+	// where the file system counts a directory's subdirectories).
+	if !leftovers {
+		ni, err1 := subdirs(filepath.Join(p.state, "instances"))
+		ns, err2 := subdirs(filepath.Join(p.state, "sandboxes"))
+		if err1 == nil && err2 == nil && ni <= ns {
+			return nil
+		}
+	}
 	names, err := p.ListAllNames(ctx)
 	if err != nil {
 		return err
@@ -103,14 +120,6 @@ func (p *Provider) Sweep(ctx context.Context) error {
 	if err != nil {
 		return stateErr("sweep", err)
 	}
-	// An instance that no sandbox refers to has a mark in tmp: Create
-	// makes tmp/new-<id> before the instance and removes it only after
-	// the instance (or with the record renamed into place), and Destroy
-	// renames the record there and removes it after the instance, as this
-	// Sweep does. With no old mark, and no more instances than sandboxes
-	// (which also catches what an older version left), there is nothing to
-	// find, and the records are not read: every command opens the
-	// provider.
 	if !leftovers && len(insts) <= len(names) {
 		return nil
 	}
@@ -136,6 +145,37 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// subdirs counts the entries of directory dir (a sandbox's and an
+// instance's are directories): from its link count (two plus one for each
+// subdirectory's "..") where the file system keeps it so, as ext4, xfs and
+// tmpfs do, which is one stat whatever the number; else by listing it
+// (names and types only, nothing stat'ed).
+func subdirs(dir string) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, err
+	}
+	if st.Nlink >= 2 {
+		return int(st.Nlink) - 2, nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		names, err := f.Readdirnames(512)
+		n += len(names)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 func (p *Provider) instanceUsed(iid string) bool {
