@@ -372,7 +372,11 @@ func writeBundle(dir, rootfs string, h hostLayout, sb *sandbox, rt runtimeInfo) 
 			Resources:   resources(sb.Spec),
 			Namespaces:  []ociNamespace{{"pid"}, {"network"}, {"ipc"}, {"uts"}, {"mount"}},
 			Seccomp:     seccompProfile(),
-			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			// As the jail: /proc/key-users counts every host user's keys,
+			// /proc/config.gz is the host kernel's build, /proc/kallsyms
+			// its symbols (zeroed addresses, still a list of what is in it).
+			MaskedPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/key-users",
+				"/proc/config.gz", "/proc/kallsyms", "/proc/latency_stats",
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"},
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
@@ -424,6 +428,10 @@ func seccompProfile() *ociSeccomp {
 	// clone3 passes its flags in memory, which a filter cannot read:
 	// ENOSYS makes libc fall back to clone, which is filtered above.
 	rules = append(rules, ociSyscallRule{Names: []string{"clone3"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &enosys})
+	// io_setup draws on the host-wide AIO limit (fs.aio-max-nr): one
+	// sandbox's sixteen io_setup(4096) left the host none. ENOSYS, as on a
+	// kernel without AIO (libaio users fall back), as the jail does.
+	rules = append(rules, ociSyscallRule{Names: []string{"io_setup"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &enosys})
 	return &ociSeccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: arches, Syscalls: rules}
 }
 
