@@ -91,6 +91,13 @@
 // the provider (which refuses a limit it cannot enforce); the daemon
 // reports it as create_limits, and the platform sends limits to no daemon
 // without it (the original ignores the field: the limits would be lost).
+//
+// Fleet placement: the daemon sends its labels (Config.Labels, the CLI's
+// --label) in the handshake and answers the extension op capacity
+// (capacity.go says each figure) with its host's CPUs, memory, the
+// homes' disk, load and its sandboxes running and idle; the platform asks
+// it at every heartbeat and places new sandboxes by it (provider/runner's
+// placement policy).
 package runner
 
 import (
@@ -150,9 +157,19 @@ type Config struct {
 	// socket unread, then is answered rate_limited.
 	DiskShare        float64
 	DefaultDiskBytes int64
-	MaxOpsPerConn    int
-	MaxFileOps       int
-	BusyWait         time.Duration
+	// Labels are the runner's labels (key=value, wire.CheckLabel's
+	// bounds), sent in the handshake: the platform places sandboxes by
+	// them (a create's runner selector). CapacityCPUs, CapacityMemory
+	// and CapacityDisk replace the host's own figures in the capacity the
+	// daemon reports (wire.OpCapacity; 0 is the host's), and MaxSandboxes
+	// is the most sandboxes the platform should place here (0: no bound).
+	Labels                       map[string]string
+	CapacityCPUs                 int
+	CapacityMemory, CapacityDisk int64
+	MaxSandboxes                 int
+	MaxOpsPerConn                int
+	MaxFileOps                   int
+	BusyWait                     time.Duration
 	// OnDisconnect, if set, is called after each connection attempt ends
 	// and before the wait: the attempt counter (0 after a clean close), the
 	// delay, and the error (nil for a clean close).
@@ -236,7 +253,15 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.MaxFileOps <= 0 {
 		cfg.MaxFileOps = 2
 	}
-	u, err := DialURL(cfg.URL, url.Values{
+	for k, v := range cfg.Labels {
+		if err := wire.CheckLabel(k, v); err != nil {
+			return nil, &PermanentError{Msg: "runner: " + err.Error()}
+		}
+	}
+	if len(cfg.Labels) > wire.MaxLabels {
+		return nil, &PermanentError{Msg: fmt.Sprintf("runner: more than %d labels", wire.MaxLabels)}
+	}
+	q := url.Values{
 		wire.ParamName:     {cfg.Name},
 		wire.ParamHostname: {cfg.Hostname},
 		wire.ParamOS:       {runtime.GOOS},
@@ -244,7 +269,11 @@ func New(cfg Config) (*Daemon, error) {
 		wire.ParamVersion:  {cfg.Version},
 		wire.ParamRoot:     {cfg.Root},
 		wire.ParamCaps:     {strings.Join(extraCaps(cfg.Provider), ",")},
-	})
+	}
+	if len(cfg.Labels) > 0 {
+		q.Set(wire.ParamLabels, wire.FormatLabels(cfg.Labels))
+	}
+	u, err := DialURL(cfg.URL, q)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +283,7 @@ func New(cfg Config) (*Daemon, error) {
 
 // extraCaps are the capabilities beyond suspend and attach the daemon serves.
 func extraCaps(p sandbox.Provider) []string {
-	out := []string{wire.CapLimits, wire.CapDiskLimit}
+	out := []string{wire.CapLimits, wire.CapDiskLimit, wire.CapCapacity}
 	caps := p.Capabilities()
 	if caps.Has(sandbox.CapNetworkPolicy) {
 		out = append(out, string(sandbox.CapNetworkPolicy))

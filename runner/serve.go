@@ -349,6 +349,13 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			}
 		}
 	}
+	if req.Op == wire.OpCapacity {
+		c, err := d.capacity(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(c)
+	}
 	switch req.Op {
 	case wire.OpCreate, wire.OpGet, wire.OpDestroy, wire.OpSuspend, wire.OpResume, wire.OpWriteFile, wire.OpReadFile,
 		wire.OpExec, wire.OpSpawn, wire.OpListSessions, wire.OpNetworkPolicy, wire.OpTerminateSession:

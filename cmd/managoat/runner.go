@@ -79,6 +79,7 @@ func cmdRunner(g *globals, fs *flag.FlagSet) action {
 	tokenFile := fs.String("token-file", "", "a file holding the token")
 	name := fs.String("name", "", "this runner's name (default from the hostname)")
 	root := fs.String("root", "", "where this runner keeps its sandboxes")
+	fleet := runnerFleetFlags(fs) // runners.go
 	return func(ctx context.Context, args []string) error {
 		if err := parse(fs, args); err != nil {
 			return err
@@ -105,13 +106,15 @@ func cmdRunner(g *globals, fs *flag.FlagSet) action {
 			return wrap("runner", err)
 		}
 		fmt.Fprintf(os.Stderr, "managoat runner %s: serving %s sandboxes from %s to %s\n", *name, g.mechanism, *root, runner.RedactURL(*url))
-		err = runner.Run(ctx, runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
+		rcfg := runner.Config{URL: *url, Token: tok, Name: *name, Root: *root, Provider: p, Version: version,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			OnDisconnect: func(attempt int, delay time.Duration, err error) {
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "managoat runner: disconnected (%v); reconnecting in %v\n", err, delay)
 				}
-			}})
+			}}
+		fleet.apply(&rcfg)
+		err = runner.Run(ctx, rcfg)
 		var perm *runner.PermanentError
 		switch {
 		case errors.As(err, &perm):

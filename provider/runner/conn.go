@@ -221,11 +221,18 @@ type Conn struct {
 	subs    map[string][]*Subscription
 	hb      *time.Timer
 
-	lastSeen atomic.Int64 // unix nanos of the last frame or pong
+	lastSeen atomic.Int64              // unix nanos of the last frame or pong
+	capacity atomic.Pointer[capReport] // the latest capacity report (capacity.go)
 }
 
-// Info describes the connected runner.
-func (c *Conn) Info() Info { return c.info }
+// Info describes the connected runner, with its latest capacity report.
+func (c *Conn) Info() Info {
+	i := c.info
+	if r := c.capacity.Load(); r != nil {
+		i.Capacity, i.CapacityAt = r.c, r.at
+	}
+	return i
+}
 
 // ID is the runner id.
 func (c *Conn) ID() string { return c.info.ID }
@@ -533,6 +540,7 @@ func (c *Conn) end() {
 // the idle check (no frame or pong for IdleTimeout closes the socket).
 func (c *Conn) heartbeat() {
 	cfg := &c.srv.cfg
+	c.refreshCapacity()
 	c.srv.cfg.Host.Heartbeat(c.info.ID)
 	idle := time.Since(time.Unix(0, c.lastSeen.Load()))
 	if idle >= cfg.IdleTimeout {

@@ -86,4 +86,13 @@
 //     extension field, else (an original daemon) exited with its code when
 //     the entry has exit_code and running when it has none. The original
 //     platform read no state, so a quiet running session looked idle.
+//   - Placement (placement.go, whose comment is the policy): runners send
+//     labels in the handshake and report capacity (CPUs, memory, the
+//     homes' disk, load, sandboxes running and idle) when asked at
+//     connection and at each heartbeat, before Host.Heartbeat, so a
+//     cluster Host stores it with the presence and every replica places
+//     by the same report. Place orders the eligible runners that fit,
+//     least loaded first, with selectors ("gpu=h100", "zone in (eu,us)"),
+//     cordons and a preferred runner; Mint takes its first. The original
+//     placed every sandbox on the most recently connected runner.
 package runner

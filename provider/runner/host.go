@@ -32,9 +32,17 @@ type Info struct {
 	Caps     []string `json:"caps,omitempty"`
 	// Meta is the application's own (ServerConfig.Meta): opaque to this
 	// package, which never reads it, and returned as it was given.
-	Meta        map[string]string `json:"meta,omitempty"`
-	ConnectedAt time.Time         `json:"connected_at"`
-	LastSeen    time.Time         `json:"last_seen_at"`
+	Meta map[string]string `json:"meta,omitempty"`
+	// Labels are the runner's own (the handshake's labels parameter, the
+	// daemon's --label), which placement selects by.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Capacity is the runner's latest capacity report (wire.OpCapacity,
+	// asked at connection and at each heartbeat), nil from a daemon that
+	// does not report one; CapacityAt is when it was received.
+	Capacity    *wire.Capacity `json:"capacity,omitempty"`
+	CapacityAt  time.Time      `json:"capacity_at,omitzero"`
+	ConnectedAt time.Time      `json:"connected_at"`
+	LastSeen    time.Time      `json:"last_seen_at"`
 }
 
 // HasCap reports whether the runner advertised capability c.

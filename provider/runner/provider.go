@@ -105,17 +105,19 @@ func (p *Provider) CapabilitiesOf(ctx context.Context, h *sandbox.Handle) (sandb
 	return caps, nil
 }
 
-// Mint returns a fresh sandbox name on the most recently connected online
-// runner (the original's placement), or Unavailable{no_runner_online}.
+// Mint returns a fresh sandbox name on the runner the placement policy
+// puts first for a create that asks nothing (Place: the least loaded
+// online runner), or Unavailable{no_runner_online}, or a *NoFitError.
+// The original placed on the most recently connected runner, so every
+// sandbox went to the newest one. An application that keeps records
+// places through Place, with the create's limits and selector and what
+// its records say each runner holds.
 func (p *Provider) Mint(ctx context.Context) (string, error) {
-	rs, err := p.c.Runners(ctx)
+	cs, err := p.Place(ctx, PlaceRequest{})
 	if err != nil {
 		return "", err
 	}
-	if len(rs) == 0 {
-		return "", sandbox.Unavailable("no_runner_online", nil)
-	}
-	return For(rs[0].ID)
+	return For(cs[0].Info.ID)
 }
 
 type cmdPrivate struct {

@@ -298,10 +298,18 @@ func identity(r *http.Request, account string) (Info, error) {
 	}
 	for _, c := range strings.Split(q.Get(wire.ParamCaps), ",") {
 		switch c {
-		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal:
+		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal, wire.CapCapacity:
 			i.Caps = append(i.Caps, c)
 		}
 	}
+	if len(q.Get(wire.ParamLabels)) > 8<<10 {
+		return i, fmt.Errorf("labels are longer than %d", 8<<10)
+	}
+	labels, err := wire.ParseLabels(q.Get(wire.ParamLabels))
+	if err != nil {
+		return i, err
+	}
+	i.Labels = labels
 	return i, nil
 }
 
@@ -401,6 +409,7 @@ func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
 	closing := s.closing
 	s.mu.Unlock()
 	close(c.ready)
+	c.firstCapacity()
 	s.cfg.Host.Presence(info, true)
 	s.log.Info("runner connected", "runner", info.ID, "name", info.Name, "hostname", info.Hostname)
 	c.mu.Lock()

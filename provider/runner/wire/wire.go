@@ -31,6 +31,12 @@
 // a list_sessions entry's "state" field (Session): an original platform
 // ignores it, and an entry of an original daemon, without it, is read by
 // its exit_code (Session.RunState).
+//
+// Fleet extensions (capacity.go): the handshake's optional labels
+// parameter (ParamLabels) and the op capacity (OpCapacity), sent only to
+// a daemon that reported CapCapacity, whose reply is the host's Capacity.
+// An original platform ignores the parameter and never sends the op; an
+// original daemon sends neither and is placed by the platform's records.
 package wire
 
 import (
