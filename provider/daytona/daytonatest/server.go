@@ -293,6 +293,20 @@ func (s *Server) Lookup(name string) (Sandbox, bool) {
 	return c, true
 }
 
+// Sandboxes returns a copy of every sandbox's record, deleted ones
+// (renamed DESTROYED_…) included, in no order.
+func (s *Server) Sandboxes() []Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		c := *sb
+		c.Policies = append([]map[string]any(nil), sb.Policies...)
+		out = append(out, c)
+	}
+	return out
+}
+
 // Home is the named sandbox's home directory on the host ("" if unknown).
 func (s *Server) Home(name string) string {
 	s.mu.Lock()
@@ -1139,8 +1153,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 		c.Stdin = strings.NewReader(req.Command)
 	}
 	c.Dir = filepath.Join(sb.dir, "home")
-	if req.Cwd != nil {
+	if req.Cwd != nil && *req.Cwd != "" {
+		// A relative cwd is taken from the sandbox's home, the daemon's
+		// working directory.
 		c.Dir = *req.Cwd
+		if !filepath.IsAbs(c.Dir) {
+			c.Dir = filepath.Join(sb.dir, "home", c.Dir)
+		}
 	}
 	c.Env = sb.environ(req.Env)
 	var out bytes.Buffer
