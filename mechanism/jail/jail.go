@@ -126,6 +126,9 @@ func New(cfg Config) (*Jail, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := privateRunDir(cfg.RunDir); err != nil {
+		return nil, err
+	}
 	if err := os.Mkdir(filepath.Join(cfg.StateDir, ".root"), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
