@@ -44,7 +44,10 @@ type listed struct {
 	// GET /sandboxes/{id} (null for the default cluster), never by the
 	// listing.
 	Domain *string `json:"domain"`
-	raw    json.RawMessage
+	// EnvdAccessToken is a secure sandbox's envd token, given by create,
+	// connect and GET /sandboxes/{id} (never kept in raw).
+	EnvdAccessToken string `json:"envdAccessToken"`
+	raw             json.RawMessage
 }
 
 func (l listed) id() string {
@@ -64,19 +67,26 @@ func (p *Provider) do(ctx context.Context, method, path string, body any) (http.
 
 // doTimeout is do bounded by timeout instead of RequestTimeout.
 func (p *Provider) doTimeout(ctx context.Context, timeout time.Duration, method, path string, body any) (http.Header, []byte, error) {
+	_, h, b, err := p.send(ctx, timeout, method, path, body)
+	return h, b, err
+}
+
+// send is doTimeout that also returns the answer's status (0 when there
+// was none).
+func (p *Provider) send(ctx context.Context, timeout time.Duration, method, path string, body any) (int, http.Header, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, nil, sandbox.Invalid("request", err.Error())
+			return 0, nil, nil, sandbox.Invalid("request", err.Error())
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, p.cfg.APIURL+path, rd)
 	if err != nil {
-		return nil, nil, sandbox.Invalid("request", err.Error())
+		return 0, nil, nil, sandbox.Invalid("request", err.Error())
 	}
 	req.Header.Set("X-API-Key", p.cfg.APIKey)
 	req.Header.Set("Accept", "application/json")
@@ -85,17 +95,17 @@ func (p *Provider) doTimeout(ctx context.Context, timeout time.Duration, method,
 	}
 	resp, err := p.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return nil, nil, transportError(ctx, err)
+		return 0, nil, nil, transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, nil, transportError(ctx, err)
+		return 0, nil, nil, transportError(ctx, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.Header, b, httpError(resp.StatusCode, resp.Header, b)
+		return resp.StatusCode, resp.Header, b, httpError(resp.StatusCode, resp.Header, b)
 	}
-	return resp.Header, b, nil
+	return resp.StatusCode, resp.Header, b, nil
 }
 
 // metadataFilter renders a metadata filter the way E2B's API decodes it:
@@ -150,7 +160,7 @@ func (p *Provider) list(ctx context.Context, meta url.Values) ([]listed, error) 
 			if json.Unmarshal(r, &l) != nil {
 				continue
 			}
-			l.raw = r
+			l.raw = withoutSecrets(r)
 			all = append(all, l)
 		}
 		token = h.Get("X-Next-Token")
@@ -302,7 +312,7 @@ func (p *Provider) connect(ctx context.Context, name, id string) error {
 	var b []byte
 	err := p.retryTransition(ctx, "connect", func(ctx context.Context) error {
 		var err error
-		_, b, err = p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect",
+		_, b, err = p.postGen(ctx, p.cfg.LongRequestTimeout, connectPath(id),
 			map[string]int{"timeout": seconds(p.cfg.SandboxTimeout)})
 		return err
 	})
@@ -321,6 +331,7 @@ func (p *Provider) connect(ctx context.Context, name, id string) error {
 	if json.Unmarshal(b, &l) == nil {
 		p.rememberDomain(id, l.Domain)
 		p.rememberVersion(id, l.EnvdVersion) // a resume may bring a new envd
+		p.rememberToken(id, l.EnvdAccessToken)
 	}
 	return nil
 }
@@ -342,6 +353,7 @@ func (p *Provider) kill(ctx context.Context, id string) error {
 	if err == nil {
 		p.domains.Delete(id)
 		p.versions.Delete(id)
+		p.tokens.Delete(id)
 	}
 	return err
 }
@@ -358,7 +370,7 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 	// template, which can take longer than an ordinary request (E2B's SDK
 	// allows 60 s): a create cut short at RequestTimeout may still make a
 	// sandbox, which the next Create of the name then adopts.
-	_, b, err := p.doTimeout(ctx, p.cfg.LongRequestTimeout, http.MethodPost, "/sandboxes", body)
+	_, b, err := p.postGen(ctx, p.cfg.LongRequestTimeout, createPath, body)
 	if isNotFound(err) || isBadTemplateRef(err) {
 		// E2B answers an unknown template with 404 "template '<id>' not
 		// found", an unknown tag of one with 404 "tag '<tag>' does not
@@ -389,6 +401,7 @@ func (p *Provider) createRaw(ctx context.Context, name string, stamp time.Time) 
 	}
 	p.rememberDomain(s.id(), s.Domain)
 	p.rememberVersion(s.id(), s.EnvdVersion)
+	p.rememberToken(s.id(), s.EnvdAccessToken)
 	return s.id(), nil
 }
 

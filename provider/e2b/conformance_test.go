@@ -16,8 +16,18 @@ import (
 // whose verdict is that error.
 var dropCmd = sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo partial; sleep 0.3; kill -KILL 0"}}
 
+// TestConformance runs the suite against the fake playing each generation
+// of E2B's control plane: the current service (v2 create and connect,
+// secure sandboxes) and one from before the v2 routes (the provider falls
+// back to v1 once, at its first create).
 func TestConformance(t *testing.T) {
-	e := newEnv(t, e2btest.Options{}, nil)
+	for _, gen := range []e2btest.Generation{e2btest.V2, e2btest.V1} {
+		t.Run(string(gen), func(t *testing.T) { conformance(t, gen) })
+	}
+}
+
+func conformance(t *testing.T, gen e2btest.Generation) {
+	e := newEnv(t, e2btest.Options{Generation: gen}, nil)
 	e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Match: "kill -KILL 0", NoEnd: true, Times: -1})
 	fx := sandboxtest.ShellFixtures()
 	fx.SpawnDrop = dropCmd

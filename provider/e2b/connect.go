@@ -144,6 +144,13 @@ func (p *Provider) envdRequest(ctx context.Context, sandboxID, method, rpath str
 	if err != nil {
 		return nil, sandbox.Invalid("request", err.Error())
 	}
+	token, err := p.envdToken(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
 	req.SetBasicAuth(p.cfg.User, "")
 	req.Header.Set("E2b-Sandbox-Id", sandboxID)
 	req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))

@@ -6,6 +6,25 @@
 // sandbox (its process service over the Connect protocol, its files API
 // over plain HTTP).
 //
+// # Generations of the control plane
+//
+// Create and connect use the current routes, POST /v2/sandboxes and POST
+// /v2/sandboxes/{id}/connect (what E2B's SDK 2.x sends), with POST
+// /sandboxes and POST /sandboxes/{id}/connect as the fallback for a
+// service from before them (an older or self-hosted cluster). The choice
+// is made once per Provider, from the service's answers: until the first
+// create or connect succeeds, a 404 or 405 from the v2 route sends the
+// same request to the v1 route, and the route that succeeds first is used
+// from then on, without probing again. A 404 from both (an unknown
+// template or sandbox, which either generation reports alike) decides
+// nothing; a request that got no answer is never sent again to the other
+// route. Sandboxes made through v2 are secure: envd wants the
+// sandbox's envdAccessToken in X-Access-Token. The token comes from the
+// create or connect answer, or, for a sandbox this Provider neither
+// created nor connected, once from GET /sandboxes/{id}; it is kept only in
+// the Provider (never in a Handle) and removed from every record the
+// Provider hands out (Info.Raw).
+//
 // # Connect codec
 //
 // envd's process service is spoken with a small hand-written Connect JSON

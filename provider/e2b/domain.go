@@ -65,8 +65,49 @@ func (p *Provider) detail(ctx context.Context, id string) (listed, error) {
 		}
 		return listed{}, &sandbox.ProviderError{Provider: Name, Reason: "bad_sandbox_detail", Err: err}
 	}
-	l.raw = b
+	p.rememberToken(id, l.EnvdAccessToken)
+	l.raw = withoutSecrets(b)
 	return l, nil
+}
+
+// rememberToken records sandbox id's envdAccessToken ("" for a sandbox
+// that is not secure).
+func (p *Provider) rememberToken(id, token string) { p.tokens.Store(id, token) }
+
+// envdToken is sandbox id's envdAccessToken, which envd wants in
+// X-Access-Token when the sandbox is secure (every sandbox made through
+// POST /v2/sandboxes is): "" for one that is not. A sandbox this provider
+// neither created nor connected is read once with GET /sandboxes/{id}.
+func (p *Provider) envdToken(ctx context.Context, id string) (string, error) {
+	if t, ok := p.tokens.Load(id); ok {
+		return t.(string), nil
+	}
+	l, err := p.detail(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return l.EnvdAccessToken, nil
+}
+
+// secretFields are the fields of E2B's sandbox records that grant access
+// to the sandbox: they never reach Info.Raw.
+var secretFields = []string{"envdAccessToken", "trafficAccessToken"}
+
+// withoutSecrets is a JSON object without its secretFields (nil when it
+// is not an object).
+func withoutSecrets(b []byte) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return nil
+	}
+	for _, k := range secretFields {
+		delete(m, k)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // retryTransition runs an idempotent call again while E2B answers 409

@@ -23,7 +23,7 @@ func TestSlowCreate(t *testing.T) {
 		c.RequestTimeout = 250 * time.Millisecond
 		c.LongRequestTimeout = 5 * time.Second
 	})
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Method: "POST", Path: "/sandboxes", Match: "templateID", Delay: time.Second})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Method: "POST", Path: "/v2/sandboxes", Match: "templateID", Delay: time.Second})
 	h, err := e.p.Create(ctx(t), "slow-create", sandbox.CreateOptions{})
 	if err != nil {
 		t.Fatalf("Create answered after 1 s (request timeout 250 ms, long 5 s) = %v", err)

@@ -20,7 +20,7 @@ func stamped(name string) map[string]string {
 func countPosts(srv *e2btest.Server) int {
 	n := 0
 	for _, r := range srv.Requests() {
-		if r.Method == "POST" && r.Path == "/sandboxes" {
+		if r.Method == "POST" && r.Path == "/v2/sandboxes" {
 			n++
 		}
 	}
@@ -135,7 +135,7 @@ func TestCreateStampsAndLists(t *testing.T) {
 	e.create("stamp-1")
 	var body, query string
 	for _, r := range e.srv.Requests() {
-		if r.Method == "POST" && r.Path == "/sandboxes" {
+		if r.Method == "POST" && r.Path == "/v2/sandboxes" {
 			body = r.Body
 		}
 		if r.Path == "/v2/sandboxes" && query == "" {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/managoat/managoat/sandbox"
@@ -22,8 +23,10 @@ const Name = "e2b"
 // Provider is a sandbox.Provider for E2B. It is safe for concurrent use.
 type Provider struct {
 	cfg      Config
-	domains  sync.Map // sandbox id → its envd domain ("" for Config.Domain)
-	versions sync.Map // sandbox id → its envd version
+	domains  sync.Map     // sandbox id → its envd domain ("" for Config.Domain)
+	versions sync.Map     // sandbox id → its envd version
+	tokens   sync.Map     // sandbox id → its envdAccessToken ("" when not secure)
+	gen      atomic.Int32 // the create and connect routes' generation, once known
 	killMu   sync.Mutex
 	kills    map[chan struct{}]struct{} // process-tree kills running in the background
 }

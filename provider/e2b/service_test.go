@@ -275,7 +275,7 @@ func TestConflictIsATransition(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.srv.ResetRequests()
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Status: 409,
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes/" + id + "/connect", Status: 409,
 		Body: `{"code":409,"message":"Sandbox \"` + id + `\" is being paused"}`, Times: 2})
 	if _, err := e.p.Resume(ctx(t), h); err != nil {
 		t.Fatalf("Resume across two 409s from connect = %v", err)
@@ -575,7 +575,7 @@ func TestSlowPauseAndConnect(t *testing.T) {
 	if err := e.p.Suspend(ctx(t), h); err != nil {
 		t.Fatalf("a pause that takes 1.5 s = %v", err)
 	}
-	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/sandboxes/" + id + "/connect", Delay: 1500 * time.Millisecond})
+	e.srv.Inject(e2btest.Fault{Plane: e2btest.API, Path: "/v2/sandboxes/" + id + "/connect", Delay: 1500 * time.Millisecond})
 	if _, err := e.p.Resume(ctx(t), h); err != nil {
 		t.Fatalf("a resume that takes 1.5 s = %v", err)
 	}

@@ -75,7 +75,7 @@ func TestTTLHeartbeatAutoPauseResume(t *testing.T) {
 	for _, r := range e.srv.Requests() {
 		seq = append(seq, r.Path)
 	}
-	ci := slices.Index(seq, "/sandboxes/"+id+"/connect")
+	ci := slices.Index(seq, "/v2/sandboxes/"+id+"/connect")
 	si := slices.Index(seq, "/process.Process/Start")
 	if ci < 0 || si < 0 || ci > si {
 		t.Fatalf("want connect before Start, got %v", seq)
@@ -143,7 +143,7 @@ func TestOperationRenewsATTLAboutToEnd(t *testing.T) {
 	for _, r := range e.srv.Requests() {
 		seq = append(seq, r.Path)
 	}
-	ci := slices.Index(seq, "/sandboxes/"+id+"/connect")
+	ci := slices.Index(seq, "/v2/sandboxes/"+id+"/connect")
 	si := slices.Index(seq, "/process.Process/Start")
 	if ci < 0 || si < 0 || ci > si {
 		t.Fatalf("want connect before Start, got %v", seq)
