@@ -191,9 +191,12 @@ const (
 	SessionLost    = "lost"
 )
 
-// NetworkPolicy is the complete list of domains a sandbox may reach;
-// everything else is denied. An empty or nil Allow denies all egress: it is
-// never "no policy".
+// NetworkPolicy is the complete list of what a sandbox may reach: domains
+// (or *.domain), addresses and CIDRs, each optionally with a port, in the
+// forms CheckAllowEntry accepts; everything else is denied. A provider
+// refuses an entry it cannot enforce (an IPv6 one on the local provider,
+// an address on a hosted one whose rules are by name), never drops it. An
+// empty or nil Allow denies all egress: it is never "no policy".
 type NetworkPolicy struct {
 	Allow []string
 }
