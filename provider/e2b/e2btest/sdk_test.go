@@ -104,6 +104,7 @@ func TestSDK(t *testing.T) {
 	check.equal("background kill list", map[string]any{"listed": true, "killed": true, "waitThrew": "CommandExitError",
 		"waitIsExit": true, "gone": true, "killAgain": false})
 	check.equal("sendStdin", "got:hello\n")
+	check.equal("closeStdin", "to cat")
 	check.equal("commands.connect", map[string]any{"stdout": "late:now\n", "streamed": "late:now\n"})
 	check.threw("run timeout", "TimeoutError", "isTimeoutError")
 
@@ -122,6 +123,10 @@ func TestSDK(t *testing.T) {
 			break
 		}
 	}
+	check.equal("write octet-stream", map[string]any{"name": "o.bin", "path": "/home/user/octet/o.bin"})
+	check.equal("read octet-stream", 256)
+	check.equal("write gzip", "/home/user/octet/z.txt")
+	check.equal("read gzip", "zipped text")
 	check.equal("write many", []string{"/home/user/many/one.txt", "/home/user/many/two.txt"})
 	check.equal("list", []any{
 		map[string]any{"name": "data.bin", "type": "file", "size": 256, "path": "/home/user/notes/data.bin"},
@@ -139,8 +144,10 @@ func TestSDK(t *testing.T) {
 	check.equal("remove", false)
 	check.threw("getInfo missing", "FileNotFoundError", "isNotFound")
 	check.equal("watchDir", map[string]any{"created": true, "removed": true, "names": []any{"new.txt"}})
+	check.equal("watchDir recursive", map[string]any{"name": "sub/leaf.txt", "entryPath": "/home/user/tree/sub/leaf.txt", "entryType": "file"})
 	check.threw("watchDir missing", "FileNotFoundError", "isNotFound")
 
+	check.equal("updateNetwork", nil)
 	check.equal("pause", true)
 	check.equal("state paused", "paused")
 	check.equal("pause again", false)
@@ -155,8 +162,20 @@ func TestSDK(t *testing.T) {
 	check.equal("kill", true)
 	check.equal("kill again", false)
 	check.equal("list after kill", sortedIDs(created.SandboxID, third.SandboxID))
+	check.equal("isRunning after kill", false)
 	check.threw("run after kill", "SandboxNotFoundError", "isNotFound")
 
+	var networks []e2btest.Network
+	for _, r := range srv.Requests() {
+		if r.Method == "PUT" && r.Path == "/sandboxes/"+created.SandboxID+"/network" {
+			var n e2btest.Network
+			_ = json.Unmarshal([]byte(r.Body), &n)
+			networks = append(networks, n)
+		}
+	}
+	if len(networks) != 1 || !reflect.DeepEqual(networks[0], e2btest.Network{AllowOut: []string{"192.0.2.1"}, DenyOut: []string{"0.0.0.0/0"}}) {
+		t.Errorf("networks applied = %+v, want the one updateNetwork set", networks)
+	}
 	if n := len(srv.Sandboxes()); n != 0 {
 		t.Errorf("%d sandboxes left after the script killed its own", n)
 	}

@@ -127,6 +127,12 @@ try {
     const r = await h.wait()
     return r.stdout
   })
+  await call('closeStdin', async () => {
+    const h = await a.commands.run('cat', { background: true, stdin: true })
+    await h.sendStdin('to cat')
+    await h.closeStdin()
+    return (await h.wait()).stdout
+  })
   await call('commands.connect', async () => {
     const h = await a.commands.run('read go; echo "late:$go"', { background: true, stdin: true })
     const out = []
@@ -158,6 +164,10 @@ try {
   await call('read text', () => a.files.read(`${home}/notes/hello.txt`))
   await call('write bytes', () => a.files.write('notes/data.bin', bytes), e => ({ name: e.name, path: e.path }))
   await call('read bytes', () => a.files.read(`${home}/notes/data.bin`, { format: 'bytes' }))
+  await call('write octet-stream', () => a.files.write(`${home}/octet/o.bin`, bytes, { useOctetStream: true }), e => ({ name: e.name, path: e.path }))
+  await call('read octet-stream', async () => (await a.files.read(`${home}/octet/o.bin`, { format: 'bytes' })).length)
+  await call('write gzip', () => a.files.write(`${home}/octet/z.txt`, 'zipped text', { gzip: true }), e => e.path)
+  await call('read gzip', () => a.files.read(`${home}/octet/z.txt`))
   await call('write many', () => a.files.write([
     { path: `${home}/many/one.txt`, data: 'one' }, { path: `${home}/many/two.txt`, data: 'two' },
   ]), es => es.map(e => e.path).sort())
@@ -190,7 +200,18 @@ try {
     await w.stop()
     return { created: true, removed: true, names: [...new Set(events.map(e => e.name))] }
   })
+  await call('watchDir recursive', async () => {
+    await a.files.makeDir(`${home}/tree/sub`)
+    const events = []
+    const w = await a.files.watchDir(`${home}/tree`, e => { events.push(e) }, { recursive: true, includeEntry: true })
+    await a.files.write(`${home}/tree/sub/leaf.txt`, 'leaf')
+    const e = await until(() => events.find(e => e.name === 'sub/leaf.txt' && e.type === 'create'))
+    await w.stop()
+    return { name: e.name, entryPath: e.entry?.path, entryType: e.entry?.type }
+  })
   await call('watchDir missing', () => thrown(() => a.files.watchDir(`${home}/no-such-dir`, () => {}), { isNotFound: NotFoundError }))
+
+  await call('updateNetwork', () => a.updateNetwork({ allowOut: ['192.0.2.1'], denyOut: ['0.0.0.0/0'] }))
 
   // --- Pause and resume ---
   await call('pause', () => a.pause())
@@ -214,6 +235,7 @@ try {
     await call('kill', () => b.kill())
     await call('kill again', () => b.kill())
     await call('list after kill', async () => (await Sandbox.list({ query: { metadata: { suite } } }).nextItems()).map(x => x.sandboxId).sort())
+    await call('isRunning after kill', () => b.isRunning())
     await call('run after kill', () => thrown(() => b.commands.run('true'), { isNotFound: NotFoundError }))
   }
 } finally {
