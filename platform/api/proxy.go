@@ -59,7 +59,9 @@ import (
 // cannot call the API, or another sandbox, with it; cookies an
 // application sets are its own business (scope them with
 // X-Forwarded-Prefix). Each proxied request counts against the key's
-// rate, as every /v1 call.
+// rate, as every /v1 call. A browser reaches a port through a preview
+// link instead (preview.go): on an origin of its own, with a cookie of
+// that origin only, which the application never gets either.
 
 // PortPublisher is implemented by a provider whose sandboxes publish
 // ports on this host's loopback only (provider/local): the platform then
@@ -357,6 +359,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	defer done()
+	prefix := "/v1/sandboxes/" + url.PathEscape(rec.Name) + "/ports/" + r.PathValue("port")
+	s.proxyRecord(w, r, rec, p, port, prefix, strings.TrimPrefix(r.URL.EscapedPath(), prefix))
+}
+
+// proxyRecord forwards r to port of the record's sandbox, at the path
+// rest (escaped); prefix, when not "", is the path the application is
+// served under (X-Forwarded-Prefix). The caller has authorized it.
+func (s *Server) proxyRecord(w http.ResponseWriter, r *http.Request, rec store.Sandbox, p sandbox.Provider, port int, prefix, rest string) {
 	pp, ok := p.(PortPublisher)
 	if !ok {
 		writeErr(w, fmt.Errorf("provider %s gives its sandboxes no address this platform can reach: %w", rec.Provider, sandbox.ErrUnsupported))
@@ -403,8 +413,6 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 		body = &limitedBody{ReadCloser: r.Body, left: s.cfg.ProxyMaxBody}
 		r.Body = body
 	}
-	prefix := "/v1/sandboxes/" + url.PathEscape(rec.Name) + "/ports/" + r.PathValue("port")
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
 	if !strings.HasPrefix(rest, "/") {
 		rest = "/" + rest
 	}
@@ -413,9 +421,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, k store.Key) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", host, outHost
 			pr.Out.URL.RawPath = rest
 			pr.Out.URL.Path, _ = url.PathUnescape(rest)
-			pr.Out.Header.Del("Authorization") // the account's key stays here
+			pr.Out.Header.Del("Authorization")          // the account's key stays here
+			withoutCookie(pr.Out.Header, PreviewCookie) // and so does a preview's cookie
 			pr.SetXForwarded()
-			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			if prefix != "" {
+				pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			}
 		},
 		Transport:  s.transport,
 		BufferPool: proxyBuffers,

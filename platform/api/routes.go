@@ -34,6 +34,7 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{name}/files", "read_file", false},
 	{"PUT", "/v1/sandboxes/{name}/network-policy", "network_policy", false},
 	{"GET", "/v1/sandboxes/{name}/url", "url", false},
+	{"POST", "/v1/sandboxes/{name}/preview", "preview", false}, // preview.go
 	{"GET", "/v1/sandboxes/{name}/checkpoints", "checkpoints", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints", "checkpoint", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints/{checkpoint}/restore", "restore", false},

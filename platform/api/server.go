@@ -157,6 +157,12 @@ type Config struct {
 	// creates through several replicas at once may pass it by the creates
 	// in flight. The runners' bound is RunnerAuth.MaxRunners.
 	MaxSandboxesPerAccount int
+	// PreviewSecret signs preview links and their cookies (preview.go;
+	// default: random, so links last the process); PreviewDomain is the
+	// DNS name under which each preview has a host of its own (default
+	// "localhost").
+	PreviewSecret []byte
+	PreviewDomain string
 }
 
 // DefaultMaxSandboxesPerAccount is Config.MaxSandboxesPerAccount's default.
@@ -191,6 +197,7 @@ type Server struct {
 	transport   *http.Transport
 	closed      context.Context // done at Close
 	close       context.CancelFunc
+	preview     previewState // preview.go
 }
 
 // New returns the API server.
@@ -330,6 +337,8 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.restore
 	case "proxy":
 		return s.proxy
+	case "preview":
+		return s.previewCreate // preview.go
 	}
 	panic("api: no handler " + name)
 }

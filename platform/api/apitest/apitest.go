@@ -91,7 +91,7 @@ func Start(t testing.TB, o Options) *Platform {
 	mux.Handle("/v1/", srv)
 	mux.Handle("/api/runners", relay)
 	mux.Handle("/api/runners/", relay)
-	ts := httptest.NewServer(mux)
+	ts := httptest.NewServer(srv.WithPreviews(mux))
 	t.Cleanup(func() {
 		srv.Close()
 		relay.Close()
