@@ -35,8 +35,11 @@
 // A new supervisor kills the processes its dead predecessor left (matched
 // by pid and start time), since their output can no longer be journaled.
 // A supervisor exits when asked (shutdown), on SIGTERM (after stopping its
-// sessions), or by itself within a few seconds once its sandbox directory
-// is gone or replaced (the sandbox was destroyed).
+// sessions), or by itself once its sandbox directory is gone or replaced
+// (the sandbox was destroyed): a directory notification on the parent
+// (F_NOTIFY) wakes it when an entry there is removed or renamed away, so an
+// idle supervisor runs no timer and is not woken (where F_NOTIFY is
+// refused, it polls every two seconds).
 //
 // Launch starts a supervisor through two re-executions (the first exits at
 // once, so the supervisor is never a zombie of a long-lived caller) and
