@@ -42,6 +42,10 @@ func TestQuietFallbacksAreSaid(t *testing.T) {
 	if !strings.HasPrefix(e, "managoat: note: MANAGOAT_URL is not set: using the platform at http://127.0.0.1:8080") {
 		t.Errorf("--provider platform without MANAGOAT_URL: stderr %q, want a note of the default address", e)
 	}
+	_, e, _ = runBinary(t, nil, append(home(t), "MANAGOAT_URL=", "MANAGOAT_RUNNER_TOKEN=x"), "--provider", "runner", "ls")
+	if !strings.HasPrefix(e, "managoat: note: MANAGOAT_URL is not set: using the platform at http://127.0.0.1:8080") {
+		t.Errorf("--provider runner without MANAGOAT_URL: stderr %q, want a note of the default address", e)
+	}
 
 	runners := filepath.Join(t.TempDir(), "runners.json")
 	out, e, code := runBinary(t, nil, nil, "enroll", "--runners", runners, "laptop")

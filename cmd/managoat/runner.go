@@ -36,10 +36,7 @@ func init() {
 	register("serve", "[flags] | serve [--db FILE] admin ...", "Serve the platform: the sandbox API (/v1) over every enabled provider, and the relay runners dial into", cmdServe)
 	register("enroll", "[flags] NAME", "Enroll a runner with the platform served from this machine and print its credential", cmdEnroll)
 	registerProvider("runner", func() (sandbox.Provider, error) {
-		url := os.Getenv(envPlatformURL)
-		if url == "" {
-			url = "http://127.0.0.1:8080"
-		}
+		url := defaultedPlatformURL() // platform.go: said once when MANAGOAT_URL is unset
 		tok := strings.TrimSpace(os.Getenv(envRunnerToken))
 		if tok == "" {
 			return nil, fmt.Errorf("%s is not set: the token of the platform at %s", envRunnerToken, url)
