@@ -22,8 +22,22 @@
 // closes every connection of its session without an exit, as a transport
 // that dies mid-command does.
 //
-// Files written through fs/write land under the sprite's directory (an
-// absolute path is taken relative to it); File reads them back.
+// The filesystem API is served as @fly/sprites@0.1.0 calls it: PUT
+// fs/write, GET fs/read, GET fs/list ({path, entries}: a directory's
+// entries, recursive and pattern as asked, or a file's own entry), DELETE
+// fs/delete (recursive), POST fs/rename, fs/copy and fs/chmod (JSON
+// bodies), errors as {error, code, path} with the errno name (ENOENT,
+// ENOTEMPTY, …) the SDK maps to a FilesystemError. Paths are taken from
+// workingDir and land under the sprite's directory (an absolute path is
+// taken relative to it); File reads them back. Listing honours prefix and
+// max_results.
+//
+// POST /v1/sprites/{name}/exec?cmd=… is the HTTP exec: the body is the
+// command's stdin (stdin=true), and the answer streams one HTTP chunk per
+// frame (1 stdout, 2 stderr, then 3 and the exit code's byte). The SDK
+// takes each read of the body for one frame, so frames are spaced
+// (Options.HTTPExecFrameGap) to arrive alone, consecutive output of one
+// stream merged into one frame.
 //
 // Failure injection (Inject) replaces or delays the answer to matching
 // requests: status overrides with any body and headers (a Location for a
@@ -71,6 +85,12 @@ type Options struct {
 	// exists (its id is the PID), so a client that looks for its session
 	// by listing right after the upgrade finds nothing.
 	StartDelay time.Duration
+	// HTTPExecFrameGap is the least time between two frames of an HTTP
+	// exec answer (POST …/exec): @fly/sprites takes each read of the body
+	// for one frame, and Node's fetch hands chunks that arrived together
+	// over in one read, so frames are spaced to arrive alone. Default
+	// 25 ms; negative sends them back to back.
+	HTTPExecFrameGap time.Duration
 }
 
 // Server is the fake Sprites API. Create it with NewServer and Close it.
@@ -144,6 +164,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxRunAfterDisconnect <= 0 {
 		opts.MaxRunAfterDisconnect = 10 * time.Second
+	}
+	if opts.HTTPExecFrameGap == 0 {
+		opts.HTTPExecFrameGap = 25 * time.Millisecond
 	}
 	root, err := os.MkdirTemp("", "spritestest-")
 	if err != nil {
@@ -391,6 +414,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.execWS(w, r, sp, "")
 	case route == "exec" && r.Method == http.MethodGet:
 		s.listSessions(w, sp)
+	case route == "exec" && r.Method == http.MethodPost:
+		s.execHTTP(w, r, sp, body)
+	case strings.HasPrefix(route, "fs/") && s.filesystem(w, r, sp, route, body):
 	case len(seg) == 3 && seg[1] == "exec" && isWS:
 		s.execWS(w, r, sp, seg[2])
 	case len(seg) == 4 && seg[1] == "exec" && seg[3] == "kill" && r.Method == http.MethodPost:
@@ -499,6 +525,24 @@ func (s *Server) spriteRoute(w http.ResponseWriter, r *http.Request, name string
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	names := s.Names()
+	if prefix := r.URL.Query().Get("prefix"); prefix != "" {
+		var kept []string
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				kept = append(kept, n)
+			}
+		}
+		names = kept
+	}
+	pageSize := s.opts.PageSize
+	if v := r.URL.Query().Get("max_results"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			apiError(w, http.StatusBadRequest, "invalid_request", "bad max_results")
+			return
+		}
+		pageSize = min(pageSize, n)
+	}
 	start := 0
 	if tok := r.URL.Query().Get("continuation_token"); tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
@@ -511,7 +555,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			start++
 		}
 	}
-	end := min(start+s.opts.PageSize, len(names))
+	end := min(start+pageSize, len(names))
 	page := []map[string]any{}
 	s.mu.Lock()
 	for _, n := range names[start:end] {
