@@ -300,6 +300,8 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	caf.add(fs) // cacert.go
 	var pf policyFlags
 	pf.add(fs) // network.go
+	var rsf runnerSelectorFlags
+	rsf.add(fs) // runners.go
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -399,6 +401,9 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if withPolicy {
 			_, gerr := reg.Get(ctx, sandbox.BuildHandle(p.Name(), name))
 			existed = gerr == nil
+		}
+		if ctx, err = rsf.context(ctx, g.provider); err != nil {
+			return err
 		}
 		sp := startSpinner("creating sandbox " + name)
 		h, err := reg.Create(ctx, p.Name(), name, opts)

@@ -311,8 +311,8 @@ func TestStickyAndRestart(t *testing.T) {
 }
 
 // TestRunnerPlacement: a runner daemon authenticated with an account's key
-// is that account's; a new runner sandbox goes to the account's most
-// recently connected runner, never to another account's.
+// is that account's; new runner sandboxes are spread over the account's
+// runners (placement, fleet.go), never put on another account's.
 func TestRunnerPlacement(t *testing.T) {
 	pl := apitest.Start(t, apitest.Options{})
 	alice, bob := pl.Account(t, "alice"), pl.Account(t, "bob")
@@ -332,15 +332,17 @@ func TestRunnerPlacement(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	startRunner(t, pl.URL, alice, "second", fa2)
 	waitOnline(t, pl, 3)
-	if a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "r", "provider": "runner"}`)); a.status != 201 {
-		t.Fatalf("create = %d %s", a.status, a.body)
+	for _, name := range []string{"r", "r2"} {
+		if a := call(t, "POST", pl.URL+"/v1/sandboxes", alice, strings.NewReader(`{"name": "`+name+`", "provider": "runner"}`)); a.status != 201 {
+			t.Fatalf("create = %d %s", a.status, a.body)
+		}
 	}
 	ctx := context.Background()
 	n1, _ := fa1.ListAllNames(ctx)
 	n2, _ := fa2.ListAllNames(ctx)
 	nb, _ := fb.ListAllNames(ctx)
-	if len(n1) != 0 || len(n2) != 1 || len(nb) != 0 {
-		t.Fatalf("placed on first %v, second %v, bob's %v; want the second (most recent) only", n1, n2, nb)
+	if len(n1) != 1 || len(n2) != 1 || len(nb) != 0 {
+		t.Fatalf("placed on first %v, second %v, bob's %v; want one on each of alice's", n1, n2, nb)
 	}
 	r := call(t, "GET", pl.URL+"/v1/runners", alice, nil)
 	if strings.Contains(string(r.body), "bobs") || !strings.Contains(string(r.body), "second") {

@@ -23,7 +23,7 @@ import (
 // providerName mints a sandbox's name on its provider.
 func (s *Server) providerName(ctx context.Context, accountID string, p sandbox.Provider) (string, error) {
 	if rp, ok := p.(*runnerprov.Provider); ok {
-		return rp.Mint(ctx) // on the account's most recently connected online runner
+		return rp.Mint(ctx) // Create places runner sandboxes itself (fleet.go); this is the policy's first for a create asking nothing
 	}
 	var b [10]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -346,6 +346,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		}
 	}
 	ctx := context.WithValue(r.Context(), baseKey{}, s.baseURL(r))
+	if req.RunnerSelector != "" || req.PreferLastRunner {
+		sel, err := parseSelector(req.RunnerSelector)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		ctx = WithPlacement(ctx, Placement{Selector: sel, PreferLast: req.PreferLastRunner}) // fleet.go
+	}
 	rec, created, err := s.Create(ctx, k.AccountID, req.Name, req.Provider, lim, req.Publish, req.CreateNew, time.Duration(req.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		writeErr(w, err)
@@ -400,14 +408,17 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		if err := checkPublish(p, prov, publish, createNew); err != nil {
 			return rec, false, err
 		}
-		pname, err := s.providerName(ctx, accountID, p)
-		if err != nil {
-			return rec, false, err
-		}
 		now := s.cfg.Now().UTC()
-		rec = store.Sandbox{AccountID: accountID, Name: name, Provider: prov, ProviderName: pname, State: store.StateCreating,
+		rec = store.Sandbox{AccountID: accountID, Name: name, Provider: prov, State: store.StateCreating,
 			Limits: lim, CreatedAt: now, LastActivity: now}
-		err = s.insertCounted(ctx, rec)
+		if rp, ok := p.(*runnerprov.Provider); ok {
+			rec, err = s.insertPlaced(ctx, rec, rp) // fleet.go: placed by capacity and labels
+		} else if pl := placementOf(ctx); len(pl.Selector) > 0 || pl.PreferLast {
+			return rec, false, sandbox.Invalid("runner_selector", "runner_selector and prefer_last_runner place sandboxes of the runner provider, not "+prov)
+		} else if rec.ProviderName, err = s.providerName(ctx, accountID, p); err == nil {
+			err = s.insertCounted(ctx, rec)
+		}
+		pname := rec.ProviderName
 		if errors.Is(err, store.ErrAlreadyExists) && attempt < 3 {
 			continue // another create of this name won: adopt its record, or refuse for create_new
 		}
@@ -677,6 +688,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k store.Key) {
 	for i, rec := range recs {
 		out[i] = view(rec)
 	}
+	s.markRunnerOffline(r.Context(), k.AccountID, recs, out) // fleet.go
 	writeList(w, out)
 }
 
@@ -1115,15 +1127,6 @@ func (s *Server) providerInfo(k store.Key, name string) ProviderInfo {
 		pi.Enabled, pi.Why = false, "not configured on this platform"
 	}
 	return pi
-}
-
-func (s *Server) runners(w http.ResponseWriter, r *http.Request, k store.Key) {
-	out := []runnerprov.Info{}
-	if s.cfg.Runners != nil {
-		rs, _ := AccountRunners(s.cfg.Runners, k.AccountID).Runners(r.Context())
-		out = append(out, rs...)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
 }
 
 // Policy returns the server's provider policy.

@@ -25,7 +25,9 @@
 // unavailable{termination_unconfirmed}, until lifecycle settles the
 // intent. An account sees only its
 // own records: another account's sandbox is 404, never 403. Runner
-// sandboxes go to the account's most recently connected online runner.
+// sandboxes are placed among the account's online runners by capacity,
+// labels and cordons, and counted against each runner's reported
+// capacity in the store (fleet.go).
 //
 // Names: the account's name is its own; on the provider a sandbox is
 // "mgp-" and 20 random hex digits (a runner's: the runner's own name
@@ -198,6 +200,8 @@ type Server struct {
 	closed      context.Context // done at Close
 	close       context.CancelFunc
 	preview     previewState // preview.go
+
+	fleet fleetState // placement on runners (fleet.go)
 }
 
 // New returns the API server.
@@ -300,7 +304,15 @@ func (s *Server) handler(name string) handlerFunc {
 	case "providers":
 		return s.providers
 	case "runners":
-		return s.runners
+		return s.fleetRunners // fleet.go
+	case "runner_cordon":
+		return s.runnerCordon
+	case "runner_uncordon":
+		return s.runnerUncordon
+	case "runner_drain":
+		return s.runnerDrain
+	case "runner_labels":
+		return s.runnerLabels
 	case "create":
 		return s.create
 	case "list":

@@ -106,6 +106,12 @@ type CreateRequest struct {
 	// /v1/sandboxes/{name}/ports/{port}/ (a provider that publishes:
 	// local); url is the first's.
 	Publish []int `json:"publish,omitempty"`
+	// RunnerSelector and PreferLastRunner place a sandbox of the runner
+	// provider (fleet.go): a label selector ("gpu=h100", "zone in
+	// (eu,us)"), and the runner of the account's latest sandbox first
+	// when it fits.
+	RunnerSelector   string `json:"runner_selector,omitempty"`
+	PreferLastRunner bool   `json:"prefer_last_runner,omitempty"`
 }
 
 // ExecRequest is POST /v1/sandboxes/{name}/exec.

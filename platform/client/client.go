@@ -256,6 +256,7 @@ func (c *Client) create(ctx context.Context, name string, req api.CreateRequest)
 		return nil, err
 	}
 	req.Name, req.Provider = name, c.pin
+	placeInto(ctx, &req) // fleet.go
 	var v api.Sandbox
 	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", req, &v); err != nil {
 		return nil, err

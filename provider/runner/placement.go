@@ -422,3 +422,14 @@ func (p *Provider) Place(ctx context.Context, req PlaceRequest) ([]Candidate, er
 	}
 	return Place(rs, req)
 }
+
+// NamesPrefix is the prefix every sandbox name For mints on runnerID
+// carries ("runner-<32 hex>-"): an application counts a runner's
+// sandboxes by the records whose names start with it.
+func NamesPrefix(runnerID string) (string, error) {
+	n, err := For(runnerID)
+	if err != nil {
+		return "", err
+	}
+	return n[:len(n)-8], nil
+}
