@@ -100,6 +100,15 @@
 // 404 of a sandbox that exists is a ProviderError (upload_route_not_found:
 // a daemon without that route), never ErrNotFound.
 //
+// WriteFile uploads at POST /files/upload-v2, the current service's
+// single-file route (the only one the 0.218 toolbox client defines); the
+// public daemon at v0.190.0 has only POST /files/upload. Until an upload
+// has succeeded, a 404 or 405 from upload-v2 makes WriteFile try
+// /files/upload at once, and the route that worked is kept for the
+// Provider's life: the choice is made once per provider, not per call,
+// and a later 404 of the known route is read as above, not as a reason to
+// switch.
+//
 // # What the public sources do not settle
 //
 // The facts above come from Daytona's public release v0.190.0 (apps/api,

@@ -628,3 +628,79 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	rp.ServeHTTP(w, r)
 }
+
+// sendInput writes POST …/command/{id}/input's {data} to an async
+// command's stdin; a command that has ended, or a sync one, has none (400).
+func (s *Server) sendInput(w http.ResponseWriter, r *http.Request, cmd *command) {
+	var req struct {
+		Data *string `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.Data == nil {
+		apiError(w, http.StatusBadRequest, "data is required")
+		return
+	}
+	cmd.mu.Lock()
+	in := cmd.stdin
+	cmd.mu.Unlock()
+	select {
+	case <-cmd.done:
+		in = nil
+	default:
+	}
+	if in == nil {
+		apiError(w, http.StatusBadRequest, "command is not running or takes no input")
+		return
+	}
+	// A command that does not read would block the write: bounded.
+	_ = in.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(in, *req.Data); err != nil {
+		apiError(w, http.StatusBadRequest, "failed to write input: "+err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// replaceLabels answers PUT /sandbox/{id}/labels {labels} with the
+// sandbox's record, its labels replaced.
+func (s *Server) replaceLabels(w http.ResponseWriter, r *http.Request, key string) {
+	var req struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.Labels == nil {
+		apiError(w, http.StatusBadRequest, "labels must be an object of strings")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.find(key)
+	if sb == nil || s.state(sb) == "destroyed" {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", key))
+		return
+	}
+	sb.Labels = req.Labels
+	writeJSON(w, http.StatusOK, map[string]any{"labels": sb.Labels})
+}
+
+// setInterval stores POST /sandbox/{id}/{autostop|autoarchive|autodelete}/{minutes},
+// shown in the record as autoStopInterval, autoArchiveInterval and
+// autoDeleteInterval (the fake does not act on them).
+func (s *Server) setInterval(w http.ResponseWriter, key, kind, v string) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -1 || (n < 0 && kind != "autodelete") {
+		apiError(w, http.StatusBadRequest, "interval must be a non-negative integer")
+		return
+	}
+	field := map[string]string{"autostop": "autoStopInterval", "autoarchive": "autoArchiveInterval", "autodelete": "autoDeleteInterval"}[kind]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.find(key)
+	if sb == nil || s.state(sb) == "destroyed" {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", key))
+		return
+	}
+	if sb.intervals == nil {
+		sb.intervals = map[string]int{}
+	}
+	sb.intervals[field] = n
+	w.WriteHeader(http.StatusOK)
+}

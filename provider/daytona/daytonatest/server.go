@@ -36,8 +36,11 @@
 //     command ends, as the wrapper's holder loop keeps it
 //     (pkg/session/execute.go); a sync one's is at EOF.
 //   - Deleting a session ends its processes; Sessions counts them.
-//   - Files upload at POST /files/upload (query path, field file); there is
-//     no upload-v2, and an unknown toolbox route is a bare text 404.
+//   - A single file uploads (query path, field file) at POST /files/upload
+//     on the public daemon (Generation Daemon0190), where upload-v2 is
+//     unknown, and at POST /files/upload-v2 on the current service
+//     (Current, the default), whose 0.218 toolbox client has no
+//     /files/upload; an unknown toolbox route is a bare text 404.
 //   - POST /sandbox and POST …/start hold the request while the sandbox
 //     starts (up to Hold, 30 s by default); start, stop and delete answer
 //     409 while a state change is in progress; a delete renames the
@@ -57,6 +60,29 @@
 //     pkg/proxy/auth.go): it checks the bearer's access first.
 //   - Names with "www." are refused; GET /sandbox/paginated and
 //     /sandbox/for-runner are other endpoints.
+//
+// What @daytonaio/sdk@0.218.0 sends is served on both generations (the
+// sdk/daytona.mjs program, run by TestSDK, is the check): GET
+// /process/session/{id}; a command's logs as JSON {output, stdout, stderr}
+// when the request accepts application/json (the toolbox client asks with
+// Accept: application/json,text/plain), and over a WebSocket with
+// ?follow=true (the journal with its markers, in binary messages, closed
+// normally once the command has ended); GET and DELETE /files?path=,
+// POST /files/folder, GET /files/info, POST /files/move, POST
+// /files/permissions (mode only: the fake cannot chown), GET
+// /files/search (base names matching a glob), GET /files/find (lines
+// containing a fixed string), POST /files/replace (a regular expression),
+// multipart POST /files/bulk-upload (files[i].path and files[i].file) and
+// POST /files/bulk-download (a multipart answer: a "file" part per path,
+// or an "error" part with JSON {message, statusCode, code}); GET
+// /sandbox/{id}/ports/{port}/preview-url, whose URL is the fake's preview
+// proxy to that port on loopback, wanting the token in
+// X-Daytona-Preview-Token; POST …/command/{id}/input (an async command's
+// stdin), GET /user-home-dir and /work-dir (the sandbox's home), PUT
+// /sandbox/{id}/labels, POST /sandbox/{id}/autostop|autoarchive|autodelete/{n}
+// (stored, shown in the record, not acted on). The SDK's socket.io state events (GET
+// /api/socket.io/) are refused with 404, so it polls. Code runs, PTYs,
+// git, LSP and computer use are not served (a bare 404).
 //
 // Measured behaviour of a hosted daemon: session command records carry no
 // exit code unless RecordExitCodes is set (v0.204.0); a stopped sandbox
@@ -183,6 +209,7 @@ type Sandbox struct {
 	sessionOrder                      []string
 	procs                             map[*exec.Cmd]bool
 	previews                          map[int]string // port → preview token
+	intervals                         map[string]int // autoStopInterval, … in minutes
 }
 
 type session struct {
@@ -199,6 +226,7 @@ type command struct {
 	out      [2][]byte // the stdout and stderr bytes, for tests
 	exit     *int
 	done     chan struct{}
+	stdin    *os.File // an async command's stdin, until it ends
 }
 
 // Fault is one injected failure.
@@ -575,6 +603,10 @@ func (s *Server) controlPlane(w http.ResponseWriter, r *http.Request, rest strin
 		s.start(w, r, parts[0])
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "stop":
 		s.stop(w, parts[0])
+	case len(parts) == 2 && r.Method == http.MethodPut && parts[1] == "labels":
+		s.replaceLabels(w, r, parts[0])
+	case len(parts) == 3 && r.Method == http.MethodPost && (parts[1] == "autostop" || parts[1] == "autoarchive" || parts[1] == "autodelete"):
+		s.setInterval(w, parts[0], parts[1], parts[2])
 	case len(parts) == 2 && r.Method == http.MethodPost && parts[1] == "network-settings":
 		s.network(w, r, parts[0])
 	case len(parts) == 4 && r.Method == http.MethodGet && parts[1] == "ports" && parts[3] == "preview-url":
@@ -682,6 +714,9 @@ func (s *Server) record(sb *Sandbox) map[string]any {
 	}
 	if s.ProxyURLInRecord {
 		m["toolboxProxyUrl"] = s.proxyURL(sb.Target)
+	}
+	for k, v := range sb.intervals {
+		m[k] = v
 	}
 	m["networkBlockAll"] = sb.NetworkBlockAll
 	if sb.NetworkAllowList != "" {
@@ -1048,6 +1083,8 @@ func (s *Server) toolbox(w http.ResponseWriter, r *http.Request, region, id, sub
 		s.sessionOp(w, r, sb, strings.Split(strings.TrimPrefix(sub, "/process/session/"), "/"))
 	case sub == "/files/download" && r.Method == http.MethodGet:
 		s.download(w, r, sb)
+	case (sub == "/user-home-dir" || sub == "/work-dir") && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, map[string]string{"dir": filepath.Join(sb.dir, "home")})
 	case s.files(w, r, sb, sub):
 	default:
 		// The daemon's router (gin) answers an unknown route with a bare
@@ -1279,6 +1316,8 @@ func (s *Server) sessionOp(w http.ResponseWriter, r *http.Request, sb *Sandbox, 
 		s.sessionExec(w, r, sb, se)
 	case len(parts) == 3 && cmd != nil && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, cmd.record(s.RecordExitCodes))
+	case len(parts) == 4 && parts[3] == "input" && cmd != nil && r.Method == http.MethodPost:
+		s.sendInput(w, r, cmd)
 	case len(parts) == 4 && parts[3] == "logs" && cmd != nil && r.Method == http.MethodGet && r.URL.Query().Get("follow") == "true":
 		s.followLogs(w, r, cmd)
 	case len(parts) == 4 && parts[3] == "logs" && cmd != nil && r.Method == http.MethodGet:
@@ -1411,6 +1450,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 			return
 		}
 		c.Stdin, hold = pr, pw
+		cmd.stdin = pw
 		defer pr.Close()
 	}
 	if err := c.Start(); err != nil {

@@ -117,6 +117,30 @@ if (port > 0) {
   await sbx.process.deleteSession('web')
 }
 
+// Input to a running session command, labels, directories, intervals.
+await call('sendSessionCommandInput', async () => {
+  await sbx.process.createSession('in')
+  const c = await sbx.process.executeSessionCommand('in', { command: 'read line; echo "got:$line"', runAsync: true })
+  await sbx.process.sendSessionCommandInput('in', c.cmdId, 'typed\n')
+  let out = ''
+  await sbx.process.getSessionCommandLogs('in', c.cmdId, s => { out += s }, () => {})
+  await sbx.process.deleteSession('in')
+  return out
+})
+await call('setLabels', () => sbx.setLabels({ suite: prefix, role: 'relabelled' }))
+await call('list relabelled', async () => {
+  const names = []
+  for await (const s of daytona.list({ labels: { role: 'relabelled' } })) names.push(s.name)
+  return names
+})
+await call('getUserHomeDir', () => sbx.getUserHomeDir())
+await call('getWorkDir', () => sbx.getWorkDir())
+await call('setAutostopInterval', async () => {
+  await sbx.setAutostopInterval(30)
+  await sbx.refreshData()
+  return sbx.autoStopInterval
+})
+
 // Lifecycle.
 await call('stop', async () => { await sbx.stop(); return sbx.state })
 await call('get stopped', async () => (await daytona.get(`${prefix}-a`)).state)
