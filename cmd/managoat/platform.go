@@ -22,6 +22,7 @@ import (
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/dashboard"
 	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/policy"
 	"github.com/managoat/managoat/platform/store"
@@ -241,9 +242,27 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	if nh != nil {
 		runners = nh
 	}
-	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL,
-		StreamMaxPerAccount: o.streams, FailedAuthRate: o.authRate, FailedAuthBurst: o.authBurst, MaxSandboxesPerAccount: o.sandboxes})
+	secretFile := os.Getenv(envServeSecret)
+	if secretFile == "" {
+		secretFile = filepath.Join(filepath.Dir(localDir), "serve.secret")
+	}
+	secret, err := serveSecret(secretFile) // serve_secret.go
 	if err != nil {
+		closeCluster()
+		st.Close()
+		return nil, nil, wrap("serve", err)
+	}
+	srv, err := api.New(api.Config{Store: st, Policy: pol, Providers: provs, Runners: runners, Logger: o.logger, BaseURL: o.publicURL,
+		StreamMaxPerAccount: o.streams, FailedAuthRate: o.authRate, FailedAuthBurst: o.authBurst, MaxSandboxesPerAccount: o.sandboxes,
+		PreviewSecret: secret, PreviewDomain: os.Getenv(envPreviewDomain)})
+	if err != nil {
+		closeCluster()
+		st.Close()
+		return nil, nil, err
+	}
+	dash, err := dashboard.New(dashboard.Config{API: srv, Store: st, Secret: secret, Logger: o.logger})
+	if err != nil {
+		srv.Close()
 		closeCluster()
 		st.Close()
 		return nil, nil, err
@@ -266,6 +285,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	mux.Handle("/v1/", srv)
 	mux.Handle("/api/runners", relay)
 	mux.Handle("/api/runners/", relay)
+	mux.Handle("/", dash) // the dashboard; a preview's host is served by srv (WithPreviews)
 	def := pol.Default()
 	if def == "" {
 		def = "none: every create fails until a provider is enabled"
@@ -279,7 +299,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	}
 	fmt.Fprintf(os.Stderr, "managoat serve: records in %s; providers enabled: %s; default: %s\n", where, strings.Join(pol.EnabledNames(), ", "), def)
 	var once sync.Once
-	return mux, func() {
+	return srv.WithPreviews(mux), func() {
 		once.Do(func() {
 			stopLifecycle()
 			<-lifecycleDone

@@ -382,3 +382,36 @@ func (s *Server) WithPreviews(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// PublishedPort is one entry of GET /v1/sandboxes/{name}/ports.
+type PublishedPort struct {
+	Port int    `json:"port"`
+	URL  string `json:"url"` // the API's proxy of it (with the key); a browser asks for a preview link
+}
+
+// ports is GET /v1/sandboxes/{name}/ports: the ports the sandbox
+// publishes, in order; none for a provider that publishes none.
+func (s *Server) ports(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, err := s.record(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	p, err := s.ProviderFor(rec.AccountID, rec.Provider)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := []PublishedPort{}
+	if pp, ok := p.(PortPublisher); ok {
+		ports, err := pp.PublishedPorts(r.Context(), handleOf(rec))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		for _, pt := range ports {
+			out = append(out, PublishedPort{Port: pt, URL: PortURL(s.baseURL(r), rec.Name, pt)})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string][]PublishedPort{"data": out})
+}

@@ -351,6 +351,8 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.proxy
 	case "preview":
 		return s.previewCreate // preview.go
+	case "ports":
+		return s.ports
 	}
 	panic("api: no handler " + name)
 }

@@ -44,9 +44,10 @@ func (s *Server) streamSlot(accountID string) (release func(), ok bool) {
 // text message is a StreamStart (spawn or attach); the server answers
 // started (with the session id) or error, then sends the command's output
 // as binary messages (a tag byte, then the bytes), and one exit or error
-// text message, and closes. The client sends stdin, stdin_close and
+// text message, and closes. The client sends stdin, stdin_close,
 // signal (a signal number for the command's process group, as a CLI
-// forwards Ctrl-C) text messages, each acknowledged by id; closing the
+// forwards Ctrl-C) and resize (rows and cols of a tty's window, as a
+// terminal's SIGWINCH) text messages, each acknowledged by id; closing the
 // socket detaches (the command of a detachable spawn goes on, to be
 // attached again). A reader that falls behind slows the socket, and the
 // command's provider then slows its reading of the session's journal (or
@@ -161,8 +162,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 				werr = cmd.CloseStdin(ctx)
 			case MsgSignal:
 				werr = signal(ctx, p, cmd, m.Signal)
+			case MsgResize:
+				werr = resize(ctx, p, cmd, m.Rows, m.Cols)
 			default:
-				werr = badJSON("type", "type must be stdin, stdin_close or signal")
+				werr = badJSON("type", "type must be stdin, stdin_close, signal or resize")
 			}
 			ack := StreamMsg{Type: MsgAck, ID: m.ID}
 			if werr != nil {
@@ -249,6 +252,21 @@ func signal(ctx context.Context, p sandbox.Provider, cmd *sandbox.Command, sig i
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return sg.SignalCommand(sctx, cmd, syscall.Signal(sig))
+}
+
+// resize changes the window size of cmd's pty through its provider, as
+// a terminal's SIGWINCH asks; a provider that cannot is not_supported.
+func resize(ctx context.Context, p sandbox.Provider, cmd *sandbox.Command, rows, cols int) error {
+	if rows < 1 || cols < 1 || rows > 1000 || cols > 1000 {
+		return badJSON("rows", "rows and cols must be 1 to 1000")
+	}
+	rz, ok := p.(sandbox.TTYResizer)
+	if !ok {
+		return sandbox.ErrNotSupported
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return rz.ResizeTTY(rctx, cmd, rows, cols)
 }
 
 // maxMessage bounds one output message of a stream.

@@ -200,7 +200,11 @@ type StreamMsg struct {
 	Code      *int   `json:"code,omitempty"`
 	Data      []byte `json:"data,omitempty"`
 	Signal    int    `json:"signal,omitempty"`
-	Error     *Error `json:"error,omitempty"`
+	// Rows and Cols are a resize's new window size (a command spawned
+	// with tty; not_supported where the provider cannot resize).
+	Rows  int    `json:"rows,omitempty"`
+	Cols  int    `json:"cols,omitempty"`
+	Error *Error `json:"error,omitempty"`
 }
 
 // Stream message types and output tags.
@@ -211,6 +215,7 @@ const (
 	MsgStdin      = "stdin"
 	MsgStdinClose = "stdin_close"
 	MsgSignal     = "signal"
+	MsgResize     = "resize"
 	MsgAck        = "ack"
 
 	TagStdout byte = 1
