@@ -56,8 +56,9 @@ type fleetState struct {
 }
 
 type acctUsage struct {
-	at   time.Time
-	used map[string]runnerprov.Used // by runner id
+	at         time.Time
+	used       map[string]runnerprov.Used // by runner id
+	refreshing bool                       // a read is under way (fleetRefresh)
 }
 
 // placeKey carries a create's placement asks from the handler to Create.
@@ -111,7 +112,45 @@ func (s *Server) usedOf(ctx context.Context, accountID string) (map[string]runne
 		s.fleet.mu.Unlock()
 		return a.used, nil
 	}
+	if a != nil {
+		// Old: read again in the background (once at a time), and order
+		// by the old count meanwhile; the store's room check decides.
+		if !a.refreshing && s.fleetRefresh(accountID) {
+			a.refreshing = true
+		}
+		s.fleet.mu.Unlock()
+		return a.used, nil
+	}
 	s.fleet.mu.Unlock()
+	return s.readUsed(ctx, accountID)
+}
+
+// fleetRefresh reads the account's usage again in a goroutine the
+// Server's Close waits for; false when closing. Called under fleet.mu.
+func (s *Server) fleetRefresh(accountID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.closed, 30*time.Second)
+		defer cancel()
+		if _, err := s.readUsed(ctx, accountID); err != nil {
+			s.fleet.mu.Lock()
+			if a := s.fleet.accts[accountID]; a != nil {
+				a.refreshing = false
+			}
+			s.fleet.mu.Unlock()
+		}
+	}()
+	return true
+}
+
+// readUsed reads the account's per-runner usage from its records.
+func (s *Server) readUsed(ctx context.Context, accountID string) (map[string]runnerprov.Used, error) {
 	recs, err := s.cfg.Store.ListSandboxes(ctx, accountID)
 	if err != nil {
 		return nil, err
@@ -147,7 +186,7 @@ func (s *Server) noteUsed(accountID, runnerID string, u runnerprov.Used, add boo
 		u.Sandboxes += o.Sandboxes
 	}
 	next[runnerID] = u
-	s.fleet.accts[accountID] = &acctUsage{at: a.at, used: next}
+	s.fleet.accts[accountID] = &acctUsage{at: a.at, used: next, refreshing: a.refreshing}
 }
 
 // schedulesOf are the account's runner schedules by runner id.

@@ -127,6 +127,9 @@ var migrations = []string{
 		updated_at BIGINT NOT NULL,
 		PRIMARY KEY (account_id, runner_id)
 	);`,
+	// 5: the count of a runner's records (store.Placer's UsageOf, under
+	// InsertSandboxWithin's lock) read from the index alone.
+	`CREATE INDEX sandboxes_usage ON sandboxes(provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes);`,
 }
 
 // migrationLock is the advisory lock key replicas take to migrate.

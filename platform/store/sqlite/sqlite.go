@@ -122,6 +122,9 @@ var migrations = []string{
 		updated_at INTEGER NOT NULL,
 		PRIMARY KEY (account_id, runner_id)
 	);`,
+	// 5: the count of a runner's records (store.Placer's UsageOf, under
+	// InsertSandboxWithin's lock) read from the index alone.
+	`CREATE INDEX sandboxes_usage ON sandboxes(provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes);`,
 }
 
 // Store is a store.Store on one SQLite file.
