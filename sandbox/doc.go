@@ -34,7 +34,7 @@
 // the typed RateLimitedError, UnavailableError, DeniedError, InvalidError,
 // RestoreFailedError, WriteFailedError and ProviderError (errors.As).
 // Transient classifies them and Retry backs off for idempotent calls only,
-// honouring a RateLimitedError's RetryAfter (the original ignored it).
+// honouring a RateLimitedError's RetryAfter (the Elixir library ignored it).
 //
 // A Handle never prints its Private data: every fmt verb, JSON and slog show
 // only the provider and the name (JSON adds the instance id).

@@ -47,7 +47,7 @@ func (b Backoff) withDefaults() Backoff {
 
 // Delay is the wait after failed attempt n (1-based): a random duration in
 // [ceiling/2, ceiling] with ceiling = min(Base·2^(n-1), Max). A
-// RateLimitedError's RetryAfter raises it (the original ignored the hint).
+// RateLimitedError's RetryAfter raises it (the Elixir library ignored the hint).
 func (b Backoff) Delay(n int, err error) time.Duration {
 	b = b.withDefaults()
 	ceiling := b.Max

@@ -325,7 +325,7 @@ type ExecOptions struct {
 	// Timeout is one monotonic budget for the whole exec, start-up
 	// included; output never renews it. Zero means no budget beyond ctx.
 	// A negative Timeout is an already-spent budget: the command is never
-	// dispatched (the original contract's "timeout: 0").
+	// dispatched (the Elixir library's "timeout: 0").
 	Timeout time.Duration
 	// StderrToStdout appends stderr to the output in arrival order; without
 	// it stderr is dropped.

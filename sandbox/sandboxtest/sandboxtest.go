@@ -6,8 +6,8 @@
 //		sandboxtest.Run(t, myprovider.New(cfg), sandboxtest.ShellFixtures())
 //	}
 //
-// It holds every case of the original suite (tests 1–20), the contract-level
-// cases the original kept outside it, and the gaps it left: output strictly
+// It holds every case of the Elixir library's suite (tests 1–20), the contract-level
+// cases the Elixir library kept outside it, and the gaps it left: output strictly
 // before the terminal event, stderr events, the exec timeout, env and
 // working-directory options, stdin on a stopped command, destroy_once,
 // create_checkpoint_once and checkpoints when advertised, force termination,
