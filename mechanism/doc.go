@@ -111,8 +111,8 @@
 // probe again; an unavailable capability is always probed again, and a
 // mechanism whose start fails on the host forgets the cache (ForgetProbes).
 //
-// Where this contract differs from the original it was modelled on: limits
+// Where this contract differs from ExSandbox's, the Elixir library it was modelled on: limits
 // include pids (a fork bomb cap), the gate also refuses a limit the mechanism
-// does not guarantee (the original passed such a Spec and dropped the cap),
+// does not guarantee (ExSandbox passed such a Spec and dropped the cap),
 // and Execute's third outcome carries the partial output.
 package mechanism
