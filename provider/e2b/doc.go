@@ -171,7 +171,7 @@
 // then tails, and takes the real exit code from the exit file. The session
 // id is the process tag.
 //
-// # Where this does better than the original
+// # Where this does better than the Elixir library's adapter
 //
 //   - Attaching to an unknown session, or to a spawn that was not journaled,
 //     is ErrNotFound instead of a replayer that waits forever (§9.10); a

@@ -27,7 +27,7 @@
 // A script with no terminal instruction ends with exit 0. An unknown
 // instruction is refused with an InvalidError before anything runs.
 //
-// Where the original Fake left gaps, this one does better: replay and
+// Where the Elixir library's Fake left gaps, this one does better: replay and
 // subscription are atomic with emission (no frame missed or duplicated by a
 // concurrent attach), Destroy stops the sandbox's command goroutines instead
 // of leaving them running, and Close stops everything.
