@@ -56,31 +56,31 @@
 // torn down at that deadline even when the caller has gone; a caller whose
 // context ends first gets the timeout verdict at once.
 //
-// Where the original (the Elixir adapter over the sprites SDK) left a shape
+// Where the Elixir library's adapter (over the sprites SDK) left a shape
 // un-normalised, this package does better:
 //
 //   - A refused exec upgrade is mapped through the HTTP table: 401/403 is
-//     Denied (the original reported a transient provider error, so a bad
+//     Denied (the Elixir adapter reported a transient provider error, so a bad
 //     token was retried), 404 ErrNotFound, 429 RateLimited, 5xx Unavailable
 //     (a fresh sprite's 503 stays transient), anything else Invalid.
 //   - A stdin write on a socket that is gone is ErrCommandExited when the
-//     command ended or was stopped, and WriteFailed otherwise (the original
+//     command ended or was stopped, and WriteFailed otherwise (the Elixir adapter
 //     returned a bare not_connected outside the taxonomy).
 //   - The {"type":"port"} notification is dropped rather than delivered as
 //     a non-contract event.
-//   - A 400 from the network-policy endpoint is Invalid (the original: a
+//   - A 400 from the network-policy endpoint is Invalid (the Elixir adapter: a
 //     transient provider error).
 //   - A socket that ends without an exit — a close frame or a dropped
 //     connection — is always Unavailable{closed_before_exit}, never exit 0
 //     and never a partial exec result; an exit already queued before the
 //     close still wins.
 //   - A 429's hint is read from retry_after_seconds and, failing that, from
-//     a Retry-After header (the original ignored headers). The bounded
+//     a Retry-After header (the Elixir adapter ignored headers). The bounded
 //     operations keep the contract's RateLimited without a hint.
 //   - An ordinary response body over 8 MiB is Unavailable{body_too_large}
 //     and no more of it is read; WebSocket frames are capped at 8 MiB.
 //   - DestroyOnce's confirming GET gets only the time left, like the
-//     checkpoint's listing (the original gave it the full timeout again).
+//     checkpoint's listing (the Elixir adapter gave it the full timeout again).
 //   - A listing page that says has_more without a continuation token is
 //     ErrTruncated: the names so far are a part that would look whole.
 //   - Attach tries the path form /exec/{id} and falls back once to ?id= on
@@ -88,7 +88,7 @@
 //   - Config, Provider and the handles' private state never print the
 //     token, under any fmt verb, JSON or slog.
 //
-// Options the original validated as keyword lists (unknown keys, wrong
+// Options the Elixir adapter validated as keyword lists (unknown keys, wrong
 // types) are Go struct fields here, so only their ranges are checked:
 // timeouts 1 ms–120 s (zero takes the default), the checkpoint operation id
 // ^[A-Za-z0-9_-]{1,128}$, and the termination request per

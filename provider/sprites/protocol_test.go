@@ -146,7 +146,7 @@ func TestExecClosedBeforeExit(t *testing.T) {
 }
 
 // TestWriteAfterSocketGone: a write to a command whose socket is gone is
-// ErrCommandExited (the original returned a bare not_connected).
+// ErrCommandExited (the Elixir adapter returned a bare not_connected).
 func TestWriteAfterSocketGone(t *testing.T) {
 	p := scripted(t, []msg{{data: []byte{1, 'x'}}}, "drop")
 	ctx := ctxT(t)

@@ -305,7 +305,7 @@ func policyRules(pol sandbox.NetworkPolicy) []map[string]string {
 }
 
 // ApplyNetworkPolicy replaces the sprite's egress policy. Only a 204 is
-// success; a 400 is Invalid (the original reported it as a transient
+// success; a 400 is Invalid (the Elixir adapter reported it as a transient
 // provider error); any other 2xx is Invalid{http}.
 func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
 	if err := sandbox.CheckHandle(h, ProviderName); err != nil {

@@ -21,7 +21,7 @@ func kindIs(t *testing.T, err error, kind string) {
 }
 
 // TestUpgradeStatuses: a refused exec upgrade goes through the §3.2
-// table; the original left these as a transient provider error, so a 401
+// table; the Elixir adapter left these as a transient provider error, so a 401
 // was retried.
 func TestUpgradeStatuses(t *testing.T) {
 	for _, tc := range []struct {

@@ -27,7 +27,7 @@ const (
 )
 
 const (
-	dialTimeout  = 20 * time.Second // TCP connect and upgrade, 10 s each in the original
+	dialTimeout  = 20 * time.Second // TCP connect and upgrade, 10 s each in the Elixir adapter
 	writeTimeout = 30 * time.Second // one stdin frame
 	readLimit    = 8 << 20          // largest frame accepted from Sprites
 	closeGrace   = time.Second      // after the exit, as the SDK's stop grace
@@ -96,7 +96,7 @@ func (p *Provider) wsURL(path string, q url.Values) string {
 }
 
 // dial opens the exec WebSocket. A refused upgrade is mapped through the
-// §3.2 table (the original left these un-normalised, so a 401 looked
+// §3.2 table (the Elixir adapter left these un-normalised, so a 401 looked
 // transient): 401/403 Denied, 404 ErrNotFound, 429 RateLimited, 5xx (a
 // fresh sprite's 503) Unavailable, anything else Invalid.
 func (p *Provider) dial(ctx context.Context, u string) (*websocket.Conn, error) {
@@ -368,7 +368,7 @@ func (p *Provider) send(c *sandbox.Command, frame []byte) error {
 
 // WriteStdin sends data as one stdin frame (raw bytes in TTY mode). A write
 // that fails because the command exited, or because this end was stopped,
-// is ErrCommandExited (the original returned a bare not_connected); any
+// is ErrCommandExited (the Elixir adapter returned a bare not_connected); any
 // other failure is WriteFailed.
 func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
 	if err := sandbox.CheckCommand(c, ProviderName); err != nil {
