@@ -76,7 +76,7 @@ func TestPolicyFlags(t *testing.T) {
 	if _, ok, err := parse(); ok || err != nil {
 		t.Errorf("no flag = %v %v, want no policy", ok, err)
 	}
-	if pol, ok, err := parse("--allow", "github.com, *.pypi.org", "--allow", "10.0.0.0/8:443"); !ok || err != nil || !slices.Equal(pol.Allow, []string{"github.com", "*.pypi.org", "10.0.0.0/8:443"}) {
+	if pol, ok, err := parse("--allow", "api.example.com, *.example.org", "--allow", "10.0.0.0/8:443"); !ok || err != nil || !slices.Equal(pol.Allow, []string{"api.example.com", "*.example.org", "10.0.0.0/8:443"}) {
 		t.Errorf("--allow = %v %v %v", pol, ok, err)
 	}
 	for _, args := range [][]string{{"--allow", ""}, {"--deny", "all"}} {

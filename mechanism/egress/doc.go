@@ -4,7 +4,7 @@
 // whether it may leave.
 //
 //	p, err := egress.Attach(initPid, nil, egress.Config{}) // every public destination
-//	pol, err := egress.ParsePolicy([]string{"github.com", "*.pypi.org", "203.0.113.0/24:443"})
+//	pol, err := egress.ParsePolicy([]string{"api.example.com", "*.example.org", "203.0.113.0/24:443"})
 //	p.SetPolicy(pol) // in force for new connections now; open ones it denies are cut
 //
 // The jail uses it as root and without root (see Rootless below), and
