@@ -423,7 +423,7 @@ func (p *Provider) listAllNames(ctx context.Context, maxPages int) ([]string, er
 // {"items": [...], "nextCursor": C}. Where nextCursor is absent, a "cursor"
 // field is taken as the next cursor only when it differs from the one
 // sent: a server that echoes the request's cursor is not pointing onwards
-// (the original paged on such an echo until it truncated).
+// (the Elixir adapter paged on such an echo until it truncated).
 func parseListPage(b []byte, sent string) ([]sandboxBody, string, error) {
 	var arr []sandboxBody
 	if json.Unmarshal(b, &arr) == nil {
@@ -485,7 +485,7 @@ func (p *Provider) Resume(ctx context.Context, h *sandbox.Handle) (*sandbox.Hand
 // toolbox URL: a parked sandbox (stopped, archived, paused) is started —
 // one that is still stopping, or is resizing, snapshotting, forking or in
 // state unknown, is first waited for — and the wait then lasts
-// until it reports "started" (the original returned at once, and the next
+// until it reports "started" (the Elixir adapter returned at once, and the next
 // toolbox call failed with "is the sandbox started?"). A failed sandbox is
 // its state error.
 func (p *Provider) ensureStarted(ctx context.Context, name string) (string, error) {
@@ -634,9 +634,9 @@ func (p *Provider) execute(ctx context.Context, tb, script string, timeoutSec in
 // Exec runs c to completion through /process/execute, under one deadline
 // (sandbox.ExecWithDeadline); the daemon gets the budget rounded up to
 // whole seconds so the local deadline fires first. Env and Dir are applied
-// once, in the rendered command line (the original applied them twice).
+// once, in the rendered command line (the Elixir adapter applied them twice).
 // Output is carried base64-encoded, so every byte survives; stderr is
-// merged only with StderrToStdout and otherwise dropped (the original
+// merged only with StderrToStdout and otherwise dropped (the Elixir adapter
 // always merged it).
 func (p *Provider) Exec(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
 	if err := checkHandle(h); err != nil {
@@ -775,7 +775,7 @@ func state(c *sandbox.Command) (*cmdState, error) {
 // per 32 KiB (checking the exit sentinel first): ErrCommandExited once the
 // command ended; ErrNotFound when the toolbox refuses the sandbox and a GET
 // by name finds it gone (deleted under the command); WriteFailed for any
-// other failure, or for a command spawned without stdin (the original let
+// other failure, or for a command spawned without stdin (the Elixir adapter let
 // such writes land unread). No newline is added.
 func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []byte) error {
 	st, err := state(c)
@@ -808,7 +808,7 @@ func (p *Provider) WriteStdin(ctx context.Context, c *sandbox.Command, data []by
 }
 
 // CloseStdin delivers a real EOF (see closeScript): it is idempotent and
-// nil after the command exited. Unlike the original, which answered Ok even
+// nil after the command exited. Unlike the Elixir adapter, which answered Ok even
 // when the toolbox failed, a failure is returned: the EOF was not
 // delivered, and the command would wait for it forever. A toolbox refusal
 // of a sandbox that a GET by name finds gone is ErrNotFound.
@@ -996,7 +996,7 @@ func (p *Provider) Attach(ctx context.Context, h *sandbox.Handle, sessionID stri
 // so the choice is made once per provider, not per call. It creates an
 // absolute path's parent directories first. A 404 is ErrNotFound only when
 // the sandbox is gone. Mode, when set, is applied afterwards with chmod
-// (the original ignored it).
+// (the Elixir adapter ignored it).
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, file string, data []byte, opts sandbox.WriteFileOptions) error {
 	if err := checkHandle(h); err != nil {
 		return err
@@ -1203,7 +1203,7 @@ func (p *Provider) enforcesDomains() bool {
 // ApplyNetworkPolicy sets the sandbox's egress. Allow: [] sends
 // networkBlockAll: true (the runner then blocks everything). An allow-list
 // is sent as domainAllowList alone — block-all takes precedence over every
-// list on the runner, so the original's block-all-plus-list blocked
+// list on the runner, so the Elixir adapter's block-all-plus-list blocked
 // everything — and only where it is enforced (Config.DomainAllowListEnforced;
 // the public-source runner ignores the list, and the network would stay
 // open): the answer must echo the list, and a sandbox still blocked is

@@ -129,7 +129,7 @@
 //     wrapper's file; a hosted daemon was measured without it (v0.204.0).
 //     The shim's own sentinel decides either way.
 //
-// # Where this does better than the original adapter
+// # Where this does better than the Elixir library's adapter
 //
 //   - Command lines travel base64-encoded inside a fixed envelope, because
 //     older daemons' /process/execute does not run a shell (it splits on
@@ -137,7 +137,7 @@
 //     the shell) and JSON mangles non-UTF-8 bytes: quotes, newlines
 //     and arbitrary bytes reach the process intact. Exec output comes back
 //     base64-encoded too, so every byte survives, and StderrToStdout is
-//     honoured (the original always merged stderr). Env and Dir are applied
+//     honoured (the Elixir adapter always merged stderr). Env and Dir are applied
 //     once, not twice.
 //   - The shims' paths default to "${TMPDIR:-/tmp}/managoat" (configurable
 //     with Config.ShimDir) and their session tags are random, so two
@@ -146,7 +146,7 @@
 //     --pid (GNU), the tail follows a holder process and the close kills the
 //     holder, so tail drains the file before the EOF. A close that races
 //     the shim's start is not lost either. A toolbox failure during close is
-//     returned (the original answered Ok, leaving the command waiting for an
+//     returned (the Elixir adapter answered Ok, leaving the command waiting for an
 //     EOF that never came).
 //   - WriteStdin chunks large writes (one argument is capped at 128 KiB)
 //     and refuses a command spawned without stdin instead of writing into a
@@ -165,13 +165,13 @@
 //     state and Daytona's errorReason.
 //   - ensure-started waits (up to Config.StartTimeout) for the sandbox to
 //     report "started" after a start, and for a stopping one to stop before
-//     starting it; the original returned at once and the next toolbox call
+//     starting it; the Elixir adapter returned at once and the next toolbox call
 //     failed. Destroy waits until the sandbox is gone, so Get answers
 //     ErrNotFound right after it.
 //   - Operations on a Command without daytona state are total: WriteStdin
-//     and CloseStdin return Invalid, StopCommand nil (the original crashed).
+//     and CloseStdin return Invalid, StopCommand nil (the Elixir adapter crashed).
 //   - ListAllNames does not follow a "cursor" that merely echoes the one
-//     sent (the original paged on it until it truncated).
+//     sent (the Elixir adapter paged on it until it truncated).
 //   - WriteFile honours Mode with a chmod after the upload; ReadFile is
 //     provided (sandbox.FileReader).
 //
