@@ -194,7 +194,7 @@ func BenchmarkManySandboxes(b *testing.B) {
 		i++
 		name := fmt.Sprintf("t%d", i)
 		runs["exec-few"] = append(runs["exec-few"], mg(few, "exec", "s5", "--", "true"))
-		runs["exec-many"] = append(runs["exec-many"], mg(many, "exec", "s500", "--", "true"))
+		runs["exec-many"] = append(runs["exec-many"], mg(many, "exec", fmt.Sprintf("s%d", n/2), "--", "true"))
 		runs["version"] = append(runs["version"], mg(few, "version"))
 		runs["create-few"] = append(runs["create-few"], mg(few, "create", name))
 		runs["create-many"] = append(runs["create-many"], mg(many, "create", name))
