@@ -314,7 +314,7 @@ func TestRunBudgetSpentBeforeTheStart(t *testing.T) {
 }
 
 // TestLsWideShowsLimits: ls -o wide shows each sandbox's limits, the
-// defaults of one made without any among them.
+// defaults of one made without any among them (LABELS and ALLOW last, - for none).
 func TestLsWideShowsLimits(t *testing.T) {
 	testenv.RequireRoot(t)
 	env := []string{"MANAGOAT_HOME=" + t.TempDir()}
@@ -328,7 +328,7 @@ func TestLsWideShowsLimits(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ls -o wide: %s", e)
 	}
-	if !strings.Contains(out, "MEMORY") || !regexp.MustCompile(`(?m)^capped\s+running\s+-\s+100M\s+50\s+-\s+\S+\s+30s\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+-$`).MatchString(out) ||
+	if !strings.Contains(out, "MEMORY") || !regexp.MustCompile(`(?m)^capped\s+running\s+-\s+100M\s+50\s+-\s+\S+\s+30s\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+-\s+-$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^plain\s+running\s+-\s+\d+M\s+1024\s+-\s+\S+\s+-\s+local\s+jail\s`).MatchString(out) {
 		t.Fatalf("ls -o wide:\n%s", out)
 	}
