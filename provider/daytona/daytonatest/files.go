@@ -359,12 +359,12 @@ var bulkField = regexp.MustCompile(`^files\[(\d{1,6})\]\.(path|file)$`)
 // files[i].file (its bytes), in either order, streaming each file to a
 // temporary beside its destination.
 func (s *Server) bulkUpload(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxUpload)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "multipart body is required")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxUpload)
 	paths := map[string]string{}
 	staged := map[string]string{} // index → temporary file
 	defer func() {
