@@ -12,12 +12,12 @@ import (
 // so a platform and a daemon of either age still talk:
 //
 //   - ParamLabels, a handshake parameter: the runner's labels, key=value
-//     pairs joined by commas (ParseLabels checks them). An original platform
+//     pairs joined by commas (ParseLabels checks them). Fountain's platform
 //     ignores an unknown query parameter.
 //   - OpCapacity, an op sent only to a daemon that reported CapCapacity in
 //     its caps: no fields; the reply's result is a Capacity. The platform
 //     asks it when the runner connects and at every heartbeat, so what it
-//     places by is at most one heartbeat interval old. An original daemon
+//     places by is at most one heartbeat interval old. Fountain's daemon
 //     never reports the capability and is never asked; the platform places
 //     on it by its sandbox records alone.
 const (

@@ -21,22 +21,22 @@
 // scan instead of a reflective decode. Its validity verdict is fuzzed against
 // encoding/json's.
 //
-// Two extensions over the original protocol are marked as such: a terminal
+// Two extensions over Fountain's protocol are marked as such: a terminal
 // "error" stream kind (a session whose upstream transport closed without an
 // exit must surface as an error, never as exit 0), and the ops
 // "network_policy" and "terminate_session", which a runner only receives when
 // it advertised the matching capability in the handshake's caps parameter.
-// An original platform ignores unknown stream kinds and an original daemon
+// Fountain's platform ignores unknown stream kinds and Fountain's daemon
 // answers unknown ops not_supported, so both ends stay compatible. Likewise
-// a list_sessions entry's "state" field (Session): an original platform
-// ignores it, and an entry of an original daemon, without it, is read by
+// a list_sessions entry's "state" field (Session): Fountain's platform
+// ignores it, and an entry of Fountain's daemon, without it, is read by
 // its exit_code (Session.RunState).
 //
 // Fleet extensions (capacity.go): the handshake's optional labels
 // parameter (ParamLabels) and the op capacity (OpCapacity), sent only to
 // a daemon that reported CapCapacity, whose reply is the host's Capacity.
-// An original platform ignores the parameter and never sends the op; an
-// original daemon sends neither and is placed by the platform's records.
+// Fountain's platform ignores the parameter and never sends the op;
+// Fountain's daemon sends neither and is placed by the platform's records.
 package wire
 
 import (
@@ -117,9 +117,9 @@ const (
 var Ops = []string{OpCreate, OpGet, OpDestroy, OpList, OpSuspend, OpResume, OpWriteFile,
 	OpExec, OpSpawn, OpStdin, OpStdinClose, OpDetach, OpListSessions, OpAttach}
 
-// Error codes of a failure reply. The first seven are the original's; the
+// Error codes of a failure reply. The first seven are Fountain's; the
 // rest are extensions that name the remaining classes of the sandbox error
-// taxonomy (an original platform maps them to its provider escape hatch).
+// taxonomy (Fountain's platform maps them to its provider escape hatch).
 const (
 	CodeNotFound      = "not_found"
 	CodeCommandExited = "command_exited"
@@ -206,7 +206,7 @@ type Request struct {
 }
 
 // CapLimits is the capability a daemon reports in the handshake's caps
-// when it applies create's limits field. The original daemon ignores
+// when it applies create's limits field. Fountain's daemon ignores
 // unknown fields, so a platform must not send limits to a daemon without
 // it: they would be accepted and dropped.
 const CapLimits = "create_limits"
@@ -217,7 +217,7 @@ const CapLimits = "create_limits"
 const CapDiskLimit = "create_disk_limit"
 
 // CapSignal is the capability a daemon reports when it serves OpSignal
-// (its provider can signal a session's command). The original daemon
+// (its provider can signal a session's command). Fountain's daemon
 // answers an unknown op not_supported, so without it a platform answers
 // not_supported itself.
 const CapSignal = "signal"
@@ -398,7 +398,7 @@ func appendString(dst []byte, s string) []byte {
 // State is an extension: SessionRunning, SessionExited or SessionLost
 // (ended with no exit status known), so that the platform can tell a
 // quiet running session (a detached `sleep 3600`) from an ended one
-// without guessing from exit_code. The original daemon omits it, and so
+// without guessing from exit_code. Fountain's daemon omits it, and so
 // does a daemon whose provider does not know; RunState then reads the
 // state from exit_code as the spec defines it: finished when present,
 // running when absent. Running is the safe reading for the platform: it

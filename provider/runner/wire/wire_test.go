@@ -262,7 +262,7 @@ func TestSetRawData(t *testing.T) {
 }
 
 // TestSessionRunState: an entry's state is its state field when it is one
-// of the three; else (an original daemon, or an unknown state) exited when
+// of the three; else (Fountain's daemon, or an unknown state) exited when
 // it has an exit code, running when it has none.
 func TestSessionRunState(t *testing.T) {
 	for in, want := range map[string]string{
