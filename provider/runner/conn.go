@@ -322,7 +322,7 @@ func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (
 }
 
 // accepts refuses a request whose extension fields this connection's
-// daemon did not report it takes: the original daemon ignores unknown
+// daemon did not report it takes: Fountain's daemon ignores unknown
 // fields, so it would accept limits, a policy or a forced termination and
 // drop them. The check is made here, on the connection that carries the
 // request, and not only by the caller beforehand: a runner may reconnect
@@ -496,7 +496,7 @@ func (c *Conn) onStream(s *wire.Stream) {
 		}
 	}
 	// A terminal frame ends the subscriptions it reached: a live one all of
-	// them, a replayed one only its requester's (the original dropped every
+	// them, a replayed one only its requester's (Fountain's platform dropped every
 	// subscription on a replayed exit, stranding a concurrent attacher
 	// whose own replay had not arrived yet).
 	if len(keep) == 0 {

@@ -43,17 +43,17 @@
 // runner_disconnected, runner_timeout): transient, so a switched-off
 // machine's sandbox is never taken for gone.
 //
-// Where this end does better than the original:
-//   - A replayed exit ends only its requester's subscription; the original
+// Where this end does better than Fountain's platform:
+//   - A replayed exit ends only its requester's subscription; Fountain's platform
 //     dropped every subscription of the session, stranding a concurrent
 //     attacher whose own replay had not arrived yet. A live exit ends all.
 //   - A caller that gives up (timeout, cancel) leaves no subscription behind:
 //     a late spawn or attach reply installs nothing and the daemon is told
-//     to detach; the original installed it for a caller that was gone.
+//     to detach; Fountain's platform installed it for a caller that was gone.
 //   - An exit frame whose code is not an integer is a ProviderError
 //     {malformed_exit}, never read as exit 0.
 //   - The runner id is kept, so a runner keeps routing its sandboxes
-//     across reconnects, a platform restart and a forget (the original
+//     across reconnects, a platform restart and a forget (Fountain's platform
 //     minted a new id and orphaned them), and it is not derivable: an
 //     enrolment (Enroll, RunnerFile) makes it at random and keeps it with
 //     the credential, across rotations; a RunnerIdentifier names it at each
@@ -64,7 +64,7 @@
 //   - A Server given no Host warns that it runs as a single node.
 //   - The daemon's capabilities travel in the handshake (caps), so
 //     network_policy and terminate_session are advertised when the runner's
-//     provider offers them (the original could not, ADR 0036).
+//     provider offers them (Fountain's platform could not, ADR 0036).
 //   - Replies may carry the rest of the sandbox taxonomy (already_exists,
 //     truncated, denied, rate_limited, restore_failed), and a terminal
 //     "error" stream frame carries a transport failure behind the daemon
@@ -79,12 +79,12 @@
 //     dropped here, once checked against the checksum of what was
 //     delivered: a replay that differs, as when the journal's cap dropped
 //     output the reader had not read, is Unavailable{replay_mismatch},
-//     never misplaced bytes). The original dropped nothing and queued
+//     never misplaced bytes). Fountain's platform dropped nothing and queued
 //     without bound; the Stream's own rule would cut the reader off
 //     (slow_reader).
 //   - ListSessions gives each session its state: the daemon's "state"
-//     extension field, else (an original daemon) exited with its code when
-//     the entry has exit_code and running when it has none. The original
+//     extension field, else (Fountain's daemon) exited with its code when
+//     the entry has exit_code and running when it has none. Fountain's platform
 //     platform read no state, so a quiet running session looked idle.
 //   - Placement (placement.go, whose comment is the policy): runners send
 //     labels in the handshake and report capacity (CPUs, memory, the
@@ -93,6 +93,6 @@
 //     cluster Host stores it with the presence and every replica places
 //     by the same report. Place orders the eligible runners that fit,
 //     least loaded first, with selectors ("gpu=h100", "zone in (eu,us)"),
-//     cordons and a preferred runner; Mint takes its first. The original
+//     cordons and a preferred runner; Mint takes its first. Fountain's platform
 //     placed every sandbox on the most recently connected runner.
 package runner

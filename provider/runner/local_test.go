@@ -88,7 +88,7 @@ func conformLocal(t *testing.T, mech string, wrap func(*prov.Provider) sandbox.P
 // wire and the daemon, with provider/local on mechanism/trusted behind it.
 // Trusted paths are host paths, so the suite's working directory is /tmp.
 // provider/local refuses to write outside the sandbox's home, even on
-// trusted (the original's trusted mode wrote absolute host paths as given,
+// trusted (Fountain's daemon's trusted mode wrote absolute host paths as given,
 // spec §2.3), so the suite's one file write is redirected into the home:
 // see TestTrustedSemanticsOverWire for that gap.
 func TestConformanceOverWireLocalTrusted(t *testing.T) {
@@ -409,7 +409,7 @@ func TestSessionsStayInTheirSandbox(t *testing.T) {
 
 // TestLimitsOverWire: a create's limits reach the runner's provider and
 // hold in the sandbox (a pids cap of 8 stops the 30th fork); a runner
-// that did not report create_limits (the original daemon, which would
+// that did not report create_limits (Fountain's daemon, which would
 // drop them) gets no create at all: ErrNotSupported.
 func TestLimitsOverWire(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -442,7 +442,7 @@ func TestLimitsOverWire(t *testing.T) {
 
 func TestLimitsRefusedByARunnerWithoutThem(t *testing.T) {
 	pl := newPlatform(t, prov.ServerConfig{})
-	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as the original daemon
+	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as Fountain's daemon
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,12 +544,12 @@ func TestReadFileOverWire(t *testing.T) {
 // TestExtensionsCheckedOnTheCarryingConnection: a request with limits, a
 // policy or a forced termination that reaches a connection whose daemon
 // did not report taking them (the provider looked at another daemon
-// under the same id, which then reconnected as the original daemon) is
+// under the same id, which then reconnected as Fountain's daemon) is
 // refused there, and nothing of it is sent: the daemon's first request
 // is the plain one made after.
 func TestExtensionsCheckedOnTheCarryingConnection(t *testing.T) {
 	pl := newPlatform(t, prov.ServerConfig{})
-	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as the original daemon
+	rd, _, err := dialRaw(t, pl, "old") // reports no caps, as Fountain's daemon
 	if err != nil {
 		t.Fatal(err)
 	}

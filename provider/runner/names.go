@@ -58,7 +58,7 @@ func isHex(s string) bool {
 
 // StableID is the default runner id: a UUID derived from the account and
 // the runner's name, so a runner keeps its id (and its sandboxes keep
-// routing) across reconnects, platform restarts and a forget. The original
+// routing) across reconnects, platform restarts and a forget. Fountain's platform
 // minted a new id after a deletion and orphaned the runner's sandboxes.
 func StableID(account, name string) string {
 	sum := sha256.Sum256([]byte(account + "\x00" + name))

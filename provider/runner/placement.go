@@ -26,7 +26,7 @@ import (
 //     (Capacity: memory_bytes, cpus×1000 millicores, disk_bytes; and
 //     max_sandboxes for the count); memory asked is also within
 //     memory_available and disk within disk_free, what the host has now.
-//     A figure the runner does not report (an original daemon, or one it
+//     A figure the runner does not report (Fountain's daemon, or one it
 //     could not read) bounds nothing.
 //  3. Score, lowest first (spread, least loaded): the largest of the
 //     shares memory, CPU, disk and sandboxes would be at after placing

@@ -108,7 +108,7 @@ func (p *Provider) CapabilitiesOf(ctx context.Context, h *sandbox.Handle) (sandb
 // Mint returns a fresh sandbox name on the runner the placement policy
 // puts first for a create that asks nothing (Place: the least loaded
 // online runner), or Unavailable{no_runner_online}, or a *NoFitError.
-// The original placed on the most recently connected runner, so every
+// Fountain's platform placed on the most recently connected runner, so every
 // sandbox went to the newest one. An application that keeps records
 // places through Place, with the create's limits and selector and what
 // its records say each runner holds.
@@ -167,7 +167,7 @@ func malformed(what string, res []byte) error {
 
 // Create makes or adopts the named sandbox on its runner. Limits go to
 // the runner in create's limits field, and only to a runner that reported
-// create_limits: any other (the original daemon) would accept and drop
+// create_limits: any other (Fountain's daemon) would accept and drop
 // them, so a create with limits is ErrNotSupported there, never a sandbox
 // without its limits. The runner's provider refuses a limit it cannot
 // enforce.
@@ -566,7 +566,7 @@ var _ sandbox.CommandSignaler = (*Provider)(nil)
 
 // SignalCommand sends sig to the session's process group on its runner
 // (the signal op), as a CLI forwards its Ctrl-C. A runner whose daemon
-// did not report the signal capability (the original daemon) is
+// did not report the signal capability (Fountain's daemon) is
 // ErrNotSupported, checked on the connection that carries the request; a
 // session that ended is ErrCommandExited.
 func (p *Provider) SignalCommand(ctx context.Context, c *sandbox.Command, sig syscall.Signal) error {
@@ -600,7 +600,7 @@ func (p *Provider) StopCommand(c *sandbox.Command) error {
 
 // ListSessions lists the sandbox's sessions, newest first. A session's
 // State is the daemon's (wire.Session.RunState): one that says neither its
-// state nor an exit code (an original daemon's running session) is
+// state nor an exit code (Fountain's daemon's running session) is
 // running, so the platform never parks a sandbox for a session it could
 // not see end. An exited session carries its exit code.
 func (p *Provider) ListSessions(ctx context.Context, h *sandbox.Handle) ([]sandbox.Session, error) {

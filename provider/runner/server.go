@@ -59,7 +59,7 @@ type ServerConfig struct {
 	// RunnerAuth, when set, authenticates the runners' sockets instead of
 	// Auth: each runner shows its own credential for the name it gives
 	// (RunnerFile), and no client key connects a runner. Unset, Auth
-	// admits runners too (the original's one shared key).
+	// admits runners too (Fountain's one shared key).
 	RunnerAuth RunnerAuthenticator
 	// Host is where connections are registered. Unset, it is a
 	// NewLocalHost() of this process only, and NewServer says so in a

@@ -10,7 +10,7 @@ import (
 )
 
 // TestListSessionsState: ListSessions gives each session the state its
-// daemon says (the state extension), and reads an original daemon's
+// daemon says (the state extension), and reads Fountain's daemon's
 // entries, which have no state, by their exit_code: finished when it is
 // there (with that code), running when it is not. An entry with neither is
 // never left without a state, so the platform never parks a sandbox for a

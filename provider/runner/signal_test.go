@@ -61,7 +61,7 @@ func spawnOnRaw(t *testing.T, p *prov.Provider, rd *rawDaemon, h *sandbox.Handle
 // TestSignalOverTheWire (issue 31, 5): the runner provider forwards a
 // signal to a session as the signal op (session id and signal number),
 // and only to a daemon that reported the signal capability: to any other
-// (the original daemon, which would answer not_supported) nothing is
+// (Fountain's daemon, which would answer not_supported) nothing is
 // sent and the answer is ErrNotSupported, so a CLI falls back to what it
 // did before.
 func TestSignalOverTheWire(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/managoat/managoat/sandbox"
 )
 
-// TestTrustedSemanticsOverWire checks the original runner's trusted-mode
+// TestTrustedSemanticsOverWire checks Fountain's runner's trusted-mode
 // semantics (spec §2.3–§2.5, §9 invariants 10 and 12) through the wire,
 // with provider/local on mechanism/trusted behind the daemon. What
 // provider/local does not do yet is reported as a skip naming the gap, so
@@ -70,7 +70,7 @@ func TestTrustedSemanticsOverWire(t *testing.T) {
 			t.Fatalf("%q %v", res.Output, err)
 		}
 	})
-	// The original's trusted mode reported a command that cannot start as
+	// Fountain's daemon's trusted mode reported a command that cannot start as
 	// exit 127. managoat never reports a command that did not run as an exit
 	// code (DESIGN's principle): it is Invalid{could_not_run}.
 	t.Run("NotStartableIsNeverAnExitCode", func(t *testing.T) {
@@ -98,7 +98,7 @@ func TestTrustedSemanticsOverWire(t *testing.T) {
 			t.Fatalf("PATH does not start with the sandbox's .local/bin, .npm-global/bin and .bun/bin (spec §2.4): %s", res.Output)
 		}
 	})
-	// The original kept a sandbox at <root>/<name>; provider/local keys the
+	// Fountain's daemon kept a sandbox at <root>/<name>; provider/local keys the
 	// disk by instance (so a name reused after Destroy never sees the old
 	// disk). What the wire promises is that host_path names it.
 	t.Run("SandboxDirIsTheHostPath", func(t *testing.T) {
