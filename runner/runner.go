@@ -15,12 +15,12 @@
 // daemon keeps one upstream Command per session, journals every event, and
 // sends frames only while a platform listener is attached. spawn and attach
 // answer, replay the journal tagged replay_for, and switch live output on,
-// all under the session's lock, so no frame is missed or duplicated (the
-// original could duplicate a frame for an attach to an attached session,
+// all under the session's lock, so no frame is missed or duplicated (Fountain's
+// daemon could duplicate a frame for an attach to an attached session,
 // spec §2.9 D2). Output is bound to the connection of the most recent spawn
-// or attach, so after a reconnect an attach rebinds it to the new socket (the
-// original kept the dead socket's writer, D1). stdin and stdin_close of one
-// session run in arrival order (the original ran every request in its own
+// or attach, so after a reconnect an attach rebinds it to the new socket (Fountain's
+// daemon kept the dead socket's writer, D1). stdin and stdin_close of one
+// session run in arrival order (Fountain's daemon ran every request in its own
 // goroutine, so two writes could swap, D4); other ops run concurrently and
 // their replies may be reordered.
 //
@@ -28,7 +28,7 @@
 // platform listener is attached: on detach, or when the socket closes, a
 // session the provider can give back through Attach is dropped, and the
 // next attach or stdin takes it back from the provider, replaying from byte
-// zero (the original kept every journal in memory for the daemon's life,
+// zero (Fountain's daemon kept every journal in memory for the daemon's life,
 // D6). Output the provider replays after such an attach's reply reaches the
 // platform untagged, as live frames; the platform had no listener left on
 // that session, so every listener still gets every byte exactly once, in
@@ -90,7 +90,7 @@
 // extension field, create's limits, passes a sandbox's resource limits to
 // the provider (which refuses a limit it cannot enforce); the daemon
 // reports it as create_limits, and the platform sends limits to no daemon
-// without it (the original ignores the field: the limits would be lost).
+// without it (Fountain's daemon ignores the field: the limits would be lost).
 //
 // Fleet placement: the daemon sends its labels (Config.Labels, the CLI's
 // --label) in the handshake and answers the extension op capacity
@@ -457,7 +457,7 @@ func (d *Daemon) Held() int {
 	return len(d.sessions)
 }
 
-// DefaultName derives a runner name from a hostname, as the original did:
+// DefaultName derives a runner name from a hostname, as Fountain's daemon did:
 // lowercase; cut at the first '.' (unless it leads); every run of characters
 // outside [a-z0-9._-] becomes '-'; leading and trailing '-', '.', '_'
 // trimmed; "runner" when nothing is left; at most 63 bytes.

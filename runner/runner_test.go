@@ -125,7 +125,7 @@ type retry struct {
 
 // Invariant 1: 409, other statuses and abrupt drops retry with growing
 // backoff; a clean close resets the counter, and so does a connection that
-// was made (the original reset it on a clean close only, so a platform's
+// was made (Fountain's daemon reset it on a clean close only, so a platform's
 // restart after a run of refusals cost a daemon up to 30 s).
 func TestRetryAndBackoffReset(t *testing.T) {
 	var mu sync.Mutex

@@ -33,7 +33,7 @@ type conn struct {
 	ops chan struct{} // a place per request served (Config.MaxOpsPerConn)
 }
 
-// opQueue runs one session's stdin requests in arrival order (the original
+// opQueue runs one session's stdin requests in arrival order (Fountain's daemon
 // ran each request in its own goroutine, so two writes could swap, D4).
 type opQueue struct {
 	items []queued
@@ -728,8 +728,8 @@ func (d *Daemon) lookup(ctx context.Context, name, id string) (*session, error) 
 // the daemon therefore puts on the wire the provider's id (or one it made
 // up, s-<unix>-<seq>, for a provider that names none) followed by "--"
 // and wire.SandboxTag of the sandbox's name, unique on this daemon, and
-// takes a request's id back only for the sandbox the request names. (The
-// original's ids were s-<unix>-<seq>, unique by construction; its platform
+// takes a request's id back only for the sandbox the request names. (Fountain's
+// daemon's ids were s-<unix>-<seq>, unique by construction; its platform
 // treats them as opaque, so these need no change there.)
 const wireSep = "--"
 
@@ -1105,8 +1105,8 @@ func (s *session) swap(c *conn, id int64, reply []byte, up *sandbox.Command) (ok
 // durable session is then dropped from the daemon's memory, journal and
 // all: the provider keeps running and journaling it, and the next attach or
 // stdin takes it back through the provider's Attach, from byte zero. So the
-// daemon holds output only for sessions someone is listening to (the
-// original held every journal in memory for the daemon's life, D6).
+// daemon holds output only for sessions someone is listening to (Fountain's
+// daemon held every journal in memory for the daemon's life, D6).
 func (s *session) detach(c *conn) {
 	s.mu.Lock()
 	if s.out == c {
