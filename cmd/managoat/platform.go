@@ -108,7 +108,7 @@ func defaultPlatformDB() string {
 type platformOptions struct {
 	db        string
 	mechanism string
-	token     string       // the static token of the original relay ("" for none)
+	token     string       // the static token of Fountain's relay ("" for none)
 	runners   string       // the enrolled runners' file
 	natsURL   string       // NATS of a platform of several replicas ("" for one)
 	nats      *natsOptions // its connection's credentials and the cluster key (natsflags.go)
@@ -336,7 +336,7 @@ func openStore(ctx context.Context, db string) (store.Store, error) {
 }
 
 // platformAuth admits account API keys (the account's id), and the static
-// token of the original relay (account "local", or the account of that name).
+// token of Fountain's relay (account "local", or the account of that name).
 type platformAuth struct {
 	store store.Store
 	token string

@@ -131,16 +131,16 @@
 // PublicURL is ErrUnsupported). PublishedPorts and PortAddress (the unix
 // socket) are what `managoat serve` proxies (platform/api).
 //
-// Where this differs from the original runner daemon's local sandboxes
+// Where this differs from Fountain's runner daemon's local sandboxes
 // (runner-protocol spec §2.6, §2.9): its journals lived in the daemon's
 // memory and sessions died with it; here they are files, owned by a
 // supervisor per sandbox, and outlive every managoat process. Attach reads
-// the journal by byte offset, so the original's duplicated or reordered
+// the journal by byte offset, so Fountain's daemon's duplicated or reordered
 // frames on attach (D2) cannot happen, and no journal is held in memory
 // (D6). Relative paths cannot escape the home (D5). A command that fails to
 // start is not a session with exit 127. Status comes from the kernel and
 // the supervisor's socket, never from a stored flag. Finished sessions are
-// kept (the original pruned beyond 100 per sandbox).
+// kept (Fountain's daemon pruned beyond 100 per sandbox).
 package local
 
 import (
