@@ -226,6 +226,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		mux, closePlatform = serveMCP(mux, closePlatform) // /mcp: mcp.go
 		defer closePlatform()
 
 		ln, err := net.Listen("tcp", *listen)
