@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,7 +80,12 @@ func TestSlowFollowerLosesNothingToTheCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const total = 16 * limit
-	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c", "seq 1 10000000 | head -c " + strconv.Itoa(total)}})
+	// The command waits for the follower to be there (its first record
+	// read): output written before any reader is capped, as it should be,
+	// and a loaded machine could run the whole command before Follow.
+	gate := filepath.Join(t.TempDir(), "go")
+	id, err := c.Spawn(ctx, SpawnRequest{Argv: []string{"sh", "-c",
+		"echo ready; while [ ! -e " + gate + " ]; do sleep 0.01; done; seq 1 10000000 | head -c " + strconv.Itoa(total)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +94,11 @@ func TestSlowFollowerLosesNothingToTheCap(t *testing.T) {
 	o, err := c.Follow(ctx, id, func(r journal.Record) bool {
 		if first {
 			first = false
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Error(err)
+			}
 			time.Sleep(300 * time.Millisecond) // busy: the command runs on
+			return true                        // the ready line
 		}
 		if col.n%8 == 0 {
 			time.Sleep(time.Millisecond) // and slow
