@@ -2,12 +2,16 @@ package spritestest_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/managoat/managoat/internal/nodesdk"
+	"github.com/managoat/managoat/internal/testenv"
 	"github.com/managoat/managoat/provider/sprites/spritestest"
 )
 
@@ -19,6 +23,16 @@ const SDK = "@fly/sprites@0.1.0"
 // @fly/sprites@0.1.0 sends.
 func TestSDK(t *testing.T) {
 	sdk := nodesdk.Setup(t, SDK)
+	// The SDK needs Node's global WebSocket: Node 22, or 20.10 and later
+	// with the flag; Debian 12's Node 18 has none.
+	rt, err := nodesdk.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := exec.Command(rt.Node, "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)")
+	probe.Env = append(os.Environ(), "NODE_OPTIONS=--experimental-websocket")
+	out, err := probe.CombinedOutput()
+	testenv.Require(t, err == nil, fmt.Sprintf("@fly/sprites needs a Node with a global WebSocket (22, or 20.10+ with --experimental-websocket): %v %s", err, out))
 	srv := spritestest.NewServer(spritestest.Options{})
 	defer srv.Close()
 	res := sdk.Run(t, "sdk/sprites.mjs", nodesdk.Options{Env: map[string]string{
