@@ -1,0 +1,211 @@
+package e2bdoor_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/internal/nodesdk"
+	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/doors/e2bdoor"
+	"github.com/managoat/managoat/provider/local"
+	"github.com/managoat/managoat/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start runs a platform on the local provider (jail as root, else
+// trusted) with the door mounted at /e2b; it returns the door's URL and a
+// key.
+func start(t *testing.T) (string, string, *apitest.Platform) {
+	t.Helper()
+	mech := "trusted"
+	if os.Geteuid() == 0 {
+		mech = "jail"
+	}
+	lp, err := local.New(local.Config{StateDir: t.TempDir(), MechanismName: mech})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"local": lp}, Env: map[string]string{"SANDBOX_PROVIDER": "local"}})
+	d, err := e2bdoor.New(e2bdoor.Options{API: p.API, Prefix: "/e2b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(d)
+	t.Cleanup(func() { ts.Close(); _ = d.Close() })
+	return ts.URL + "/e2b", p.Account(t, "acme"), p
+}
+
+// TestSDK runs testdata/door.mjs (E2B's SDK) against the door over a real
+// platform on the local provider and asserts every call.
+func TestSDK(t *testing.T) {
+	sdk := nodesdk.Setup(t, "e2b@2.51.0")
+	url, key, p := start(t)
+	res := sdk.Run(t, "testdata/door.mjs", nodesdk.Options{
+		Env: map[string]string{"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": key, "E2B_USER_HOME": "/home/sprite"}, Timeout: 3 * time.Minute,
+	})
+	for _, c := range res.Calls {
+		t.Logf("%s ok=%v %s %s", c.Name, c.OK, c.Raw, c.Err())
+	}
+	if !res.Done || res.ExitCode != 0 {
+		t.Errorf("script exit %d, done %v\nstderr:\n%s", res.ExitCode, res.Done, res.Stderr)
+	}
+	val := func(name string, v any) {
+		t.Helper()
+		c := res.Call(t, name)
+		if !c.OK {
+			t.Errorf("%s threw %s", name, c.Err())
+			return
+		}
+		if err := json.Unmarshal(c.Raw, v); err != nil {
+			t.Errorf("%s: %s: %v", name, c.Raw, err)
+		}
+	}
+	eq := func(name string, want any) {
+		t.Helper()
+		var got, w any
+		val(name, &got)
+		b, _ := json.Marshal(want)
+		_ = json.Unmarshal(b, &w)
+		if !reflect.DeepEqual(got, w) {
+			g, _ := json.Marshal(got)
+			t.Errorf("%s = %s, want %s", name, g, b)
+		}
+	}
+	var a, b struct{ SandboxID string }
+	val("create", &a)
+	val("create second", &b)
+	eq("list paged", [][]string{{"2"}, {"1"}})
+	eq("list filtered", []string{b.SandboxID})
+	eq("getInfo", map[string]any{"sandboxId": a.SandboxID, "templateId": "base", "n": "1", "state": "running", "ttl": 120})
+	var ttl int
+	val("setTimeout", &ttl)
+	if ttl < 590 || ttl > 600 {
+		t.Errorf("ttl after setTimeout = %d", ttl)
+	}
+	eq("isRunning", true)
+	eq("connect", "connected\n")
+	eq("run", map[string]any{"exitCode": 0, "stdout": "out\nfrom-create\n", "stderr": "err\n", "streamedOut": "out\nfrom-create\n", "streamedErr": "err\n"})
+	eq("run nonzero", map[string]any{"isExit": true, "exitCode": 3, "stdout": "partial\n"})
+	eq("cwd and envs", "bar\n/tmp\n")
+	eq("sendStdin", "got:hello\n")
+	eq("closeStdin", "to cat")
+	eq("background kill list", map[string]any{"listed": true, "killed": true, "waitIsExit": true})
+	eq("write text", map[string]any{"name": "door-hello.txt", "path": "/home/sprite/door-hello.txt"})
+	eq("read text", "hello, world\n")
+	eq("write bytes", "/home/sprite/door-data.bin")
+	eq("read bytes", true)
+	var miss map[string]any
+	val("read missing", &miss)
+	if miss["isNotFound"] != true {
+		t.Errorf("read missing = %v", miss)
+	}
+	var cu map[string]any
+	val("connect unknown", &cu)
+	if cu["isSandboxNotFound"] != true {
+		t.Errorf("connect unknown = %v", cu)
+	}
+	eq("kill unknown", false)
+	var bk map[string]any
+	val("bad key", &bk)
+	if bk["isAuth"] != true {
+		t.Errorf("bad key = %v", bk)
+	}
+	eq("kill", true)
+	eq("kill again", false)
+	eq("list after kill", []string{a.SandboxID})
+	// The door's sandboxes are the platform's rows: the kill went through.
+	req, _ := http.NewRequest("GET", p.URL+"/v1/sandboxes/"+b.SandboxID, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Errorf("/v1 get of the killed sandbox: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// TestRefusals: bad keys, unknown ids, malformed bodies and tokens of
+// another sandbox, each in E2B's shape.
+func TestRefusals(t *testing.T) {
+	url, key, p := start(t)
+	do := func(method, path, k, body string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		if k != "" {
+			req.Header.Set("X-API-Key", k)
+		}
+		for h, v := range hdr {
+			req.Header.Set(h, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		n, _ := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		return resp.StatusCode, b.String()
+	}
+	if st, body := do("GET", "/v2/sandboxes", "mgk_bad", "", nil); st != 401 || !strings.Contains(body, `"code":401`) {
+		t.Errorf("bad key: %d %s", st, body)
+	}
+	if st, _ := do("GET", "/v2/sandboxes", "", "", nil); st != 401 {
+		t.Errorf("no key: %d", st)
+	}
+	if st, body := do("POST", "/v2/sandboxes", key, "{not json", nil); st != 400 || !strings.Contains(body, `"code":400`) {
+		t.Errorf("malformed: %d %s", st, body)
+	}
+	if st, _ := do("POST", "/v2/sandboxes", key, `{"templateID":"`+strings.Repeat("x", 2<<20)+`"}`, nil); st != 413 {
+		t.Errorf("oversized: %d", st)
+	}
+	if st, _ := do("GET", "/sandboxes/inosuch", key, "", nil); st != 404 {
+		t.Errorf("unknown: %d", st)
+	}
+	if st, _ := do("POST", "/v2/sandboxes", key, `{"templateID":"python"}`, nil); st != 404 {
+		t.Errorf("unknown template: %d", st)
+	}
+	if st, _ := do("GET", "/templates", key, "", nil); st != 501 {
+		t.Errorf("templates: %d", st)
+	}
+	st, body := do("POST", "/v2/sandboxes", key, `{"templateID":"base"}`, nil)
+	var s1 struct{ SandboxID, EnvdAccessToken string }
+	if st != 201 || json.Unmarshal([]byte(body), &s1) != nil || s1.EnvdAccessToken == "" {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	defer do("DELETE", "/sandboxes/"+s1.SandboxID, key, "", nil)
+	// A sandbox made through the door is a row of /v1.
+	req, _ := http.NewRequest("GET", p.URL+"/v1/sandboxes/"+s1.SandboxID, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/v1 get of the door's sandbox: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	env := func(id, tok string) map[string]string {
+		return map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": tok, "Content-Type": "application/json"}
+	}
+	if st, _ := do("POST", "/process.Process/List", "", "{}", env(s1.SandboxID, s1.EnvdAccessToken)); st != 200 {
+		t.Errorf("list with the token: %d", st)
+	}
+	for name, h := range map[string]map[string]string{
+		"no token": env(s1.SandboxID, ""), "tampered": env(s1.SandboxID, s1.EnvdAccessToken[:len(s1.EnvdAccessToken)-2]+"AA"),
+		"other sandbox": env("iother", s1.EnvdAccessToken),
+	} {
+		if st, _ := do("POST", "/process.Process/List", "", "{}", h); st != 401 {
+			t.Errorf("%s: %d, want 401", name, st)
+		}
+	}
+	if st, _ := do("POST", "/process.Process/List", "", "{bad", env(s1.SandboxID, s1.EnvdAccessToken)); st != 400 {
+		t.Errorf("malformed Connect JSON: %d", st)
+	}
+}

@@ -1,0 +1,80 @@
+// door.mjs: E2B's SDK (e2b@2.51.0, public API only) against managoat's E2B
+// front door: the subset the door serves (see the package doc). Each
+// call's result is reported for door_test.go to assert.
+import { Sandbox, CommandExitError, NotFoundError, SandboxNotFoundError, AuthenticationError } from 'e2b'
+import { call, done } from './nodesdk.mjs'
+
+const home = process.env.E2B_USER_HOME || '/home/user'
+const suite = `door-${process.pid}-${Date.now()}`
+const made = []
+const who = s => ({ sandboxId: s.sandboxId })
+async function thrown(fn, classes = {}) {
+  try { const v = await fn(); return { threw: false, value: v === undefined ? null : v } } catch (e) {
+    const out = { threw: e?.constructor?.name ?? typeof e, message: String(e?.message ?? e) }
+    for (const [n, c] of Object.entries(classes)) out[n] = e instanceof c
+    return out
+  }
+}
+try {
+  const a = await call('create', () => Sandbox.create('base', { metadata: { suite, n: '1' }, envs: { SANDBOX_VAR: 'from-create' }, timeoutMs: 120_000 }), who)
+  if (!a) throw new Error('create failed')
+  made.push(a)
+  const b = await call('create second', () => Sandbox.create({ metadata: { suite, n: '2' } }), who)
+  if (b) made.push(b)
+  await call('list paged', async () => {
+    const pager = Sandbox.list({ query: { metadata: { suite } }, limit: 1 })
+    const pages = []
+    while (pager.hasNext) pages.push((await pager.nextItems()).map(x => x.metadata.n))
+    return pages
+  })
+  await call('list filtered', async () => (await Sandbox.list({ query: { metadata: { suite, n: '2' } } }).nextItems()).map(x => x.sandboxId))
+  await call('getInfo', () => a.getInfo(), i => ({ sandboxId: i.sandboxId, templateId: i.templateId, n: i.metadata.n, state: i.state, ttl: Math.round((i.endAt - Date.now()) / 1000) }))
+  await call('setTimeout', async () => { await a.setTimeout(600_000); const i = await a.getInfo(); return Math.round((i.endAt - Date.now()) / 1000) })
+  await call('isRunning', () => a.isRunning())
+  await call('connect', async () => { const s = await Sandbox.connect(a.sandboxId); return (await s.commands.run('echo connected')).stdout })
+  await call('run', async () => {
+    const out = [], err = []
+    const r = await a.commands.run('echo out; echo err >&2; echo "$SANDBOX_VAR"', { onStdout: d => out.push(d), onStderr: d => err.push(d) })
+    return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, streamedOut: out.join(''), streamedErr: err.join('') }
+  })
+  await call('run nonzero', async () => {
+    try { await a.commands.run('echo partial; exit 3'); return { threw: false } } catch (e) {
+      return { isExit: e instanceof CommandExitError, exitCode: e.exitCode, stdout: e.stdout }
+    }
+  })
+  await call('cwd and envs', async () => (await a.commands.run('echo "$FOO"; pwd', { cwd: '/tmp', envs: { FOO: 'bar' } })).stdout)
+  await call('sendStdin', async () => {
+    const h = await a.commands.run('read line; echo "got:$line"', { background: true, stdin: true })
+    await h.sendStdin('hello\n')
+    return (await h.wait()).stdout
+  })
+  await call('closeStdin', async () => {
+    const h = await a.commands.run('cat', { background: true, stdin: true })
+    await h.sendStdin('to cat'); await h.closeStdin()
+    return (await h.wait()).stdout
+  })
+  await call('background kill list', async () => {
+    const h = await a.commands.run('sleep 30', { background: true })
+    const listed = (await a.commands.list()).some(p => p.pid === h.pid)
+    const killed = await h.kill()
+    const w = await thrown(() => h.wait(), { isExit: CommandExitError })
+    return { listed, killed, waitIsExit: w.isExit }
+  })
+  await call('write text', () => a.files.write(`${home}/door-hello.txt`, 'hello, world\n'), e => ({ name: e.name, path: e.path }))
+  await call('read text', () => a.files.read(`${home}/door-hello.txt`))
+  const bytes = new Uint8Array(256).map((_, i) => i)
+  await call('write bytes', () => a.files.write(`${home}/door-data.bin`, bytes, { useOctetStream: true }), e => e.path)
+  await call('read bytes', async () => { const r = await a.files.read(`${home}/door-data.bin`, { format: 'bytes' }); return r.length === 256 && r.every((v, i) => v === i) })
+  await call('read missing', () => thrown(() => a.files.read(`${home}/door-no-such-file`), { isNotFound: NotFoundError }))
+  await call('connect unknown', () => thrown(() => Sandbox.connect('no-such-sandbox'), { isNotFound: NotFoundError, isSandboxNotFound: SandboxNotFoundError }))
+  await call('kill unknown', () => Sandbox.kill('no-such-sandbox'))
+  await call('bad key', () => thrown(() => Sandbox.list({ apiKey: 'mgk_not-the-key' }).nextItems(), { isAuth: AuthenticationError }))
+  if (b) {
+    await call('kill', () => b.kill())
+    await call('kill again', () => b.kill())
+    await call('list after kill', async () => (await Sandbox.list({ query: { metadata: { suite } } }).nextItems()).map(x => x.sandboxId))
+  }
+} finally {
+  for (const s of made) await s.kill().catch(() => {})
+}
+done()
