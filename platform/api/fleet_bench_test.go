@@ -25,7 +25,7 @@ import (
 // the per-runner usage, then the record's insert within the chosen
 // runner's room (the store's count and insert under the runner's lock).
 // It reports p50-ms and p99-ms of a placement, and x-mint: the p50 over
-// that of the original's placement measured in the same run (take the
+// that of Fountain's placement measured in the same run (take the
 // most recently connected runner and mint a name on it: no fit, no
 // count, no reservation).
 //
@@ -100,7 +100,7 @@ func benchFleet(b *testing.B, runners, records int) {
 		b.Fatal(err)
 	}
 	acctRunners := api.AccountRunners(pl.Relay, acct.ID)
-	// The original's placement, the baseline.
+	// Fountain's placement, the baseline.
 	mint := make([]time.Duration, 0, 2000)
 	for range 2000 {
 		t0 := time.Now()

@@ -63,9 +63,9 @@
 // denied{resource_exhausted} (a runner's: resource_exhausted) with a
 // message naming the bound.
 //
-// Where this differs from the original platform (Fountain), on purpose: a
+// Where this differs from Fountain's platform, on purpose: a
 // create with no runner of the account online is 503 no_runner_online with
-// Retry-After (the original answered 409: it is transient, a machine that
+// Retry-After (Fountain's platform answered 409: it is transient, a machine that
 // is off comes back); every error carries the sandbox taxonomy's kind, so
 // the Go client gives back the very error the provider gave (not found and
 // transient never collapse across the API); a create that meets a
