@@ -148,7 +148,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 	runners := fs.String("runners", "", "the enrolled runners' file (default "+defaultRunnersFile()+"); see managoat enroll")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key), else plain HTTP for a reverse proxy to terminate TLS")
 	tlsKey := fs.String("tls-key", "", "the certificate's private key (PEM)")
-	open := fs.Bool("open-runners", false, "let the client token connect runners too, as the original platform did (any holder can then pose as a runner)")
+	open := fs.Bool("open-runners", false, "let the client token connect runners too, as Fountain's platform did (any holder can then pose as a runner)")
 	db := fs.String("db", os.Getenv(envDatabaseURL), "the platform's records: a SQLite file (default "+defaultPlatformDB()+"), or a postgres:// URL that several replicas share (default $"+envDatabaseURL+"; a password goes in that variable or PGPASSWORD, never in the flag); 'serve admin' manages its accounts and keys")
 	fs.StringVar(db, "database", os.Getenv(envDatabaseURL), "the same as --db")
 	natsURL := fs.String("nats", os.Getenv(envNATSURL), "NATS server of a platform of several replicas (default $"+envNATSURL+"): runners connected to any replica are reached from every one")
@@ -207,7 +207,7 @@ func cmdServe(g *globals, fs *flag.FlagSet) action {
 			}
 			tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
-		// The static token of the original relay is optional: accounts'
+		// The static token of Fountain's relay is optional: accounts'
 		// API keys (serve admin) are the platform's credentials.
 		var tok string
 		if *tokenFile != "" || os.Getenv(envRunnerToken) != "" {
