@@ -21,6 +21,7 @@
 //	managoat doctor ; managoat version ; managoat completion bash|zsh|fish
 //	managoat runner --url URL --token-file F --name N [--root DIR] [--mechanism jail|trusted]
 //	managoat serve --listen 127.0.0.1:8080
+//	managoat mcp [--idle D]      MCP server over stdio for a coding agent (its sandboxes go with its session; serve has /mcp)
 //
 // Limits: --memory 512M, --pids 256, --cpu 0.5 (or 500m), --timeout 30s.
 // Every command takes --provider P (default local) and --mechanism M
