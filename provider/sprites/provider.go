@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/managoat/managoat/sandbox"
@@ -304,12 +306,43 @@ func policyRules(pol sandbox.NetworkPolicy) []map[string]string {
 	return rules
 }
 
+// domainOnly refuses an allow-list entry a Sprites rule cannot carry:
+// its rules name domains (a "domain" field), so an address, a CIDR or a
+// port would be sent as a domain that matches nothing, allowing nothing
+// the caller asked for. Invalid{network_policy} naming the entry, before
+// any request.
+func domainOnly(e string) error {
+	if err := sandbox.CheckAllowEntry(e); err != nil {
+		return err
+	}
+	host := strings.TrimPrefix(e, "*.")
+	bad := ""
+	switch {
+	case strings.Contains(e, "/"):
+		bad = "a CIDR"
+	case strings.HasPrefix(e, "[") || net.ParseIP(e) != nil:
+		bad = "an address"
+	case strings.Contains(host, ":"):
+		bad = "a port"
+	}
+	if bad != "" {
+		return &sandbox.InvalidError{Reason: "network_policy",
+			Msg: fmt.Sprintf("%q is %s: a Sprites network policy allows domains only (example.com, *.example.com)", e, bad)}
+	}
+	return nil
+}
+
 // ApplyNetworkPolicy replaces the sprite's egress policy. Only a 204 is
 // success; a 400 is Invalid (the Elixir adapter reported it as a transient
 // provider error); any other 2xx is Invalid{http}.
 func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, pol sandbox.NetworkPolicy) error {
 	if err := sandbox.CheckHandle(h, ProviderName); err != nil {
 		return err
+	}
+	for _, e := range pol.Allow {
+		if err := domainOnly(e); err != nil {
+			return err
+		}
 	}
 	body, _ := json.Marshal(map[string]any{"rules": policyRules(pol)})
 	r, err := p.do(ctx, request{method: http.MethodPost, path: p.spritePath(h.Name, "policy", "network"), body: body,

@@ -481,3 +481,26 @@ func TestTerminateEscalates(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkPolicyRefusesWhatIsNotADomain: an address, a CIDR or a port
+// is refused Invalid{network_policy} before any request (a Sprites rule
+// names a domain: 10.0.0.0/8 sent as one matched nothing and allowed
+// nothing the caller asked for), and the policy in force is unchanged.
+func TestNetworkPolicyRefusesWhatIsNotADomain(t *testing.T) {
+	srv, p := newFake(t, sprites.Config{})
+	ctx := ctxT(t)
+	h, err := p.Create(ctx, "npd", sandbox.CreateOptions{})
+	ok(t, err)
+	ok(t, p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"*.example.org"}}))
+	before, _ := srv.Policy("npd")
+	for _, e := range []string{"10.0.0.0/8", "192.0.2.1", "example.com:443", "[2001:db8::1]:443"} {
+		err := p.ApplyNetworkPolicy(ctx, h, sandbox.NetworkPolicy{Allow: []string{"a.example", e}})
+		invalid("network_policy")(t, err)
+		if !strings.Contains(err.Error(), e) {
+			t.Errorf("%s: the error does not name the entry: %v", e, err)
+		}
+	}
+	if after, _ := srv.Policy("npd"); string(after) != string(before) {
+		t.Fatalf("policy changed by refused lists: %s, was %s", after, before)
+	}
+}
