@@ -23,6 +23,7 @@ import (
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/dashboard"
+	"github.com/managoat/managoat/platform/doors/e2bdoor"
 	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/policy"
 	"github.com/managoat/managoat/platform/store"
@@ -285,6 +286,17 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 	mux.Handle("/v1/", srv)
 	mux.Handle("/api/runners", relay)
 	mux.Handle("/api/runners/", relay)
+	door, err := e2bdoor.New(e2bdoor.Options{API: srv, Secret: secret, Prefix: "/e2b"}) // E2B's SDK against serve (issue 34)
+	if err != nil {
+		stopLifecycle()
+		<-lifecycleDone
+		srv.Close()
+		relay.Close()
+		closeCluster()
+		st.Close()
+		return nil, nil, err
+	}
+	mux.Handle("/e2b/", door)
 	mux.Handle("/", dash) // the dashboard; a preview's host is served by srv (WithPreviews)
 	def := pol.Default()
 	if def == "" {
@@ -303,6 +315,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		once.Do(func() {
 			stopLifecycle()
 			<-lifecycleDone
+			_ = door.Close()
 			srv.Close()
 			relay.Close()
 			closeCluster()

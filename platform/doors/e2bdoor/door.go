@@ -54,7 +54,9 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -83,7 +85,9 @@ const maxBody = 1 << 20
 type Options struct {
 	// API is the platform's /v1 handler (an *api.Server).
 	API http.Handler
-	// Secret seals envd access tokens; at least 16 bytes. Empty: random.
+	// Secret keys the envd access tokens (an AES-GCM key derived from it
+	// by HMAC-SHA256); at least 16 bytes. Empty: random, and tokens die
+	// with the process.
 	Secret []byte
 	// Prefix is the path the door is mounted at, e.g. "/e2b".
 	Prefix string
@@ -124,12 +128,11 @@ func New(o Options) (*Door, error) {
 	if len(secret) < 16 {
 		return nil, sandbox.Invalid("secret", "the door's secret must be 16 bytes or more")
 	}
-	key := make([]byte, 32)
-	copy(key, secret)
-	for i, b := range secret[min(32, len(secret)):] {
-		key[i%32] ^= b
-	}
-	blk, err := aes.NewCipher(key)
+	// The token key is derived, so a secret shared with other uses (serve's
+	// signs preview links) is never itself the cipher's key.
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("managoat e2bdoor envd token v1"))
+	blk, err := aes.NewCipher(mac.Sum(nil))
 	if err != nil {
 		return nil, err
 	}
