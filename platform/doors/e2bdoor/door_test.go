@@ -103,6 +103,8 @@ func TestSDK(t *testing.T) {
 	eq("read text", "hello, world\n")
 	eq("write bytes", "/home/sprite/door-data.bin")
 	eq("read bytes", true)
+	eq("write many", []string{"/home/sprite/many/one.txt", "/home/sprite/many/two.txt"})
+	eq("read many", []string{"one", "two"})
 	var miss map[string]any
 	val("read missing", &miss)
 	if miss["isNotFound"] != true {

@@ -563,7 +563,10 @@ func (d *Door) files(w http.ResponseWriter, r *http.Request, c envdCall) {
 				}
 				dst := p
 				if dst == "" {
-					dst = part.FileName()
+					// The part's file name is the whole path (FileName
+					// would keep only its last element).
+					_, cd, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+					dst = cd["filename"]
 				}
 				if dst == "" {
 					apiErr(w, http.StatusBadRequest, "a part names no path")

@@ -65,6 +65,10 @@ try {
   const bytes = new Uint8Array(256).map((_, i) => i)
   await call('write bytes', () => a.files.write(`${home}/door-data.bin`, bytes, { useOctetStream: true }), e => e.path)
   await call('read bytes', async () => { const r = await a.files.read(`${home}/door-data.bin`, { format: 'bytes' }); return r.length === 256 && r.every((v, i) => v === i) })
+  await call('write many', () => a.files.write([
+    { path: `${home}/many/one.txt`, data: 'one' }, { path: `${home}/many/two.txt`, data: 'two' },
+  ]), es => es.map(e => e.path).sort())
+  await call('read many', async () => [await a.files.read(`${home}/many/one.txt`), await a.files.read(`${home}/many/two.txt`)])
   await call('read missing', () => thrown(() => a.files.read(`${home}/door-no-such-file`), { isNotFound: NotFoundError }))
   await call('connect unknown', () => thrown(() => Sandbox.connect('no-such-sandbox'), { isNotFound: NotFoundError, isSandboxNotFound: SandboxNotFoundError }))
   await call('kill unknown', () => Sandbox.kill('no-such-sandbox'))
