@@ -107,8 +107,8 @@ func TestMCPServeTypeScriptClient(t *testing.T) {
 	res := sdk.Run(t, filepath.Join("testdata", "mcp", "client.mjs"), nodesdk.Options{Timeout: 3 * time.Minute,
 		Env: map[string]string{"MODE": "http", "MCP_URL": "http://" + addr + "/mcp", "MCP_KEY": keys["alice"], "OTHER_KEY": keys["bob"]}})
 	checkTSClient(t, res)
-	if c := res.Call(t, "other account"); c.OK {
-		t.Fatalf("bob's key on alice's session was not refused: %s", c.Raw)
+	if c := res.Call(t, "other account"); c.OK || !strings.Contains(c.Err(), "session user mismatch") {
+		t.Fatalf("bob's key on alice's session was not refused as forbidden: %s %s", c.Raw, c.Err())
 	}
 	if c := res.Call(t, "bad key"); c.OK || !strings.Contains(c.Err(), "unauthorized") {
 		t.Fatalf("a wrong key: %s %s", c.Raw, c.Err())

@@ -38,7 +38,7 @@ if (env.OTHER_KEY) {
   // Another account's key on this session: refused.
   const other = new Client({ name: 'other', version: '1.0.0' })
   const otr = new StreamableHTTPClientTransport(new URL(env.MCP_URL), { sessionId: tr.sessionId, requestInit: { headers: { Authorization: 'Bearer ' + env.OTHER_KEY } } })
-  await call('other account', async () => { await otr.start(); other.transport = otr; return otr.send({ jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'sandbox_list', arguments: {} } }) })
+  await call('other account', async () => { await otr.start(); return otr.send({ jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name: 'sandbox_list', arguments: {} } }) })
   const bad = new Client({ name: 'bad', version: '1.0.0' })
   await call('bad key', () => bad.connect(new StreamableHTTPClientTransport(new URL(env.MCP_URL),
     { requestInit: { headers: { Authorization: 'Bearer mgk_0000000000000000_wrong' } } })))
