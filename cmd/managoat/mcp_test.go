@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/managoat/managoat/internal/nodesdk"
 	"github.com/managoat/managoat/internal/testenv"
@@ -117,5 +121,68 @@ func TestMCPServeTypeScriptClient(t *testing.T) {
 	res.Call(t, "list").Value(t, &l)
 	if len(l.Sandboxes) != 1 {
 		t.Fatalf("list %+v", l)
+	}
+}
+
+// bearerRT adds an API key to each request.
+type bearerRT struct{ key string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPServeGoClient: the Go SDK's own client on serve's /mcp over
+// Streamable HTTP: tools, create, python3 42, destroy; the session's end
+// (the client's DELETE) leaves the account no sandbox.
+func TestMCPServeGoClient(t *testing.T) {
+	testenv.RequireRoot(t)
+	addr := freeAddr(t)
+	base := []string{"MANAGOAT_HOME=" + t.TempDir()}
+	managoatEnv(t, base, "serve", "admin", "account", "create", "carol")
+	out, e, code := managoatEnv(t, base, "serve", "admin", "key", "create", "carol")
+	if code != 0 {
+		t.Fatal(e)
+	}
+	key := strings.TrimSpace(out)
+	startServe(t, base, addr)
+	as := append(append([]string{}, base...), "MANAGOAT_URL=http://"+addr, "MANAGOAT_API_KEY="+key)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := managoatEnv(t, as, "ls"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve did not come up")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "go-test", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: bearerRT{key}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("create: %v %+v", err, res)
+	}
+	name := res.StructuredContent.(map[string]any)["name"].(string)
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "run", Arguments: map[string]any{"sandbox": name, "argv": []string{"python3", "-c", "print(6*7)"}}})
+	if err != nil || res.IsError || res.StructuredContent.(map[string]any)["stdout"] != "42\n" {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	if out, _, _ := managoatEnv(t, as, "ls", "-q"); !strings.Contains(out, name) {
+		t.Fatalf("the account does not list %s: %q", name, out)
+	}
+	cs.Close()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := managoatEnv(t, as, "ls", "-q")
+		if !strings.Contains(out, name) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there after the session ended", name)
+		}
 	}
 }
