@@ -24,7 +24,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a platform on the local provider (jail as root, else
 // trusted) with the door mounted at /e2b; it returns the door's URL and a
 // key.
-func start(t *testing.T) (string, string, *apitest.Platform) {
+func start(t *testing.T) (string, string, *apitest.Platform) { return startB(t) }
+
+func startB(t testing.TB) (string, string, *apitest.Platform) {
 	t.Helper()
 	mech := "trusted"
 	if os.Geteuid() == 0 {
