@@ -28,7 +28,7 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
+	connectrpc.com/connect v1.21.1
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
