@@ -288,6 +288,9 @@ func extraCaps(p sandbox.Provider) []string {
 	if caps.Has(sandbox.CapNetworkPolicy) {
 		out = append(out, string(sandbox.CapNetworkPolicy))
 	}
+	if _, ok := p.(sandbox.CommandSignaler); ok {
+		out = append(out, wire.CapSignal)
+	}
 	if _, ok := p.(sandbox.SessionTerminator); ok && caps.Has(sandbox.CapTerminateSession) {
 		out = append(out, string(sandbox.CapTerminateSession))
 		if caps.Has(sandbox.CapForceTerminateSession) {

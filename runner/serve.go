@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -302,6 +303,27 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 			if err := s.writeStdin(ctx, data); !s.isDropped() {
 				return nil, err
 			}
+		}
+	case wire.OpSignal:
+		// Ctrl-C through the platform: the session's command gets the
+		// signal (its trap runs) instead of being killed.
+		sig, ok := d.p.(sandbox.CommandSignaler)
+		if !ok {
+			return nil, sandbox.ErrNotSupported
+		}
+		if req.Signal < 1 || req.Signal > 64 {
+			return nil, sandbox.Invalid("signal", fmt.Sprintf("%d is not a signal number (1..64)", req.Signal))
+		}
+		for {
+			s, err := d.lookup(ctx, req.Name, req.SessionID)
+			if err != nil {
+				return nil, err
+			}
+			err = sig.SignalCommand(ctx, s.upstream(), syscall.Signal(req.Signal))
+			if s.isDropped() {
+				continue
+			}
+			return nil, err
 		}
 	case wire.OpStdinClose:
 		for {
