@@ -38,6 +38,11 @@
 // CloseStdin, SendSignal; GET and POST /files (octet-stream, gzip or not,
 // and multipart); /health.
 //
+// What the platform does not keep (a sandbox's E2B metadata, template,
+// envVars and endAt) the door keeps in memory, under the API key's public
+// id: it is lost when serve restarts, and another key of the same account
+// lists the sandbox with no metadata.
+//
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
@@ -69,6 +74,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/sandbox"
 )
@@ -231,9 +237,10 @@ func (d *Door) open(tok, id string) (string, bool) {
 	return v[0], true
 }
 
+// metaKey is what the door keeps of sandbox id under: the key's public
+// id (never its secret), and the sandbox.
 func metaKey(key, id string) string {
-	kid, _, _ := strings.Cut(key, "_s") // never the secret part in a map key's prefix
-	return kid + "\x00" + id
+	return api.KeyID(key) + "\x00" + id
 }
 
 // pipeListener is an in-memory listener: each dial is a net.Pipe whose
