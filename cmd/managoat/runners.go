@@ -24,10 +24,12 @@ type fleetFlags struct {
 	cpus         int
 	memory, disk int64
 	maxSandboxes *int
+	defaultDisk  int64
 }
 
 // runnerFleetFlags adds --label, --capacity-cpus, --capacity-memory,
-// --capacity-disk and --max-sandboxes to the runner daemon's flags.
+// --capacity-disk, --max-sandboxes and --default-disk to the runner
+// daemon's flags.
 func runnerFleetFlags(fs *flag.FlagSet) *fleetFlags {
 	f := &fleetFlags{labels: map[string]string{}}
 	fs.Func("label", "a label of this runner, key=value (repeatable): the platform places by them (create --runner-selector)", func(s string) error {
@@ -63,6 +65,11 @@ func runnerFleetFlags(fs *flag.FlagSet) *fleetFlags {
 		return err
 	})
 	f.maxSandboxes = fs.Int("max-sandboxes", 0, "the most sandboxes the platform may place on this runner (0: no bound)")
+	fs.Func("default-disk", "the home quota of a sandbox created without a disk limit (e.g. 10G; at most half the homes' free space), so no tenant's home is unbounded on this host", func(s string) error {
+		v, err := parseSize(s)
+		f.defaultDisk = v
+		return err
+	})
 	return f
 }
 
@@ -71,6 +78,7 @@ func (f *fleetFlags) apply(c *runner.Config) {
 		c.Labels = f.labels
 	}
 	c.CapacityCPUs, c.CapacityMemory, c.CapacityDisk, c.MaxSandboxes = f.cpus, f.memory, f.disk, max(*f.maxSandboxes, 0)
+	c.DefaultDiskBytes = f.defaultDisk
 }
 
 func init() {
