@@ -35,8 +35,10 @@
 // /v2/sandboxes/{id}/connect and /sandboxes/{id}/connect (resume a paused
 // one). envd: process.Process Start (a server stream of start, data and
 // end events; exit codes as envd reports them), Connect, List, SendInput,
-// CloseStdin, SendSignal; GET and POST /files (octet-stream, gzip or not,
-// and multipart); /health.
+// CloseStdin, SendSignal; filesystem.Filesystem Stat, MakeDir, Move and
+// Remove (each a short shell command in the sandbox through /v1's exec,
+// fs.go); GET and POST /files (octet-stream, gzip or not, and multipart);
+// /health.
 //
 // What the platform does not keep (a sandbox's E2B metadata, template,
 // envVars and endAt) the door keeps in memory, under the API key's public
@@ -46,9 +48,9 @@
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
-// updates, pty resize (process.Process/Update), StreamInput and the
-// filesystem.Filesystem service (the SDK's files.list, makeDir, remove,
-// rename, exists, getInfo and watchDir) in this version.
+// updates, pty resize (process.Process/Update), StreamInput, and
+// filesystem.Filesystem's ListDir and WatchDir (the SDK's files.list and
+// watchDir) in this version.
 //
 // Bounds: a control-plane body is at most 1 MiB, a Connect message 1 MiB,
 // an upload streams to the sandbox through the platform's own file

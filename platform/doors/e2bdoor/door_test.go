@@ -112,6 +112,19 @@ func TestSDK(t *testing.T) {
 	if miss["isNotFound"] != true {
 		t.Errorf("read missing = %v", miss)
 	}
+	eq("makeDir", true)
+	eq("makeDir again", false)
+	eq("exists", map[string]any{"file": true, "dir": true, "missing": false})
+	eq("getInfo file", map[string]any{"name": "door-hello.txt", "type": "file", "size": 13, "path": "/home/sprite/door-hello.txt", "hasTime": true})
+	eq("getInfo dir", map[string]any{"name": "made", "type": "dir"})
+	eq("rename", map[string]any{"name": "hello.txt", "path": "/home/sprite/moved/hello.txt"})
+	eq("read renamed", "hello, world\n")
+	eq("remove", false)
+	var gm map[string]any
+	val("getInfo missing", &gm)
+	if gm["isNotFound"] != true {
+		t.Errorf("getInfo missing = %v", gm)
+	}
 	var cu map[string]any
 	val("connect unknown", &cu)
 	if cu["isSandboxNotFound"] != true {

@@ -163,6 +163,10 @@ func (d *Door) envdMux() http.Handler {
 	mux.Handle("/process.Process/Update", connect.NewUnaryHandler("/process.Process/Update", func(context.Context, *connect.Request[json.RawMessage]) (*connect.Response[empty], error) {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("resizing a terminal is not supported by managoat's E2B front door"))
 	}, opts...))
+	for _, op := range []string{"Stat", "MakeDir", "Move", "Remove"} {
+		proc := "/filesystem.Filesystem/" + op
+		mux.Handle(proc, connect.NewUnaryHandler(proc, d.fsCall(op), opts...))
+	}
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotImplemented, map[string]any{"code": "unimplemented", "message": r.URL.Path + " is not supported by managoat's E2B front door"})
 	}))
