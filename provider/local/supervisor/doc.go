@@ -36,10 +36,11 @@
 // by pid and start time), since their output can no longer be journaled.
 // A supervisor exits when asked (shutdown), on SIGTERM (after stopping its
 // sessions), or by itself once its sandbox directory is gone or replaced
-// (the sandbox was destroyed): a directory notification on the parent
-// (F_NOTIFY) wakes it when an entry there is removed or renamed away, so an
-// idle supervisor runs no timer and is not woken (where F_NOTIFY is
-// refused, it polls every two seconds).
+// (the sandbox was destroyed): a directory notification on its directory
+// (F_NOTIFY) wakes it when an entry there is removed, as removing the
+// directory does first, so an idle supervisor runs no timer and is not
+// woken (where F_NOTIFY is refused, it polls every two seconds). A
+// directory renamed away is not noticed: Destroy tells the supervisor.
 //
 // Launch starts a supervisor through two re-executions (the first exits at
 // once, so the supervisor is never a zombie of a long-lived caller) and

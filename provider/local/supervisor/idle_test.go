@@ -38,7 +38,8 @@ func wakeups(t *testing.T, pid int) int {
 // TestIdleSupervisorSleeps: a supervisor with nothing to do is not woken
 // by a timer (it watched its directory on a 2 s poll, which with 1,000
 // idle sandboxes was a quarter of a core): once quiet, none of its threads
-// runs over longer than two of the old polls. Removing its directory
+// runs over longer than two of the old polls, nor when a sibling is
+// destroyed. Removing its directory
 // still ends it (TestDirRemovedSupervisorExits).
 func TestIdleSupervisorSleeps(t *testing.T) {
 	c := newSandbox(t)
@@ -62,6 +63,19 @@ func TestIdleSupervisorSleeps(t *testing.T) {
 		t.Fatal("the idle supervisor never stayed asleep for a second")
 	}
 	before := wakeups(t, pid)
+	// A sibling sandbox destroyed (its directory renamed away and
+	// removed) does not wake it either: with a watch on the parent, each
+	// destroy woke every supervisor.
+	sibling := filepath.Join(filepath.Dir(c.Dir), "sibling")
+	if err := os.Mkdir(sibling, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(sibling, sibling+".trash"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(sibling + ".trash"); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(4500 * time.Millisecond)
 	if n := wakeups(t, pid) - before; n != 0 {
 		t.Errorf("an idle supervisor was woken %d times in 4.5 s", n)

@@ -260,7 +260,7 @@ func Serve(ctx context.Context, cfg Config) (err error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.watch(ctx, dirSt)
+		s.watch(ctx, dirSt, lock)
 	}()
 	s.wg.Add(1)
 	go func() {
@@ -293,18 +293,27 @@ func (s *server) stop() {
 // sandbox was destroyed. It waits on the kernel rather than a timer, so an
 // idle supervisor is not woken (1,000 idle sandboxes were a quarter of a
 // core on a 2 s poll): a directory notification (dnotify, F_NOTIFY, which
-// has no per-user limit, unlike inotify's 128 instances) on the parent
-// directory fires when one of its entries is removed or renamed away, as
-// Destroy's rename and a removal's final rmdir are; each supervisor of
-// that parent then checks its own directory, as the poll did. Where
-// F_NOTIFY is refused it polls every Config.WatchInterval.
-func (s *server) watch(ctx context.Context, orig os.FileInfo) {
+// has no per-user limit, unlike inotify's 128 instances) on its own
+// directory fires when one of its entries is removed or renamed, as a
+// removal of the directory removes them first, the lock file the
+// supervisor holds among them; it then checks the directory as the poll
+// did, and that the lock file is still linked. Its own directory and not
+// the parent: a notification there woke every supervisor at each destroy
+// (1,000 sandboxes removed made a load of 150). A directory renamed away
+// is not seen: Destroy renames it and then tells the supervisor to shut
+// down, and Sweep finishes a Destroy cut short in between. Where F_NOTIFY
+// is refused it polls every Config.WatchInterval.
+func (s *server) watch(ctx context.Context, orig os.FileInfo, lock *os.File) {
 	gone := func() bool {
 		st, err := os.Stat(s.dir)
-		return err != nil || !os.SameFile(st, orig)
+		if err != nil || !os.SameFile(st, orig) {
+			return true
+		}
+		var ls unix.Stat_t
+		return unix.Fstat(int(lock.Fd()), &ls) == nil && ls.Nlink == 0
 	}
 	var wake <-chan struct{}
-	if notes, stop, err := notifyDir(filepath.Dir(s.dir)); err == nil {
+	if notes, stop, err := notifyDir(s.dir); err == nil {
 		defer stop()
 		wake = notes
 	} else {
