@@ -675,8 +675,20 @@ func cmdResume(g *globals, fs *flag.FlagSet) action {
 func cmdURL(g *globals, fs *flag.FlagSet) action {
 	var of outputFlags
 	of.add(fs, false)
+	preview := fs.Int("preview", 0, "print a short-lived link a browser opens to this published `PORT` (through a platform: MANAGOAT_URL, MANAGOAT_API_KEY)")
+	ttl := fs.Duration("ttl", 0, "with --preview: how long the link may be opened (default 15m, at most 24h)")
 	return onOne(g, fs, "url", func(ctx context.Context, reg *sandbox.Registry, h *sandbox.Handle) error {
 		if err := of.check(); err != nil {
+			return err
+		}
+		if *preview != 0 { // url_preview.go
+			v, err := previewURL(ctx, h.Name, *preview, *ttl)
+			if err == nil && of.json() {
+				return json.NewEncoder(os.Stdout).Encode(map[string]string{"url": v.URL, "sandbox": h.Name, "expires_at": v.ExpiresAt.Format(time.RFC3339)})
+			}
+			if err == nil {
+				fmt.Println(v.URL)
+			}
 			return err
 		}
 		u, err := reg.PublicURL(ctx, h)

@@ -303,6 +303,12 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("after the exchange the page is at %q, want the preview's origin at /", loc)
 	}
 	shot(t, ctx, shots, "7-preview")
+	// managoat url --preview prints such a link too.
+	cliLink, e, code := managoatEnv(t, alice, "url", "--preview", "8000", "web")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(cliLink), u.Scheme+"://"+u.Host+"/") {
+		t.Fatalf("managoat url --preview 8000 web = %d %q %s, want a link on %s", code, cliLink, e, u.Host)
+	}
+	browse(t, ctx, "open the CLI's link", chromedp.Navigate(strings.TrimSpace(cliLink)), waitText("body", "hello from the sandbox"))
 
 	// Bob's sandbox, from alice's session.
 	browse(t, ctx, "bob's sandbox", chromedp.Navigate(home+"#/sb/bobs"), waitText("#error", "not_found"))
