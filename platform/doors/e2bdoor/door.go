@@ -35,8 +35,8 @@
 // /v2/sandboxes/{id}/connect and /sandboxes/{id}/connect (resume a paused
 // one). envd: process.Process Start (a server stream of start, data and
 // end events; exit codes as envd reports them), Connect, List, SendInput,
-// CloseStdin, SendSignal; filesystem.Filesystem Stat, MakeDir, Move and
-// Remove (each a short shell command in the sandbox through /v1's exec,
+// CloseStdin, SendSignal; filesystem.Filesystem Stat, MakeDir, Move,
+// Remove and ListDir (to a depth; its output bounded at 4 MiB) (each a short shell command in the sandbox through /v1's exec,
 // fs.go); GET and POST /files (octet-stream, gzip or not, and multipart);
 // /health.
 //
@@ -49,8 +49,8 @@
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
 // updates, pty resize (process.Process/Update), StreamInput, and
-// filesystem.Filesystem's ListDir and WatchDir (the SDK's files.list and
-// watchDir) in this version.
+// filesystem.Filesystem's WatchDir and watchers (the SDK's watchDir) in
+// this version.
 //
 // Bounds: a control-plane body is at most 1 MiB, a Connect message 1 MiB,
 // an upload streams to the sandbox through the platform's own file

@@ -112,6 +112,11 @@ func TestSDK(t *testing.T) {
 	if miss["isNotFound"] != true {
 		t.Errorf("read missing = %v", miss)
 	}
+	eq("list", []any{
+		map[string]any{"name": "one.txt", "type": "file", "size": 3, "path": "/home/sprite/many/one.txt"},
+		map[string]any{"name": "two.txt", "type": "file", "size": 3, "path": "/home/sprite/many/two.txt"},
+	})
+	eq("list depth 2", []string{"/home/sprite/many", "/home/sprite/many/one.txt", "/home/sprite/many/two.txt"})
 	eq("makeDir", true)
 	eq("makeDir again", false)
 	eq("exists", map[string]any{"file": true, "dir": true, "missing": false})

@@ -92,3 +92,56 @@ func (d *Door) fsCall(op string) func(context.Context, *connect.Request[pathReq]
 		return connect.NewResponse(&entryResp{Entry: e}), nil
 	}
 }
+
+type listDirReq struct {
+	Path  string `json:"path"`
+	Depth uint32 `json:"depth,omitempty"`
+}
+
+type listDirResp struct {
+	Entries []entryInfo `json:"entries,omitempty"`
+}
+
+// listDir is filesystem.Filesystem/ListDir: find(1) in the sandbox to the
+// depth asked (1 when none), its output bounded (a listing past it is
+// resource_exhausted, never a partial one that looks whole).
+func (d *Door) listDir(ctx context.Context, req *connect.Request[listDirReq]) (*connect.Response[listDirResp], error) {
+	c := callOf(ctx)
+	if req.Msg.Path == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("path is required"))
+	}
+	depth := max(req.Msg.Depth, 1)
+	script := `[ -d "$1" ] || exit 44; cd -- "$1" && find "$(pwd -P)" -mindepth 1 -maxdepth "$2" -printf '%y|%s|%m|%u|%g|%T@|%p\n'`
+	r, err := c.p.Exec(ctx, c.h, sandbox.Cmd{Name: "/bin/sh", Args: []string{"-c", script, "sh", req.Msg.Path, strconv.Itoa(int(min(depth, 64)))}},
+		sandbox.ExecOptions{MaxOutput: 4 << 20, Timeout: time.Minute})
+	if err != nil {
+		return nil, rpcErr(err)
+	}
+	switch {
+	case r.ExitCode == 44:
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("directory '"+req.Msg.Path+"' does not exist"))
+	case r.Truncated:
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("the listing is over 4 MiB"))
+	case r.ExitCode != 0:
+		return nil, connect.NewError(connect.CodeInternal, errors.New("ListDir failed: "+strings.TrimSpace(string(r.Output))))
+	}
+	out := &listDirResp{}
+	for _, line := range strings.Split(strings.TrimSpace(string(r.Output)), "\n") {
+		f := strings.SplitN(line, "|", 7)
+		if len(f) != 7 {
+			continue
+		}
+		e := entryInfo{Name: path.Base(f[6]), Path: f[6], Size: f[1], Owner: f[3], Group: f[4], Type: "FILE_TYPE_FILE"}
+		if f[0] == "d" {
+			e.Type = "FILE_TYPE_DIRECTORY"
+		}
+		if m, err := strconv.ParseUint(f[2], 8, 32); err == nil {
+			e.Mode = uint32(m)
+		}
+		if s, err := strconv.ParseFloat(f[5], 64); err == nil {
+			e.ModifiedTime = time.Unix(int64(s), 0).UTC().Format(time.RFC3339)
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	return connect.NewResponse(out), nil
+}

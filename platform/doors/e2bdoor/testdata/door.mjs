@@ -70,6 +70,8 @@ try {
   ]), es => es.map(e => e.path).sort())
   await call('read many', async () => [await a.files.read(`${home}/many/one.txt`), await a.files.read(`${home}/many/two.txt`)])
   await call('read missing', () => thrown(() => a.files.read(`${home}/door-no-such-file`), { isNotFound: NotFoundError }))
+  await call('list', () => a.files.list(`${home}/many`), es => es.map(e => ({ name: e.name, type: e.type, size: e.size, path: e.path })).sort((x, y) => x.name.localeCompare(y.name)))
+  await call('list depth 2', () => a.files.list(home, { depth: 2 }), es => es.map(e => e.path).filter(p => p.includes('/many')).sort())
   await call('makeDir', () => a.files.makeDir(`${home}/made/deep`))
   await call('makeDir again', () => a.files.makeDir(`${home}/made/deep`))
   await call('exists', async () => ({ file: await a.files.exists(`${home}/door-hello.txt`), dir: await a.files.exists(`${home}/made`), missing: await a.files.exists(`${home}/nope`) }))
