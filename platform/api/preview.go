@@ -215,6 +215,12 @@ func (s *Server) previewCreate(w http.ResponseWriter, r *http.Request, k store.K
 		writeErr(w, err)
 		return
 	}
+	rec, p, done, ok := s.take(w, r, k)
+	if !ok {
+		return
+	}
+	defer done()
+	// Another account's sandbox is not_found before the body is judged.
 	if req.Port < 1 || req.Port > 65535 {
 		writeErr(w, sandbox.Invalid("port", fmt.Sprintf("port %d is not 1 to 65535", req.Port)))
 		return
@@ -227,11 +233,6 @@ func (s *Server) previewCreate(w http.ResponseWriter, r *http.Request, k store.K
 		writeErr(w, sandbox.Invalid("ttl_seconds", fmt.Sprintf("ttl_seconds %d is not 1 to %d", req.TTLSeconds, int(MaxPreviewTTL/time.Second))))
 		return
 	}
-	rec, p, done, ok := s.take(w, r, k)
-	if !ok {
-		return
-	}
-	defer done()
 	pp, ok := p.(PortPublisher)
 	if !ok {
 		writeErr(w, fmt.Errorf("provider %s gives its sandboxes no address this platform can reach: %w", rec.Provider, sandbox.ErrUnsupported))
