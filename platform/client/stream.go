@@ -321,3 +321,24 @@ func (c *Client) SignalCommand(ctx context.Context, cmd *sandbox.Command, sig sy
 	}
 	return err
 }
+
+var _ sandbox.TTYResizer = (*Client)(nil)
+
+// ResizeTTY changes a terminal command's window size through the
+// platform (a stream's resize message). A command that ended is
+// ErrCommandExited; a provider behind the platform that cannot resize is
+// ErrNotSupported.
+func (c *Client) ResizeTTY(ctx context.Context, cmd *sandbox.Command, rows, cols int) error {
+	sc, err := private(cmd)
+	if err != nil {
+		return err
+	}
+	if cmd.Finished() {
+		return sandbox.ErrCommandExited
+	}
+	err = sc.request(ctx, api.StreamMsg{Type: api.MsgResize, Rows: rows, Cols: cols})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.ErrCommandExited
+	}
+	return err
+}

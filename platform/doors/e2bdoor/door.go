@@ -35,7 +35,7 @@
 // /v2/sandboxes/{id}/connect and /sandboxes/{id}/connect (resume a paused
 // one). envd: process.Process Start (a server stream of start, data and
 // end events; exit codes as envd reports them), Connect, List, SendInput,
-// CloseStdin, SendSignal; filesystem.Filesystem Stat, MakeDir, Move,
+// CloseStdin, SendSignal, Update (a terminal's resize); filesystem.Filesystem Stat, MakeDir, Move,
 // Remove and ListDir (to a depth; its output bounded at 4 MiB) (each a short shell command in the sandbox through /v1's exec,
 // fs.go); GET and POST /files (octet-stream, gzip or not, and multipart);
 // /health.
@@ -48,7 +48,7 @@
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
-// updates, pty resize (process.Process/Update), StreamInput, and
+// updates, StreamInput, and
 // filesystem.Filesystem's WatchDir and watchers (the SDK's watchDir) in
 // this version.
 //

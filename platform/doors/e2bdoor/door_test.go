@@ -101,6 +101,7 @@ func TestSDK(t *testing.T) {
 	eq("sendStdin", "got:hello\n")
 	eq("closeStdin", "to cat")
 	eq("background kill list", map[string]any{"listed": true, "killed": true, "waitIsExit": true})
+	eq("pty", 0)
 	eq("write text", map[string]any{"name": "door-hello.txt", "path": "/home/sprite/door-hello.txt"})
 	eq("read text", "hello, world\n")
 	eq("write bytes", "/home/sprite/door-data.bin")

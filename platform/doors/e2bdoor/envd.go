@@ -160,9 +160,7 @@ func (d *Door) envdMux() http.Handler {
 	mux.Handle("/process.Process/SendInput", connect.NewUnaryHandler("/process.Process/SendInput", d.sendInput, opts...))
 	mux.Handle("/process.Process/CloseStdin", connect.NewUnaryHandler("/process.Process/CloseStdin", d.closeStdin, opts...))
 	mux.Handle("/process.Process/SendSignal", connect.NewUnaryHandler("/process.Process/SendSignal", d.sendSignal, opts...))
-	mux.Handle("/process.Process/Update", connect.NewUnaryHandler("/process.Process/Update", func(context.Context, *connect.Request[json.RawMessage]) (*connect.Response[empty], error) {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("resizing a terminal is not supported by managoat's E2B front door"))
-	}, opts...))
+	mux.Handle("/process.Process/Update", connect.NewUnaryHandler("/process.Process/Update", d.update, opts...))
 	for _, op := range []string{"Stat", "MakeDir", "Move", "Remove"} {
 		proc := "/filesystem.Filesystem/" + op
 		mux.Handle(proc, connect.NewUnaryHandler(proc, d.fsCall(op), opts...))
@@ -604,4 +602,27 @@ func (d *Door) files(w http.ResponseWriter, r *http.Request, c envdCall) {
 	default:
 		apiErr(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
+}
+
+type updateReq struct {
+	Process selector `json:"process"`
+	Pty     *ptyMsg  `json:"pty,omitempty"`
+}
+
+// update is process.Process/Update: a terminal's resize.
+func (d *Door) update(ctx context.Context, req *connect.Request[updateReq]) (*connect.Response[empty], error) {
+	c := callOf(ctx)
+	p := d.find(c, req.Msg.Process)
+	if p == nil {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("process not found"))
+	}
+	if !p.pty {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("tty not assigned to process"))
+	}
+	if req.Msg.Pty != nil {
+		if err := c.p.ResizeTTY(ctx, p.cmd, int(req.Msg.Pty.Size.Rows), int(req.Msg.Pty.Size.Cols)); err != nil && !errors.Is(err, sandbox.ErrCommandExited) {
+			return nil, rpcErr(err)
+		}
+	}
+	return connect.NewResponse(&empty{}), nil
 }

@@ -60,6 +60,18 @@ try {
     const w = await thrown(() => h.wait(), { isExit: CommandExitError })
     return { listed, killed, waitIsExit: w.isExit }
   })
+  await call('pty', async () => {
+    let text = ''
+    const dec = new TextDecoder()
+    const until = async f => { const end = Date.now() + 10_000; while (!f()) { if (Date.now() > end) throw new Error('not in time: ' + JSON.stringify(text)); await new Promise(r => setTimeout(r, 50)) } }
+    const t = await a.pty.create({ cols: 80, rows: 24, onData: d => { text += dec.decode(d, { stream: true }) } })
+    await a.pty.sendInput(t.pid, new TextEncoder().encode('stty size\n'))
+    await until(() => text.includes('24 80'))
+    await a.pty.resize(t.pid, { cols: 100, rows: 30 })
+    await a.pty.sendInput(t.pid, new TextEncoder().encode('stty size; exit 0\n'))
+    await until(() => text.includes('30 100'))
+    return (await t.wait()).exitCode
+  })
   await call('write text', () => a.files.write(`${home}/door-hello.txt`, 'hello, world\n'), e => ({ name: e.name, path: e.path }))
   await call('read text', () => a.files.read(`${home}/door-hello.txt`))
   const bytes = new Uint8Array(256).map((_, i) => i)
