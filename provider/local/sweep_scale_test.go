@@ -66,7 +66,18 @@ func TestOpenDoesNotListSandboxes(t *testing.T) {
 		}
 		return n
 	}
-	events()
+	// The sandboxes' supervisors open their own directories as they come
+	// up (their F_NOTIFY watch), which may be after Create returned: wait
+	// for a quiet 300 ms (at most 10 s) before opening the provider.
+	for quietSince, deadline := time.Now(), time.Now().Add(10*time.Second); time.Since(quietSince) < 300*time.Millisecond; {
+		if events() != 0 {
+			quietSince = time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandboxes' directories were still being opened after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if _, err := New(Config{StateDir: state, MechanismName: "trusted"}); err != nil {
 		t.Fatal(err)
 	}
