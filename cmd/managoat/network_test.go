@@ -131,6 +131,25 @@ func TestPolicyThroughTheBinary(t *testing.T) {
 		!strings.Contains(out, "refused lookup denied.example: no entry allows the name") {
 		t.Errorf("policy polbox after a denied lookup = %q", out)
 	}
+	// A refused name is the sandbox's to choose, bytes and all (a DNS label
+	// may hold any byte): one carrying a terminal escape is shown escaped.
+	const rawQuery = `import socket,struct
+ns=[l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]
+q=struct.pack('>HHHHHH',0x1234,0x0100,1,0,0,0)
+for l in [b'\x1b]0;pwned\x07\x1b[2Jevil',b'example']: q+=bytes([len(l)])+l
+q+=b'\x00'+struct.pack('>HH',1,1)
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(5); s.sendto(q,(ns,53)); s.recv(512)`
+	if _, e, code := managoatEnv(t, env, "exec", "polbox", "--", "python3", "-c", rawQuery); code != 0 {
+		t.Fatalf("a raw DNS query from the sandbox: %d %s", code, e)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if out, _, _ = managoatEnv(t, env, "policy", "polbox"); strings.Contains(out, "evil") {
+			break
+		}
+	}
+	if !strings.Contains(out, "evil") || strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("policy polbox after a lookup of a name with escapes: %q, want it listed with its controls escaped", out)
+	}
 	if _, e, code := managoatEnv(t, env, "create", "--deny", "all", "denybox"); code != 0 {
 		t.Fatalf("create --deny all: %d %s", code, e)
 	}
