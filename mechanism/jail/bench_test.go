@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,8 +43,39 @@ func coldStart(b *testing.B, j *jail.Jail, id string, spec mechanism.Spec) time.
 
 // phases are a cold start's steps, each run's: Provision (state, cgroup,
 // the tree and its mounts), Start (namespaces, pivot_root, the init),
-// Execute (/bin/true) and Destroy (teardown).
-type phases struct{ provision, start, execute, destroy []time.Duration }
+// Execute (/bin/true) and Destroy (teardown). steps are Start's own
+// (jail.SetPhaseHook), each the time from Start's call to the step's
+// end, in the order first seen.
+type phases struct {
+	provision, start, execute, destroy []time.Duration
+	mu                                 sync.Mutex
+	began                              time.Time
+	order                              []string
+	steps                              map[string][]time.Duration
+}
+
+// hook records a step of the start that began at ph.began.
+func (ph *phases) hook(step string) {
+	now := time.Now()
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	if ph.began.IsZero() {
+		return // not a timed start
+	}
+	if ph.steps == nil {
+		ph.steps = map[string][]time.Duration{}
+	}
+	if _, ok := ph.steps[step]; !ok {
+		ph.order = append(ph.order, step)
+	}
+	ph.steps[step] = append(ph.steps[step], now.Sub(ph.began))
+}
+
+func (ph *phases) mark(t time.Time) {
+	ph.mu.Lock()
+	ph.began = t
+	ph.mu.Unlock()
+}
 
 // coldStartPhases is coldStart, recording each step's time in ph (when
 // not nil); Destroy is timed too, outside the returned duration.
@@ -55,10 +87,16 @@ func coldStartPhases(b *testing.B, j *jail.Jail, id string, spec mechanism.Spec,
 		b.Fatal(err)
 	}
 	t1 := time.Now()
+	if ph != nil {
+		ph.mark(t1)
+	}
 	if err := j.Start(ctx, id); err != nil {
 		b.Fatal(err)
 	}
 	t2 := time.Now()
+	if ph != nil {
+		ph.mark(time.Time{})
+	}
 	if _, err := j.Execute(ctx, id, []string{"/bin/true"}, mechanism.ExecOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -111,6 +149,7 @@ func BenchmarkColdStart(b *testing.B) {
 	linked := slices.Contains(jail.InitModes(), "standalone") && slices.Contains(jail.InitModes(), "c") && os.Getenv(jail.InitEnv) == ""
 	var cold, coldLinked, unshare, bwrap []time.Duration
 	var ph phases
+	jail.SetPhaseHook(b, ph.hook)
 	n := 0
 	once := func() time.Duration {
 		n++
@@ -143,6 +182,13 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ReportMetric(float64(median(ph.start).Microseconds()), "µs/start")
 	b.ReportMetric(float64(median(ph.execute).Microseconds()), "µs/execute")
 	b.ReportMetric(float64(median(ph.destroy).Microseconds()), "µs/destroy")
+	// Start's steps, each the median time from Start's call to its end
+	// (some overlap: the tree's thread runs beside the caller).
+	for _, step := range ph.order {
+		if d := ph.steps[step]; len(d) == len(ph.start) {
+			b.ReportMetric(float64(median(d).Microseconds()), "µs/start-"+step)
+		}
+	}
 	b.ReportMetric(float64(median(unshare).Microseconds()), "µs/unshare")
 	b.ReportMetric(float64(median(cold))/float64(median(unshare)), "x-unshare")
 	b.ReportMetric(float64(mean(cold))/float64(mean(unshare)), "x-unshare-mean")

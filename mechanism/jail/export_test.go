@@ -69,3 +69,10 @@ func BindTestSocket(t testing.TB, path string, listen bool) int {
 	}
 	return fd
 }
+
+// SetPhaseHook calls f at each step of a start (phaseHook) until t ends;
+// set it before the jail starts anything.
+func SetPhaseHook(t interface{ Cleanup(func()) }, f func(step string)) {
+	phaseHook = f
+	t.Cleanup(func() { phaseHook = nil })
+}

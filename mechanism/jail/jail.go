@@ -527,6 +527,12 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		netns = newNetPrep()
 		defer netns.release()
 	}
+	// The init is placed in its v1 cgroups once cloned: the kernel's
+	// first cgroup move after a quiet spell waits for a grace period,
+	// which starts now, beside the rest of the start (WarmAttach).
+	if l, err := mechanism.CgroupLayout(); err == nil && len(l.V1) > 0 && !j.rootless {
+		go l.WarmAttach()
+	}
 	unlock, err := flock.Lock(ctx, dir)
 	if err != nil {
 		return err
@@ -563,10 +569,13 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		rs = beginRestricted(lc, netns, &j.tmpl)
 		defer rs.abortUnused()
 	}
+	phase("begun")
 	if err := mechanism.Gate(ctx, j, st.Spec, j.cfg.Prober); err != nil {
 		return err
 	}
+	phase("gate")
 	j.cleanup(ctx, st) // leftovers of an init that died by itself
+	phase("cleanup")
 	prev := st.Status
 	st.Status = mechanism.StatusStarting
 	if err := writeState(dir, st); err != nil {
@@ -586,7 +595,9 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 	}
 	st.Status = mechanism.StatusRunning
 	st.Note = ""
-	return writeState(dir, st)
+	err = writeState(dir, st)
+	phase("state")
+	return err
 }
 
 // launchConfig is what the init of st is started with.
@@ -650,6 +661,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	} else if limited {
 		return &mechanism.UnavailableError{Mechanism: "jail", Missing: []mechanism.Report{{Name: mechanism.ResourceLimits, Detail: fmt.Sprintf("no cgroup hierarchy: %v", lerr)}}}
 	}
+	phase("cgroup")
 	if g != nil {
 		st.Cgroup = g.Name
 		defer func() {
@@ -799,6 +811,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		return nil
 	}
 	var built <-chan error
+	phase("command")
 	if born {
 		lc.Entered = true
 		built, err = rs.start(cmd, initHooks{place: place, send: send})
@@ -808,6 +821,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	if err != nil {
 		return fmt.Errorf("start init: %w", err)
 	}
+	phase("cloned")
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -835,6 +849,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		if err := <-built; err != nil {
 			return fmt.Errorf("start the sandbox: %w", err)
 		}
+		phase("built")
 	} else {
 		if err := place(pid); err != nil {
 			return err
@@ -865,6 +880,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 		<-line
 		return ctx.Err()
 	}
+	phase("ready")
 	if msg != "ready" {
 		if msg == "" && cInit {
 			msg = "init exited without a word"
@@ -886,6 +902,7 @@ func (j *Jail) launch(ctx context.Context, dir string, st *state, rs *restricted
 	if err = netw.wait(); err != nil {
 		return err
 	}
+	phase("network")
 	start, _ := procStart(pid)
 	st.InitPid, st.InitStart, st.Socket = pid, start, sock
 	return nil

@@ -123,6 +123,7 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			return
 		}
 		err := buildBeside(ns.mnt, ns.uts, lc, tmpl, r.userns)
+		phase("tree")
 		if r.rootReady != nil {
 			close(r.rootReady) // T's ruleset holds on the root now built
 		}
@@ -138,9 +139,11 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 		if err == nil && st.hooks.place != nil {
 			err = st.hooks.place(st.pid) // before the pivot: host paths
 		}
+		phase("placed")
 		if err == nil {
 			err = finishBeside(st.pid, st.det, lc)
 		}
+		phase("pivoted")
 		if err == nil && st.hooks.send != nil {
 			err = st.hooks.send()
 		}
@@ -167,6 +170,7 @@ func beginRestricted(lc launchConfig, net *netPrep, tmpl *treeTemplate) *restric
 			r.result <- err
 		}()
 		err = r.prepare(lc, ns, func() { nsCh <- ns; ns = nil }, &det)
+		phase("restricted")
 		req := <-r.cmdCh
 		if req == nil {
 			if err == nil {
@@ -412,6 +416,7 @@ func finishBeside(pid int, det *detached, lc launchConfig) error {
 	if err := finishTree(lc, det); err != nil {
 		return err
 	}
+	phase("attached")
 	pidns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -491,9 +496,11 @@ func mountProcFor(pidns int, root string) error {
 	if err := unix.MoveMount(m, "", unix.AT_FDCWD, root+"/proc", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount proc: %w", err)
 	}
+	phase("proc")
 	if err := maskProc(root); err != nil {
 		return err
 	}
+	phase("masked")
 	return pivot(root)
 }
 

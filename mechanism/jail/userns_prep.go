@@ -100,6 +100,7 @@ func userNSFile(cmd *exec.Cmd, rs *restrictedStart, cInit bool) (bool, error) {
 // pipe, then its end) and returns the init's next line ("ready", or its
 // error); an "error: ..." of its own when the maps could not be written.
 func mapUnshared(pid, base int, cfgW *os.File, br *bufio.Reader) string {
+	phase("unshared")
 	m := fmt.Sprintf("0 %d %d\n", base, idRangeSize)
 	var err error
 	for _, f := range []string{"uid_map", "gid_map"} {
@@ -111,6 +112,7 @@ func mapUnshared(pid, base int, cfgW *os.File, br *bufio.Reader) string {
 		_, err = cfgW.Write([]byte{'m'})
 	}
 	cfgW.Close()
+	phase("mapped")
 	if err != nil {
 		return "error: map the sandbox's user namespace: " + err.Error()
 	}
