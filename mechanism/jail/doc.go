@@ -180,8 +180,8 @@
 // /etc/group. The range is claimed in Config.IDMapDir (host-wide,
 // /var/lib/managoat/idmap by default: one file per range naming the
 // sandbox, taken under a lock, taken over when its sandbox is gone, and
-// swept every ten minutes of a process's claims of sandboxes gone without
-// a Destroy),
+// swept at most every ten minutes per host, the last sweep's time kept in
+// the registry, of claims of sandboxes gone without a Destroy),
 // recorded in the sandbox's state (a restart or a new manager adopting
 // it keeps it) and released by Destroy. The workload's uid inside is what
 // it was (1000, or an image's user) and base+uid on the host, which owns

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // claimRange never gives a range that meets a subordinate range of
@@ -98,5 +99,40 @@ func TestSweepRangesRemovesGoneClaims(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(reg, strconv.Itoa(idRangeFirst+idRangeSize))); !os.IsNotExist(err) {
 		t.Errorf("the gone sandbox's claim: %v", err)
+	}
+}
+
+// The sweep's period holds across processes: a new process (its own
+// lastRangeSweep zero) within the period leaves the registry as it is,
+// and sweeps again once the registry's mark is older than the period.
+// Without the mark, each CLI command, a process of its own, read every
+// claim and its sandbox's state.
+func TestSweepRangesOncePerPeriodAcrossProcesses(t *testing.T) {
+	reg, dir := t.TempDir(), t.TempDir()
+	claim := func(i int) string {
+		p := filepath.Join(reg, strconv.Itoa(idRangeFirst+i*idRangeSize))
+		os.WriteFile(p, []byte(filepath.Join(dir, "gone"+strconv.Itoa(i))), 0o600)
+		return p
+	}
+	lastRangeSweep.Store(0)
+	first := claim(0)
+	sweepRanges(reg)
+	if _, err := os.Stat(first); !os.IsNotExist(err) {
+		t.Fatalf("the first sweep left the gone sandbox's claim: %v", err)
+	}
+	second := claim(1)
+	lastRangeSweep.Store(0) // another process
+	sweepRanges(reg)
+	if _, err := os.Stat(second); err != nil {
+		t.Fatalf("a sweep within the period ran again (removed the claim: %v)", err)
+	}
+	old := time.Now().Add(-rangeSweepEvery - time.Minute)
+	if err := os.Chtimes(filepath.Join(reg, sweptName), old, old); err != nil {
+		t.Fatal(err)
+	}
+	lastRangeSweep.Store(0)
+	sweepRanges(reg)
+	if _, err := os.Stat(second); !os.IsNotExist(err) {
+		t.Fatalf("the sweep after the period left the gone sandbox's claim: %v", err)
 	}
 }
