@@ -527,12 +527,6 @@ func (j *Jail) Start(ctx context.Context, id string) error {
 		netns = newNetPrep()
 		defer netns.release()
 	}
-	// The init is placed in its v1 cgroups once cloned: the kernel's
-	// first cgroup move after a quiet spell waits for a grace period,
-	// which starts now, beside the rest of the start (WarmAttach).
-	if l, err := mechanism.CgroupLayout(); err == nil && len(l.V1) > 0 && !j.rootless {
-		go l.WarmAttach()
-	}
 	unlock, err := flock.Lock(ctx, dir)
 	if err != nil {
 		return err

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -456,27 +455,6 @@ func (g *Group) AddProc(pid int) error {
 		}
 	}
 	return nil
-}
-
-// WarmAttach pays ahead, on the calling goroutine, for the next AddProc.
-// Every move of a task between v1 cgroups takes the kernel's global
-// threadgroup lock for writing, and the first such write after a quiet
-// spell waits for an RCU grace period (measured here: 7-21 ms cold,
-// 15-90 µs while warm), so a process that places one sandbox's init
-// (managoat run, a supervisor) paid it on the init's way to ready.
-// WarmAttach moves the calling thread into the v1 cgroup this process is
-// already in, which changes nothing but takes the lock: an AddProc while
-// or shortly after it runs shares its grace period. It does nothing on a
-// tree without v1 hierarchies (CLONE_INTO_CGROUP places without the
-// lock), and its error is not reported: a failed warm-up only leaves the
-// cost where it was.
-func (l *Layout) WarmAttach() {
-	for _, d := range l.V1 { // one suffices: the lock is the kernel's, not the hierarchy's
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		_ = os.WriteFile(filepath.Join(d, "tasks"), []byte(strconv.Itoa(unix.Gettid())), 0)
-		return
-	}
 }
 
 // Verify reads back what is in force: every limit of lim, and that pid is
