@@ -12,6 +12,11 @@ import (
 func fixtures() sandboxtest.Fixtures {
 	fx := sandboxtest.ShellFixtures()
 	fx.SpawnDrop = sandbox.Cmd{Name: spritestest.DropCommand, Args: []string{"partial"}}
+	if (&spritestest.Server{}).EnforcesPolicy() {
+		// As root the fake runs a sprite under a policy without a network
+		// (spritestest's EnforcesPolicy): the suite observes deny-all.
+		fx.Connect = sandboxtest.ShellConnect
+	}
 	return fx
 }
 

@@ -208,6 +208,9 @@ func (s *Server) start(sp *sprite, ss *session, req startReq) {
 	}
 	cmd := exec.Command(req.argv[0], req.argv[1:]...)
 	cmd.Dir = dir
+	if s.isolated(sp) {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	}
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + sp.dir, "USER=sprite", "LANG=C.UTF-8"}, req.env...)
 	fail := func(err error) {
 		ss.append(frameStderr, []byte("spritestest: cannot start "+req.argv[0]+": "+err.Error()+"\n"))
@@ -243,7 +246,10 @@ func (s *Server) start(sp *sprite, ss *session, req startReq) {
 		}()
 		return
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	cmd.Stdout = logWriter{ss, frameStdout}
 	cmd.Stderr = logWriter{ss, frameStderr}
 	cmd.WaitDelay = 500 * time.Millisecond
@@ -656,4 +662,37 @@ func (s *Server) spriteDir(sp *sprite) (string, error) {
 		return "", fmt.Errorf("%w: %v", errNoDir, err)
 	}
 	return d, nil
+}
+
+// EnforcesPolicy reports whether the fake enforces a sprite's network
+// policy on the commands it runs: as root it does, by running them in a
+// network namespace of their own that holds only a loopback that is down,
+// so nothing outside is reached. That is deny-all exactly, and stricter
+// than Sprites for an allow list (the listed domains are refused too):
+// enough for a test that observes what a policy refuses, never one that
+// needs the allowed hosts. Without root the commands share the host's
+// network, whatever the policy.
+func (s *Server) EnforcesPolicy() bool { return os.Geteuid() == 0 }
+
+// isolated reports whether sp's commands get no network: a policy has
+// been applied that is not one allow rule for every domain.
+func (s *Server) isolated(sp *sprite) bool {
+	if !s.EnforcesPolicy() {
+		return false
+	}
+	s.mu.Lock()
+	pol := sp.policy
+	s.mu.Unlock()
+	if pol == nil {
+		return false
+	}
+	var req struct {
+		Rules []struct {
+			Domain, Action, Include string
+		} `json:"rules"`
+	}
+	if json.Unmarshal(pol, &req) != nil {
+		return true
+	}
+	return !(len(req.Rules) == 1 && req.Rules[0].Domain == "*" && req.Rules[0].Action == "allow")
 }

@@ -8,7 +8,8 @@
 //	p, _ := sprites.New(sprites.Config{Token: srv.Token, BaseURL: srv.URL})
 //
 // Commands run as real processes on this machine (the fake is not a
-// sandbox): argv is executed directly, with its working directory in the
+// sandbox; as root, a sprite under a network policy runs them without a
+// network: see EnforcesPolicy): argv is executed directly, with its working directory in the
 // sprite's own temporary directory unless the request names an existing
 // absolute directory. A session's id is its process's PID, so it is
 // listed only once the process has started, which is after the exec
