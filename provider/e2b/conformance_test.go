@@ -31,6 +31,9 @@ func conformance(t *testing.T, gen e2btest.Generation) {
 	e.srv.Inject(e2btest.Fault{Plane: e2btest.Envd, Path: "/process.Process/Start", Match: "kill -KILL 0", NoEnd: true, Times: -1})
 	fx := sandboxtest.ShellFixtures()
 	fx.SpawnDrop = dropCmd
+	if e.srv.EnforcesNetwork() {
+		fx.Connect = sandboxtest.ShellConnect // the fake's processes get no network under a denyOut
+	}
 	sandboxtest.Run(t, e.p, fx,
 		sandboxtest.WithTimeout(5*time.Second),
 		// E2B journals only detachable spawns, and attach needs a journal.

@@ -504,6 +504,9 @@ func (s *Server) spawn(sb *sbx, cfg procConfig, tag *string, withStdin bool, pt 
 	}
 	cmd := exec.Command(cfg.Cmd, cfg.Args...)
 	cmd.Dir = sb.home
+	s.mu.Lock()
+	isolated := s.EnforcesNetwork() && sb.network != nil && len(sb.network.DenyOut) > 0
+	s.mu.Unlock()
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cmd.Dir = sb.mapPath(*cfg.Cwd)
 	}
@@ -537,11 +540,11 @@ func (s *Server) spawn(sb *sbx, cfg procConfig, tag *string, withStdin bool, pt 
 		}
 		tty = t
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Cloneflags: netFlags(isolated)}
 		p.ptmx, p.stdin = ptmx, ptmx
 		outs = []io.Reader{ptmx}
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: netFlags(isolated)}
 		var err error
 		if withStdin {
 			if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -903,4 +906,21 @@ func olderThan(v string, maj, min, patch int) bool {
 		}
 	}
 	return false
+}
+
+// EnforcesNetwork reports whether the fake enforces a sandbox's network
+// configuration on the processes it starts: as root it does, by starting
+// them in a network namespace of their own (only a loopback that is down)
+// once the sandbox has a denyOut. That is a denyOut of 0.0.0.0/0 exactly,
+// and stricter than E2B for an allowOut (those hosts are refused too):
+// enough for a test that observes what a configuration refuses, never one
+// that needs the allowed hosts. Without root processes share the host's
+// network, whatever the configuration.
+func (s *Server) EnforcesNetwork() bool { return os.Geteuid() == 0 }
+
+func netFlags(isolated bool) uintptr {
+	if isolated {
+		return syscall.CLONE_NEWNET
+	}
+	return 0
 }
