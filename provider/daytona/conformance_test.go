@@ -38,6 +38,9 @@ func fixtures() sandboxtest.Fixtures {
 	// Kill the whole process group, shim included: the command never
 	// reports an exit, and the shim's sentinel never appears.
 	fx.SpawnDrop = sandbox.Cmd{Name: "sh", Args: []string{"-c", "echo partial; kill -9 0"}}
+	if (&daytonatest.Server{}).EnforcesEgress() {
+		fx.Connect = sandboxtest.ShellConnect // the fake runs a closed sandbox's commands without a network
+	}
 	return fx
 }
 

@@ -1036,6 +1036,31 @@ func (s *Server) Egress(name string) string {
 	return "open"
 }
 
+// EnforcesEgress reports whether the fake enforces a sandbox's egress on
+// the commands it runs: as root it does, by running them in a network
+// namespace of their own (only a loopback that is down) whenever Egress
+// is not "open". That is networkBlockAll exactly, and stricter than
+// Daytona for a CIDR or domain list (those hosts are refused too): enough
+// for a test that observes what a policy refuses, never one that needs
+// the allowed hosts. Without root commands share the host's network,
+// whatever the policy.
+func (s *Server) EnforcesEgress() bool { return os.Geteuid() == 0 }
+
+// netFlags is the clone flags of a command of sb: a network namespace of
+// its own where EnforcesEgress and sb's egress is not open.
+func (s *Server) netFlags(sb *Sandbox) uintptr {
+	if !s.EnforcesEgress() {
+		return 0
+	}
+	s.mu.Lock()
+	closed := sb.NetworkBlockAll || sb.NetworkAllowList != "" || (s.EnforceDomains && sb.DomainAllowList != "")
+	s.mu.Unlock()
+	if closed {
+		return syscall.CLONE_NEWNET
+	}
+	return 0
+}
+
 // killLocked kills every process group of sb; s.mu held.
 func (s *Server) killLocked(sb *Sandbox) {
 	for c := range sb.procs {
@@ -1201,7 +1226,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 	c.Env = sb.environ(req.Env)
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: s.netFlags(sb)}
 	c.WaitDelay = 2 * time.Second
 	if err := c.Start(); err != nil {
 		writeJSON(w, http.StatusOK, map[string]any{"exitCode": -1, "result": err.Error()})
@@ -1435,7 +1460,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, sb *Sandbox
 	c.Dir = filepath.Join(sb.dir, "home")
 	c.Env = sb.environ(nil)
 	c.Stdout, c.Stderr = journalWriter{cmd, 0}, journalWriter{cmd, 1}
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: s.netFlags(sb)}
 	c.WaitDelay = 2 * time.Second
 	// The wrapper's stdin: a sync command sees EOF at once; an async one a
 	// FIFO held open by a loop of sleeps until the command ends
