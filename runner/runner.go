@@ -291,6 +291,11 @@ func extraCaps(p sandbox.Provider) []string {
 	if _, ok := p.(sandbox.CommandSignaler); ok {
 		out = append(out, wire.CapSignal)
 	}
+	_, fr := p.(sandbox.FileReader)
+	_, fo := p.(sandbox.FileOpener)
+	if fr || fo {
+		out = append(out, wire.CapReadFile)
+	}
 	if _, ok := p.(sandbox.SessionTerminator); ok && caps.Has(sandbox.CapTerminateSession) {
 		out = append(out, string(sandbox.CapTerminateSession))
 		if caps.Has(sandbox.CapForceTerminateSession) {

@@ -344,6 +344,8 @@ func (c *Conn) accepts(req *wire.Request) error {
 		need = string(sandbox.CapForceTerminateSession)
 	case req.Op == wire.OpSignal:
 		need = wire.CapSignal
+	case req.Op == wire.OpReadFile:
+		need = wire.CapReadFile
 	}
 	if need != "" && !c.info.HasCap(need) {
 		return fmt.Errorf("runner %s (%s) does not report %s, which %s needs: %w", c.info.Name, c.info.ID, need, req.Op, sandbox.ErrNotSupported)

@@ -315,7 +315,9 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, path string
 }
 
 // ReadFile reads the file at path in the sandbox, through the runner
-// (read_file); a runner that predates the op answers not_supported.
+// (read_file). A runner that does not report read_file (Fountain's
+// daemon) is not_supported without a frame sent (Conn.accepts); see
+// Advertised for a provider that claims FileReader only where it works.
 func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, path string) ([]byte, error) {
 	res, err := p.op(ctx, h, &wire.Request{Op: wire.OpReadFile, Path: path})
 	if err != nil {

@@ -222,6 +222,13 @@ const CapDiskLimit = "create_disk_limit"
 // not_supported itself.
 const CapSignal = "signal"
 
+// CapReadFile is the capability a daemon reports when it serves
+// OpReadFile (its provider reads files: sandbox.FileReader or
+// sandbox.FileOpener). Fountain's daemon has no read_file and reports
+// no caps, so a platform claims file reads (sandbox.FileReader) only for
+// a runner that reports it, and answers not_supported itself otherwise.
+const CapReadFile = "read_file"
+
 // Limits are a create's resource limits (sandbox.Limits); zero is unset.
 type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
