@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,36 +215,6 @@ func TestPlatformSurfacesAgree(t *testing.T) {
 	t.Cleanup(func() { managoatEnv(t, as, "rm", "-f", "a", "b") })
 	if _, e, code := managoatEnv(t, as, "exec", "a", "--", "sh", "-c", "echo one > f"); code != 0 {
 		t.Fatalf("exec: %s", e)
-	}
-	// The files API reaches /tmp as cp and exec do (a tmpfs the host
-	// does not see): a PUT is read back by a command, a command's file by a GET.
-	filesURL := "http://" + addr + "/v1/sandboxes/a/files?path="
-	authed := func(method, u string, body io.Reader) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, u, body)
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(key))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := authed("PUT", filesURL+"/tmp/put/x", strings.NewReader("put through the API\n")); code != http.StatusNoContent {
-		t.Errorf("PUT /tmp/put/x: %d %s", code, body)
-	}
-	if out, e, code := managoatEnv(t, as, "exec", "a", "--", "cat", "/tmp/put/x"); code != 0 || out != "put through the API\n" {
-		t.Errorf("the API's /tmp write seen by exec: exit %d %q %s", code, out, e)
-	}
-	if _, e, code := managoatEnv(t, as, "exec", "a", "--", "sh", "-c", "echo made by exec > /tmp/y"); code != 0 {
-		t.Fatalf("exec: %s", e)
-	}
-	if code, body := authed("GET", filesURL+"/tmp/y", nil); code != http.StatusOK || body != "made by exec\n" {
-		t.Errorf("GET /tmp/y: %d %q, want what exec wrote", code, body)
-	}
-	if code, body := authed("GET", filesURL+"/tmp/none", nil); code != http.StatusNotFound {
-		t.Errorf("GET /tmp/none: %d %s, want 404", code, body)
 	}
 	id, e, code := managoatEnv(t, as, "checkpoint", "create", "a")
 	if code != 0 || !strings.HasPrefix(id, "cp-") {

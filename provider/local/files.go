@@ -73,9 +73,7 @@ func fileErr(err error) error {
 }
 
 // WriteFile writes data at path inside the sandbox's home, creating parent
-// directories. An absolute path outside the home (/tmp, the image's
-// tree) is written by a command in the sandbox, as its user, as cp does
-// (files_sandbox.go). It replaces the file (a new file renamed over the old one),
+// directories. It replaces the file (a new file renamed over the old one),
 // so it never writes through a hard link, and a reader sees the old data
 // or the new, never half. A path outside the home, one that escapes it
 // through "../" or a symlink, or one where something other than a regular
@@ -95,9 +93,6 @@ func (p *Provider) WriteFileFrom(ctx context.Context, h *sandbox.Handle, name st
 	}
 	rel, err := homeRel(name)
 	if err != nil {
-		if abs, ok := outsideHome(name); ok { // files_sandbox.go
-			return p.writeInSandbox(ctx, h, abs, src, opts)
-		}
 		return err
 	}
 	if rel == "." {
@@ -198,8 +193,7 @@ func (r readerOnly) Read(b []byte) (int, error) {
 // it through OpenFile (a stream), HostPath, or a command, instead.
 const MaxReadFile = 1 << 30
 
-// ReadFile reads a regular file inside the sandbox's home (an absolute
-// path outside it through a command in the sandbox, as WriteFile); escapes, and
+// ReadFile reads a regular file inside the sandbox's home; escapes, and
 // anything but a regular file, are Invalid, a missing file ErrNotFound.
 // The result holds the file, so a file over MaxReadFile is refused before
 // a byte is read; OpenFile streams one of any size.
@@ -232,9 +226,6 @@ func (p *Provider) OpenFile(ctx context.Context, h *sandbox.Handle, name string)
 	}
 	rel, err := homeRel(name)
 	if err != nil {
-		if abs, ok := outsideHome(name); ok { // files_sandbox.go
-			return p.openInSandbox(ctx, h, abs)
-		}
 		return nil, 0, err
 	}
 	if err := r.refuseMounted(rel); err != nil { // mounts.go
