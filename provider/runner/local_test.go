@@ -517,7 +517,7 @@ func TestLargeWriteFileOverWire(t *testing.T) {
 
 // TestReadFileOverWire: the runner provider reads a sandbox's file
 // through the daemon (read_file), byte for byte; a missing one is
-// not_found.
+// not_found, a path outside the home invalid.
 func TestReadFileOverWire(t *testing.T) {
 	rp, name := localOverWire(t, "trusted")
 	ctx := context.Background()
@@ -535,8 +535,10 @@ func TestReadFileOverWire(t *testing.T) {
 	if _, err := rp.ReadFile(ctx, h, "/home/sprite/none"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("ReadFile of a missing file = %v, want not found", err)
 	}
-	// (A path outside the home is no longer invalid: provider/local
-	// reads it through a shell in the sandbox since d32975b.)
+	var inv *sandbox.InvalidError
+	if _, err := rp.ReadFile(ctx, h, "/etc/passwd"); !errors.As(err, &inv) {
+		t.Fatalf("ReadFile outside the home = %v, want invalid", err)
+	}
 }
 
 // TestExtensionsCheckedOnTheCarryingConnection: a request with limits, a
