@@ -144,6 +144,7 @@ type sprite struct {
 	created     time.Time
 	dir         string
 	policy      json.RawMessage
+	closed      bool // policy is set and is not one allow rule for every domain
 	sessions    map[string]*session
 	checkpoints []*checkpoint
 	nextCP      int
@@ -629,8 +630,10 @@ func (s *Server) setPolicy(w http.ResponseWriter, sp *sprite, body []byte) {
 			return
 		}
 	}
+	open := len(*req.Rules) == 1 && (*req.Rules)[0].Domain == "*" && (*req.Rules)[0].Action == "allow"
 	s.mu.Lock()
 	sp.policy = append(json.RawMessage(nil), body...)
+	sp.closed = !open
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
