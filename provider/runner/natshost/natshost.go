@@ -714,7 +714,10 @@ func (h *Host) owner(ctx context.Context, id string) (entry, error) {
 	h.mu.Lock()
 	e, ok := h.cache[h.key(id)]
 	h.mu.Unlock()
-	if ok && (e.Stamp.IsZero() || time.Since(e.Stamp) < h.cfg.TTL) {
+	// A cached entry naming this replica, whose socket is not here, is
+	// one the watcher has not caught up on (a replayed claim the holder
+	// has since written back over): the bucket decides.
+	if ok && e.Replica != h.cfg.Replica && (e.Stamp.IsZero() || time.Since(e.Stamp) < h.cfg.TTL) {
 		return e, nil
 	}
 	kve, err := h.kv.Get(ctx, h.key(id))
