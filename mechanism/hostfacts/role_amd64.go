@@ -42,6 +42,16 @@ func runRole(spec string) {
 			os.Exit(2)
 		}
 	}
+	// Without IA32 emulation int $0x80 is a general-protection fault: the
+	// kernel sends SIGSEGV, which Go's handler turns into a crash (exit 2,
+	// a goroutine dump), not the signal the parent reads. The default
+	// action, set here with the raw system call (os/signal cannot reset a
+	// synchronous signal), ends the child by SIGSEGV itself.
+	var dfl struct{ handler, flags, restorer, mask uint64 } // the kernel's sigaction: SIG_DFL, no flags
+	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGSEGV), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0); e != 0 {
+		fmt.Println("rt_sigaction:", e)
+		os.Exit(2)
+	}
 	r := int32(uint32(compat.Syscall32(uintptr(nr), uintptr(a1), uintptr(a2), uintptr(a3))))
 	fmt.Printf("returned %d\n", r)
 	os.Exit(0)
