@@ -136,7 +136,12 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 		t.Fatalf("create on the runner: %s", e)
 	}
 	name = strings.TrimSpace(name)
-	defer managoatEnv(t, renv, "--provider", "runner", "rm", "-f", name)
+	removed := false
+	defer func() { // on a failure before the rm below, while serve is up
+		if !removed {
+			managoatEnv(t, renv, "--provider", "runner", "rm", "-f", name)
+		}
+	}()
 	src := filepath.Join(t.TempDir(), "tree")
 	if err := os.MkdirAll(src+"/sub", 0o755); err != nil {
 		t.Fatal(err)
@@ -165,7 +170,6 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 	if err := bg.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer bg.Wait()
 	sawSupervisor := false
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		entries, _ := os.ReadDir("/proc")
@@ -191,7 +195,20 @@ func TestServeRunnerRoundTrip(t *testing.T) {
 	if _, e, code := managoatEnv(t, env[len(os.Environ()):], "runner", "--url", "http://"+addr, "--name", "impostor"); code == 0 || !strings.Contains(e, "refused") {
 		t.Errorf("a runner with the client token: exit %d: %s", code, e)
 	}
+	// The sandboxes go while serve and the runner are up (after cancel,
+	// an rm could not reach them, and a teardown left running raced the
+	// removal of the test's directory).
+	if err := bg.Wait(); err != nil {
+		t.Errorf("run -- sleep 3 on the runner: %v", err)
+	}
+	if _, e, code := managoatEnv(t, renv, "--provider", "runner", "rm", "-f", name); code != 0 {
+		t.Errorf("rm on the runner: %s", e)
+	}
+	removed = true
 	cancel()
+	_ = rn.Wait()
+	_ = serve.Wait()
+	waitNoProcessUnder(t, home, 15*time.Second)
 	logMu.Lock()
 	defer logMu.Unlock()
 	if strings.Contains(logs.String(), "pw-e2e-secret") || strings.Contains(logs.String(), "tok-e2e") {
@@ -331,5 +348,31 @@ func TestLsWideShowsLimits(t *testing.T) {
 	if !strings.Contains(out, "MEMORY") || !regexp.MustCompile(`(?m)^capped\s+running\s+-\s+100M\s+50\s+-\s+\S+\s+30s\s+local\s+jail\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+-\s+-$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^plain\s+running\s+-\s+\d+M\s+1024\s+-\s+\S+\s+-\s+local\s+jail\s`).MatchString(out) {
 		t.Fatalf("ls -o wide:\n%s", out)
+	}
+}
+
+// waitNoProcessUnder waits until no process's command line names dir (a
+// supervisor, a sandbox's init) and fails the test naming those left.
+func waitNoProcessUnder(t *testing.T, dir string, limit time.Duration) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(limit); ; time.Sleep(100 * time.Millisecond) {
+		left = left[:0]
+		entries, _ := os.ReadDir("/proc")
+		for _, en := range entries {
+			if _, err := strconv.Atoi(en.Name()); err != nil {
+				continue
+			}
+			if b, err := os.ReadFile("/proc/" + en.Name() + "/cmdline"); err == nil && strings.Contains(string(b), dir) {
+				left = append(left, en.Name()+" "+strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes left under %s after %v: %q", dir, limit, left)
+			return
+		}
 	}
 }
