@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -111,11 +112,18 @@ func (w *Writer) writeHead(head int64) error {
 			return err
 		}
 		w.headf = f
+		if err := syncDir(filepath.Dir(f.Name())); err != nil {
+			return err
+		}
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(head))
-	_, err := w.headf.WriteAt(b[:], 0)
-	return err
+	if _, err := w.headf.WriteAt(b[:], 0); err != nil {
+		return err
+	}
+	// Durable before the hole is punched: after a crash no hole lies
+	// past the head the disk holds (a reader would read its zeros).
+	return fdatasync(w.headf)
 }
 
 // loadHead reads the head of the journal at path (0 without a head file).
@@ -173,3 +181,13 @@ func (r *Reader) behind() bool {
 // Skipped is how many bytes of the journal the reader jumped over because
 // the writer's cap had dropped them before the reader got there.
 func (r *Reader) Skipped() int64 { return r.skipped }
+
+// syncDir makes dir's entries (a file created or renamed in it) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -30,6 +30,18 @@
 // reader takes it (sandbox.Stream.WaitRoom), and every layer above (the
 // runner daemon, the platform's API, the Go client) passes that on.
 //
+// Durability (a host crash, not just a kill): every state file (a
+// session's meta.json and exit mark, the suspended marker, the retention
+// and pruned marks) is written to a temporary file, synced, renamed over
+// the old and its directory synced (writeFileAtomic), so after a crash it
+// is the old content or the new, never torn or empty; a session's
+// directory is synced into sessions/ when it starts. A session's journal
+// is synced after its exit record and before its exit mark, at a suspend
+// (a checkpoint), and, for the sessions a killed supervisor left, by its
+// successor before it marks them lost: not per record (journal's package
+// doc says what that costs). TestStateSurvivesCrash proves it on an ext4
+// image shut down without a flush, as a power cut leaves it.
+//
 // Liveness is the kernel's: a supervisor holds an exclusive flock on
 // sup.lock and listens on sup.sock; a refused connection means none runs.
 // A new supervisor kills the processes its dead predecessor left (matched

@@ -333,12 +333,21 @@ func (s *server) run(sess *session, outR, errR, outW, errW *os.File) {
 		}
 		_, _ = sess.w.Append(k, []byte(LimitMessage(limit.Limit, limit.Evidence)))
 	}
-	if lost {
-		_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte("lost")) // ended: nothing to reap
-	} else {
+	// The exit mark is written only once the journal is on the disk
+	// (journal's package doc, Durability): after a crash of the host a
+	// session marked exited has its whole journal, exit record included.
+	// Followers are told of the exit record first, so the sync costs
+	// them nothing.
+	mark := "lost" // ended: nothing to reap
+	if !lost {
 		_, _ = sess.w.AppendExit(code, sig)
-		_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(strconv.Itoa(code)))
+		sess.notify()
+		mark = strconv.Itoa(code)
 	}
+	if err := sess.w.Sync(); err != nil && s.log != nil {
+		s.log.Warn("session journal not synced", "id", sess.id, "err", err)
+	}
+	_ = writeFileAtomic(filepath.Join(sess.dir, exitName), []byte(mark))
 	sess.w.Close()
 	sess.mu.Lock()
 	sess.done = true

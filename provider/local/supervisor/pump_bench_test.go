@@ -69,3 +69,47 @@ func BenchmarkPump(b *testing.B) {
 	b.ReportMetric(mb(tc), "copy-MB/s")
 	b.ReportMetric(mb(ts)/mb(tp), "ratio")
 }
+
+// BenchmarkSessionEndSync: what the sync at a session's end (journal's
+// package doc, Durability) costs a 256 MiB session: the pipe-to-journal
+// pump with and without the Sync after it, in the same run.
+func BenchmarkSessionEndSync(b *testing.B) {
+	const size = 256 << 20
+	session := func(b *testing.B, sync bool) time.Duration {
+		r, w, _ := os.Pipe()
+		_, _ = unix.FcntlInt(r.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+		cmd := exec.Command("head", "-c", strconv.Itoa(size), "/dev/urandom")
+		cmd.Stdout = w
+		jw, err := journal.Create(filepath.Join(b.TempDir(), "j"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+		pump(&session{w: jw, changed: make(chan struct{})}, r, journal.KindStdout, 1<<20)
+		cmd.Wait()
+		r.Close()
+		if _, err := jw.AppendExit(0, 0); err != nil {
+			b.Fatal(err)
+		}
+		if sync {
+			if err := jw.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d := time.Since(start)
+		jw.Close()
+		return d
+	}
+	var plain, synced time.Duration
+	for i := 0; i < b.N; i++ {
+		plain += session(b, false)
+		synced += session(b, true)
+	}
+	b.ReportMetric(float64(plain.Milliseconds())/float64(b.N), "nosync-ms")
+	b.ReportMetric(float64(synced.Milliseconds())/float64(b.N), "sync-ms")
+	b.ReportMetric(plain.Seconds()/synced.Seconds(), "ratio")
+}

@@ -640,6 +640,11 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 		w.Close()
 		return fail(codeUnavailable, fmt.Errorf("record session %s: %w", id, err))
 	}
+	// The session's directory itself (its entry in sessions/) is durable
+	// too: meta.json's rename synced the directory it is in, not this one.
+	if err := syncDir(filepath.Dir(dir)); err != nil && s.log != nil {
+		s.log.Warn("session directory not synced", "id", id, "err", err)
+	}
 	if req.Budget > 0 {
 		sess.budget = time.AfterFunc(req.Budget, func() {
 			sess.overtime.Store(true)
@@ -839,6 +844,11 @@ const (
 
 func (s *server) suspendLocked(ctx context.Context) response {
 	marker := filepath.Join(s.dir, SuspendedName)
+	// A checkpoint: a suspended sandbox may stay so across a reboot of
+	// its host, so what its sessions journaled so far reaches the disk.
+	for _, se := range s.live() {
+		_ = se.w.Sync()
+	}
 	if f, ok := s.b.(Freezer); ok {
 		if err := writeFileAtomic(marker, []byte(suspendedFrozen)); err != nil {
 			return errResp(codeInternal, "%v", err)
@@ -932,6 +942,10 @@ func (s *server) reapOrphans() {
 			continue
 		}
 		killOrphan(d)
+		// What the killed supervisor journaled is in the page cache
+		// (a kill does not lose it) but maybe not on the disk: sync it
+		// before the mark that says the session is over.
+		_ = journal.SyncFile(filepath.Join(d, journalName))
 		// Ended with no exit status: listed as lost, not running.
 		_ = writeFileAtomic(filepath.Join(d, exitName), []byte("lost"))
 	}
@@ -979,12 +993,45 @@ func startTicks(pid int) uint64 {
 	return n
 }
 
+// writeFileAtomic replaces path with data so that a reader, a later
+// supervisor or a host back from a crash finds the old content or the
+// new, whole, never a torn or empty file: the data goes to path.tmp,
+// which is synced to disk before it is renamed over path, and the
+// directory is synced after, so the rename itself is durable when this
+// returns. One temporary name per path: a writer killed midway leaves at
+// most one path.tmp, which the next write truncates (every state file has
+// one writer at a time: the supervisor's lock, or opMu).
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes dir's entries durable (a file renamed or created in it).
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // ReadSessions lists the sessions recorded under a sandbox directory,

@@ -70,6 +70,7 @@ func (b plainBackend) Stop(context.Context) error                   { return nil
 func (b plainBackend) Destroy(context.Context) error                { return nil }
 
 func TestMain(m *testing.M) {
+	maybeAtomicWriter() // durable_test.go
 	MaybeRun(func(dir string) (Backend, error) { return plainBackend{dir}, nil })
 	testenv.Enclose()
 	goleak.VerifyTestMain(m)
