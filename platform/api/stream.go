@@ -44,7 +44,9 @@ func (s *Server) streamSlot(accountID string) (release func(), ok bool) {
 // text message is a StreamStart (spawn or attach); the server answers
 // started (with the session id) or error, then sends the command's output
 // as binary messages (a tag byte, then the bytes), and one exit or error
-// text message, and closes. The client sends stdin, stdin_close,
+// text message, and closes. An attach's offset (StreamStart.Offset)
+// resumes it: the first offset bytes of the session's output, which the
+// client already has, are skipped as the journal replays them. The client sends stdin, stdin_close,
 // signal (a signal number for the command's process group, as a CLI
 // forwards Ctrl-C) and resize (rows and cols of a tty's window, as a
 // terminal's SIGWINCH) text messages, each acknowledged by id; closing the
@@ -120,11 +122,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 	reg := sandbox.NewRegistry(p)
 	h := handleOf(rec)
 	var cmd *sandbox.Command
-	switch start.Op {
-	case "spawn":
+	switch {
+	case start.Offset < 0:
+		err = badJSON("offset", "offset is a count of output bytes, 0 or more")
+	case start.Offset > 0 && start.Op != "attach":
+		err = badJSON("offset", "offset resumes an attach; a spawn starts at 0")
+	}
+	switch {
+	case err != nil:
+	case start.Op == "spawn":
 		cmd, err = reg.Spawn(ctx, h, sandbox.Cmd{Name: start.Cmd, Args: start.Args}, sandbox.SpawnOptions{
 			Env: withURL(start.Env, rec), Dir: start.Dir, Stdin: start.Stdin, TTY: start.TTY, TTYRows: start.Rows, TTYCols: start.Cols, Detachable: start.Detachable})
-	case "attach":
+	case start.Op == "attach":
 		if err = s.SessionUsable(ctx, rec, start.SessionID); err == nil {
 			cmd, err = reg.Attach(ctx, h, start.SessionID, sandbox.AttachOptions{Stdin: start.Stdin})
 		}
@@ -136,7 +145,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 		return
 	}
 	defer cmd.Stop()
-	if err := s.send(ctx, ws, StreamMsg{Type: MsgStarted, SessionID: cmd.SessionID}); err != nil {
+	if err := s.send(ctx, ws, StreamMsg{Type: MsgStarted, SessionID: cmd.SessionID, Offset: start.Offset}); err != nil {
 		return
 	}
 	// The client's messages: stdin and stdin_close, acknowledged; a
@@ -178,6 +187,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 	}()
 	events := cmd.Events()
 	var held *sandbox.Event // an event read ahead while coalescing
+	// skip is what is left of an attach's offset: output the client
+	// has, dropped as the journal replays it (never held).
+	skip := start.Offset
 	for {
 		var ev sandbox.Event
 		if held != nil {
@@ -196,6 +208,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 		var err error
 		switch ev.Kind {
 		case sandbox.Stdout, sandbox.Stderr:
+			if skip > 0 {
+				if int64(len(ev.Data)) <= skip {
+					skip -= int64(len(ev.Data))
+					continue
+				}
+				ev.Data, skip = ev.Data[skip:], 0
+			}
 			tag := TagStdout
 			if ev.Kind == sandbox.Stderr {
 				tag = TagStderr

@@ -186,6 +186,13 @@ type StreamStart struct {
 	Cols       int      `json:"cols,omitempty"`
 	Detachable bool     `json:"detachable,omitempty"`
 	SessionID  string   `json:"session_id,omitempty"`
+	// Offset is an attach's resume point: the number of output bytes
+	// (stdout and stderr together, in the order the session's journal
+	// replays them) the client already has. The server skips them as it
+	// reads the journal from byte zero, holding none of them, and says so
+	// in started's offset; output past the offset follows as usual. 0
+	// replays everything; a spawn takes none.
+	Offset int64 `json:"offset,omitempty"`
 }
 
 // StreamMsg is every text message of the stream after the start: the
@@ -202,9 +209,12 @@ type StreamMsg struct {
 	Signal    int    `json:"signal,omitempty"`
 	// Rows and Cols are a resize's new window size (a command spawned
 	// with tty; not_supported where the provider cannot resize).
-	Rows  int    `json:"rows,omitempty"`
-	Cols  int    `json:"cols,omitempty"`
-	Error *Error `json:"error,omitempty"`
+	Rows int `json:"rows,omitempty"`
+	Cols int `json:"cols,omitempty"`
+	// Offset, on started, is the attach's offset the server skips (a
+	// server that predates offsets leaves it out, and replays from 0).
+	Offset int64  `json:"offset,omitempty"`
+	Error  *Error `json:"error,omitempty"`
 }
 
 // Stream message types and output tags.
