@@ -73,11 +73,15 @@ func fileErr(err error) error {
 }
 
 // WriteFile writes data at path inside the sandbox's home, creating parent
-// directories. It replaces the file (a new file renamed over the old one),
+// directories. An absolute path outside the home (/tmp, the image's tree)
+// is written from inside the sandbox, as its user, where the mechanism
+// isolates the sandbox's files, and is Invalid where it does not (trusted):
+// files_outside.go. It replaces the file (a new file renamed over the old one),
 // so it never writes through a hard link, and a reader sees the old data
-// or the new, never half. A path outside the home, one that escapes it
-// through "../" or a symlink, or one where something other than a regular
-// file is (a directory, a symlink, a fifo), is Invalid.
+// or the new, never half. A relative path that escapes the home through
+// "../", a path under it that escapes it through a symlink, or one where
+// something other than a regular file is (a directory, a symlink, a fifo),
+// is Invalid.
 func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string, data []byte, opts sandbox.WriteFileOptions) error {
 	return p.WriteFileFrom(ctx, h, name, bytes.NewReader(data), opts)
 }
@@ -87,9 +91,19 @@ func (p *Provider) WriteFile(ctx context.Context, h *sandbox.Handle, name string
 // size; a read error from src (a client gone, a body over its bound)
 // removes the new file, leaves the old one and is returned as it is.
 func (p *Provider) WriteFileFrom(ctx context.Context, h *sandbox.Handle, name string, src io.Reader, opts sandbox.WriteFileOptions) error {
-	r, _, err := p.handle(h)
+	r, dir, err := p.handle(h)
 	if err != nil {
 		return err
+	}
+	if abs, ok := outsideHome(name); ok { // files_outside.go
+		m, err := p.mechFor(r)
+		if err != nil {
+			return mechErr("write_file", err)
+		}
+		if !isolatesFiles(m) {
+			return outsideRefused(abs, m)
+		}
+		return p.writeOutside(ctx, r, dir, m, abs, src, opts)
 	}
 	rel, err := homeRel(name)
 	if err != nil {
@@ -193,7 +207,8 @@ func (r readerOnly) Read(b []byte) (int, error) {
 // it through OpenFile (a stream), HostPath, or a command, instead.
 const MaxReadFile = 1 << 30
 
-// ReadFile reads a regular file inside the sandbox's home; escapes, and
+// ReadFile reads a regular file inside the sandbox's home (an absolute
+// path outside it as WriteFile does: files_outside.go); escapes, and
 // anything but a regular file, are Invalid, a missing file ErrNotFound.
 // The result holds the file, so a file over MaxReadFile is refused before
 // a byte is read; OpenFile streams one of any size.
@@ -220,9 +235,19 @@ func (p *Provider) ReadFile(ctx context.Context, h *sandbox.Handle, name string)
 // Invalid, a missing file ErrNotFound. The reader yields at most size
 // bytes, the file's length when opened, and holds no buffer of its own.
 func (p *Provider) OpenFile(ctx context.Context, h *sandbox.Handle, name string) (io.ReadCloser, int64, error) {
-	r, _, err := p.handle(h)
+	r, dir, err := p.handle(h)
 	if err != nil {
 		return nil, 0, err
+	}
+	if abs, ok := outsideHome(name); ok { // files_outside.go
+		m, err := p.mechFor(r)
+		if err != nil {
+			return nil, 0, mechErr("read_file", err)
+		}
+		if !isolatesFiles(m) {
+			return nil, 0, outsideRefused(abs, m)
+		}
+		return p.openOutside(ctx, r, dir, m, abs)
 	}
 	rel, err := homeRel(name)
 	if err != nil {
