@@ -41,24 +41,31 @@ import (
 // with state runner_offline, and every call on them is 503
 // unavailable{runner_offline} at once; they are as before when it is back.
 
-// fleetUsageTTL is how long a replica's count of what each runner holds
-// is used to order candidates before it is read from the records again.
+// fleetUsageTTL is how long a replica's table of what each runner holds
+// is used to order candidates before it is read from the store's
+// counters again.
 const fleetUsageTTL = 2 * time.Second
 
 // maxPlaceTries bounds the candidates one create tries when races fill
 // them under it.
 const maxPlaceTries = 8
 
-// fleetState is the Server's placement cache.
+// fleetState is the Server's placement cache: per account, a table of
+// what each of its runners holds.
 type fleetState struct {
 	mu    sync.Mutex
 	accts map[string]*acctUsage
 }
 
+// acctUsage is one account's table. It is changed in place under mu:
+// by this replica's placements (noteUsed), by the truth a refused insert
+// learnt, and by a read of the store's counters every fleetUsageTTL (in
+// the background, once at a time).
 type acctUsage struct {
-	at         time.Time
+	mu         sync.Mutex
+	at         time.Time                  // of the last read of the counters
 	used       map[string]runnerprov.Used // by runner id
-	refreshing bool                       // a read is under way (fleetRefresh)
+	refreshing bool
 }
 
 // placeKey carries a create's placement asks from the handler to Create.
@@ -82,7 +89,7 @@ func placementOf(ctx context.Context) Placement {
 
 // countUsed is what the records ask on each runner, by the store's rule
 // (store.Usage): records of the runner provider, parked-by-destroy ones
-// left out.
+// left out. It serves the runners' listing, which reads the records.
 func countUsed(recs []store.Sandbox) map[string]runnerprov.Used {
 	out := map[string]runnerprov.Used{}
 	for _, r := range recs {
@@ -103,31 +110,40 @@ func countUsed(recs []store.Sandbox) map[string]runnerprov.Used {
 	return out
 }
 
-// usedOf is the account's per-runner usage, from the records at most
-// fleetUsageTTL old plus this replica's placements since.
-func (s *Server) usedOf(ctx context.Context, accountID string) (map[string]runnerprov.Used, error) {
+// usageOf is the account's table: read from the store's counters of rs
+// (its online runners) the first time, then as it is, with a read again
+// in the background when it is fleetUsageTTL old.
+func (s *Server) usageOf(ctx context.Context, accountID string, rs []runnerprov.Info) (*acctUsage, error) {
 	s.fleet.mu.Lock()
 	a := s.fleet.accts[accountID]
-	if a != nil && time.Since(a.at) < fleetUsageTTL {
-		s.fleet.mu.Unlock()
-		return a.used, nil
-	}
-	if a != nil {
-		// Old: read again in the background (once at a time), and order
-		// by the old count meanwhile; the store's room check decides.
-		if !a.refreshing && s.fleetRefresh(accountID) {
-			a.refreshing = true
+	s.fleet.mu.Unlock()
+	if a == nil {
+		used, err := s.readUsed(ctx, rs)
+		if err != nil {
+			return nil, err
+		}
+		s.fleet.mu.Lock()
+		if s.fleet.accts == nil {
+			s.fleet.accts = map[string]*acctUsage{}
+		}
+		if a = s.fleet.accts[accountID]; a == nil {
+			a = &acctUsage{at: time.Now(), used: used}
+			s.fleet.accts[accountID] = a
 		}
 		s.fleet.mu.Unlock()
-		return a.used, nil
+		return a, nil
 	}
-	s.fleet.mu.Unlock()
-	return s.readUsed(ctx, accountID)
+	a.mu.Lock()
+	if !a.refreshing && time.Since(a.at) >= fleetUsageTTL && s.fleetRefresh(a, rs) {
+		a.refreshing = true
+	}
+	a.mu.Unlock()
+	return a, nil
 }
 
-// fleetRefresh reads the account's usage again in a goroutine the
-// Server's Close waits for; false when closing. Called under fleet.mu.
-func (s *Server) fleetRefresh(accountID string) bool {
+// fleetRefresh reads the counters of rs again into a in a goroutine the
+// Server's Close waits for; false when closing.
+func (s *Server) fleetRefresh(a *acctUsage, rs []runnerprov.Info) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -138,55 +154,54 @@ func (s *Server) fleetRefresh(accountID string) bool {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.closed, 30*time.Second)
 		defer cancel()
-		if _, err := s.readUsed(ctx, accountID); err != nil {
-			s.fleet.mu.Lock()
-			if a := s.fleet.accts[accountID]; a != nil {
-				a.refreshing = false
-			}
-			s.fleet.mu.Unlock()
+		used, err := s.readUsed(ctx, rs)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.refreshing = false
+		if err == nil {
+			a.used, a.at = used, time.Now()
 		}
 	}()
 	return true
 }
 
-// readUsed reads the account's per-runner usage from its records.
-func (s *Server) readUsed(ctx context.Context, accountID string) (map[string]runnerprov.Used, error) {
-	recs, err := s.cfg.Store.ListSandboxes(ctx, accountID)
+// readUsed reads what each of rs holds from the store's counters (one
+// query, one row a runner: never the records).
+func (s *Server) readUsed(ctx context.Context, rs []runnerprov.Info) (map[string]runnerprov.Used, error) {
+	prefixes := make([]string, 0, len(rs))
+	ids := make(map[string]string, len(rs))
+	for _, r := range rs {
+		p, err := runnerprov.NamesPrefix(r.ID)
+		if err != nil {
+			continue
+		}
+		prefixes = append(prefixes, p)
+		ids[p] = r.ID
+	}
+	got, err := s.cfg.Store.Usages(ctx, runnerprov.Name, prefixes)
 	if err != nil {
 		return nil, err
 	}
-	used := countUsed(recs)
-	s.fleet.mu.Lock()
-	defer s.fleet.mu.Unlock()
-	if s.fleet.accts == nil {
-		s.fleet.accts = map[string]*acctUsage{}
+	used := make(map[string]runnerprov.Used, len(got))
+	for p, u := range got {
+		used[ids[p]] = runnerprov.Used(u)
 	}
-	s.fleet.accts[accountID] = &acctUsage{at: time.Now(), used: used}
 	return used, nil
 }
 
 // noteUsed sets (truth) or adds to (a placement) what a runner holds in
-// the account's cache; the map is copied, so a reader's snapshot holds.
-func (s *Server) noteUsed(accountID, runnerID string, u runnerprov.Used, add bool) {
-	s.fleet.mu.Lock()
-	defer s.fleet.mu.Unlock()
-	a := s.fleet.accts[accountID]
-	if a == nil {
-		return
-	}
-	next := make(map[string]runnerprov.Used, len(a.used)+1)
-	for k, v := range a.used {
-		next[k] = v
-	}
+// the account's table.
+func (a *acctUsage) noteUsed(runnerID string, u runnerprov.Used, add bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if add {
-		o := next[runnerID]
+		o := a.used[runnerID]
 		u.MemoryBytes += o.MemoryBytes
 		u.CPUMillis += o.CPUMillis
 		u.DiskBytes += o.DiskBytes
 		u.Sandboxes += o.Sandboxes
 	}
-	next[runnerID] = u
-	s.fleet.accts[accountID] = &acctUsage{at: a.at, used: next, refreshing: a.refreshing}
+	a.used[runnerID] = u
 }
 
 // schedulesOf are the account's runner schedules by runner id.
@@ -248,26 +263,34 @@ func (s *Server) place(ctx context.Context, rec store.Sandbox, rp *runnerprov.Pr
 	if err != nil {
 		return rec, err
 	}
-	used, err := s.usedOf(ctx, rec.AccountID)
+	rs, err := rp.Runners(ctx)
 	if err != nil {
 		return rec, err
 	}
-	req := runnerprov.PlaceRequest{Limits: rec.Limits, Selector: pl.Selector,
-		Schedule: func(id string) string { return scheds[id].State },
-		Labels:   func(id string) map[string]string { return scheds[id].Labels },
-		Used:     func(id string) runnerprov.Used { return used[id] }}
+	if len(rs) == 0 {
+		return rec, sandbox.Unavailable("no_runner_online", nil)
+	}
+	tab, err := s.usageOf(ctx, rec.AccountID, rs)
+	if err != nil {
+		return rec, err
+	}
+	req := runnerprov.PlaceRequest{Limits: rec.Limits, Selector: pl.Selector, Limit: maxPlaceTries,
+		Used: func(id string) runnerprov.Used { return tab.used[id] }}
+	if len(scheds) > 0 {
+		req.Schedule = func(id string) string { return scheds[id].State }
+		req.Labels = func(id string) map[string]string { return scheds[id].Labels }
+	}
 	if pl.PreferLast {
 		req.Prefer = s.lastRunner(ctx, rec.AccountID)
 	}
-	cs, err := rp.Place(ctx, req)
+	tab.mu.Lock() // Used reads the table
+	cs, err := runnerprov.PlaceOnline(rs, req)
+	tab.mu.Unlock()
 	if err != nil {
 		return rec, placeErr(err)
 	}
 	var miss []runnerprov.RunnerMiss
-	for i, c := range cs {
-		if i == maxPlaceTries {
-			break
-		}
+	for _, c := range cs {
 		prefix, err := runnerprov.NamesPrefix(c.Info.ID)
 		if err != nil {
 			return rec, err
@@ -278,18 +301,18 @@ func (s *Server) place(ctx context.Context, rec store.Sandbox, rp *runnerprov.Pr
 		err = insert(ctx, rec, roomOf(c.Info, prefix))
 		var nr *store.NoRoomError
 		if errors.As(err, &nr) {
-			// Filled under us (another replica, or this cache is old):
+			// Filled under us (another replica, or this table is old):
 			// learn the truth and try the next.
 			miss = append(miss, runnerprov.RunnerMiss{Runner: c.Info.Name, ID: c.Info.ID, Why: nr.Error()})
 			if u, uerr := s.cfg.Store.UsageOf(ctx, runnerprov.Name, prefix); uerr == nil {
-				s.noteUsed(rec.AccountID, c.Info.ID, runnerprov.Used(u), false)
+				tab.noteUsed(c.Info.ID, runnerprov.Used(u), false)
 			}
 			continue
 		}
 		if err != nil {
 			return rec, err
 		}
-		s.noteUsed(rec.AccountID, c.Info.ID, runnerprov.Used{MemoryBytes: rec.Limits.MemoryBytes, CPUMillis: int64(rec.Limits.CPUMillis),
+		tab.noteUsed(c.Info.ID, runnerprov.Used{MemoryBytes: rec.Limits.MemoryBytes, CPUMillis: int64(rec.Limits.CPUMillis),
 			DiskBytes: rec.Limits.DiskBytes, Sandboxes: 1}, true)
 		return rec, nil
 	}
@@ -302,16 +325,27 @@ func (s *Server) place(ctx context.Context, rec store.Sandbox, rp *runnerprov.Pr
 func (s *Server) insertPlaced(ctx context.Context, rec store.Sandbox, rp *runnerprov.Provider) (store.Sandbox, error) {
 	return s.place(ctx, rec, rp, func(ctx context.Context, rec store.Sandbox, room store.Room) error {
 		defer s.lock(rec.AccountID, "")() // "" is no sandbox's name
-		recs, err := s.cfg.Store.ListSandboxes(ctx, rec.AccountID)
-		if err != nil {
+		if err := s.underQuota(ctx, rec.AccountID); err != nil {
 			return err
-		}
-		if len(recs) >= s.cfg.MaxSandboxesPerAccount {
-			return &apiError{http.StatusForbidden, &Error{Kind: "denied", Reason: "resource_exhausted",
-				Message: fmt.Sprintf("resource_exhausted: the account holds %d sandboxes, the most it may (serve --sandboxes-per-account); destroy one first", len(recs))}}
 		}
 		return s.cfg.Store.InsertSandboxWithin(ctx, rec, room)
 	})
+}
+
+// underQuota refuses a create of one more sandbox than the account may
+// hold (MaxSandboxesPerAccount): 403 denied{resource_exhausted}. It counts
+// the account's records (store.CountSandboxes), never lists them; the
+// caller holds the account's lock.
+func (s *Server) underQuota(ctx context.Context, accountID string) error {
+	n, err := s.cfg.Store.CountSandboxes(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	if n >= s.cfg.MaxSandboxesPerAccount {
+		return &apiError{http.StatusForbidden, &Error{Kind: "denied", Reason: "resource_exhausted",
+			Message: fmt.Sprintf("resource_exhausted: the account holds %d sandboxes, the most it may (serve --sandboxes-per-account); destroy one first", n)}}
+	}
+	return nil
 }
 
 // RunnerView is one runner of GET /v1/runners: its Info (labels and

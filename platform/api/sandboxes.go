@@ -468,13 +468,9 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 // a time.
 func (s *Server) insertCounted(ctx context.Context, rec store.Sandbox) error {
 	defer s.lock(rec.AccountID, "")() // "" is no sandbox's name
-	recs, err := s.cfg.Store.ListSandboxes(ctx, rec.AccountID)
-	if err != nil {
+	// underQuota (fleet.go) counts the records, never lists them.
+	if err := s.underQuota(ctx, rec.AccountID); err != nil {
 		return err
-	}
-	if len(recs) >= s.cfg.MaxSandboxesPerAccount {
-		return &apiError{http.StatusForbidden, &Error{Kind: "denied", Reason: "resource_exhausted",
-			Message: fmt.Sprintf("resource_exhausted: the account holds %d sandboxes, the most it may (serve --sandboxes-per-account); destroy one first", len(recs))}}
 	}
 	return s.cfg.Store.InsertSandbox(ctx, rec)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -29,8 +30,8 @@ type RunnerSchedule struct {
 
 // Room bounds what a runner may hold: an insert through
 // InsertSandboxWithin is refused when the records already on the runner
-// (those of Provider whose ProviderName starts with Prefix) and the new
-// one together pass a bound. Zero is no bound.
+// (those of Provider whose UsageKey is Prefix: runner-<id>-<suffix> for
+// runner-<id>-) and the new one together pass a bound. Zero is no bound.
 type Room struct {
 	Provider    string
 	Prefix      string
@@ -38,6 +39,18 @@ type Room struct {
 	CPUMillis   int64
 	DiskBytes   int64
 	Sandboxes   int64
+}
+
+// UsageKeyChars are the bytes UsageKey trims from the end of a name.
+const UsageKeyChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._"
+
+// UsageKey is the prefix a record's provider name is counted under: the
+// name up to and including its last '-' (any byte not in UsageKeyChars),
+// "" (not counted) when it has none. The stores keep a counter per
+// provider and key, updated with every write of a record in the same
+// transaction (triggers), so what a runner holds is one row to read.
+func UsageKey(providerName string) string {
+	return strings.TrimRight(providerName, UsageKeyChars)
 }
 
 // Usage is what the records on one runner ask together. A record parked
@@ -86,27 +99,24 @@ func (r Room) Fits(u Usage, s Sandbox) error {
 	return nil
 }
 
-// PrefixEnd is the least string greater than every string with prefix p
-// (p non-empty, its last byte below 0xff): the records of a prefix are
-// the range [p, PrefixEnd(p)), which the (provider, provider_name) index
-// serves.
-func PrefixEnd(p string) string {
-	if p == "" || p[len(p)-1] == 0xff {
-		return "\xff"
-	}
-	return p[:len(p)-1] + string(rune(p[len(p)-1]+1))
-}
-
 // Placer is the part of Store that placement on runners uses.
 type Placer interface {
 	// InsertSandboxWithin inserts s as InsertSandbox does, only when the
-	// records within r (and s) fit r's bounds, else a *NoRoomError. The
-	// count and the insert are one transaction under a lock of the
-	// prefix, so two inserts on one runner, from any replica, never pass
-	// a bound together.
+	// records within r (and s) fit r's bounds, else a *NoRoomError; s's
+	// UsageKey must be r.Prefix. The read of the room's counter and the
+	// insert are one transaction under a lock of the prefix, so two
+	// inserts on one runner, from any replica, never pass a bound
+	// together.
 	InsertSandboxWithin(ctx context.Context, s Sandbox, r Room) error
-	// UsageOf is what the records of provider under prefix ask together.
+	// UsageOf is what the records of provider whose UsageKey is prefix
+	// ask together (their counter: one row, not a sum of the records).
 	UsageOf(ctx context.Context, provider, prefix string) (Usage, error)
+	// Usages is UsageOf for each of prefixes at once; a prefix that holds
+	// nothing is absent.
+	Usages(ctx context.Context, provider string, prefixes []string) (map[string]Usage, error)
+	// CountSandboxes is how many records the account holds (its quota's
+	// count), without reading them.
+	CountSandboxes(ctx context.Context, accountID string) (int, error)
 	// SetRunnerSchedule records sch over any earlier one of its runner.
 	SetRunnerSchedule(ctx context.Context, sch RunnerSchedule) error
 	// RunnerSchedules lists an account's, by runner id.

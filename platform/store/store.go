@@ -142,7 +142,7 @@ type Store interface {
 	AccountByID(ctx context.Context, id string) (Account, error)
 	ListAccounts(ctx context.Context) ([]Account, error)
 	// DeleteAccount removes the account of that ID with its keys, its
-	// runner records and its settled intents: ErrInUse while it holds a
+	// runner records and schedules and its settled intents: ErrInUse while it holds a
 	// sandbox record or an open intent (its sandboxes are destroyed first:
 	// a record dropped here would leave a provider's sandbox that no
 	// account owns), ErrNotFound when there is no such account. The check

@@ -228,6 +228,9 @@ type PlaceRequest struct {
 	Labels func(id string) map[string]string
 	// Used is what a runner already holds; nil: nothing.
 	Used func(id string) Used
+	// Limit is how many candidates Place answers at most (the best
+	// ones, in order); 0: all that fit.
+	Limit int
 }
 
 // Candidate is a runner a sandbox fits on, with its score (lower is better).
@@ -348,20 +351,58 @@ func Score(r Info, lim sandbox.Limits, u Used) float64 {
 }
 
 // Place orders rs for req: the eligible runners that fit, best first
-// (the policy above), or a *NoFitError.
+// (the policy above), or a *NoFitError. One pass over rs: nothing is
+// sorted but the (at most req.Limit) candidates kept, and the reasons of
+// the runners left out are only written when nothing fits.
 func Place(rs []Info, req PlaceRequest) ([]Candidate, error) {
-	out := make([]Candidate, 0, len(rs))
+	out, eligible := place(rs, req, nil)
+	if len(out) > 0 {
+		return out, nil
+	}
 	var miss []RunnerMiss
+	place(rs, req, &miss)
+	reason := "no_runner_fits"
+	if eligible > 0 {
+		reason = "resource_exhausted"
+	}
+	sort.Slice(miss, func(i, j int) bool { return miss[i].Runner < miss[j].Runner })
+	return nil, &NoFitError{Reason: reason, Why: miss}
+}
+
+// better orders candidates: lower score, then runner id.
+func better(a, b Candidate) bool {
+	if a.Score != b.Score {
+		return a.Score < b.Score
+	}
+	return a.Info.ID < b.Info.ID
+}
+
+// place is Place's pass: the candidates best first (at most req.Limit),
+// how many runners were eligible, and, with miss, why each other was not.
+func place(rs []Info, req PlaceRequest, miss *[]RunnerMiss) ([]Candidate, int) {
+	var out []Candidate
+	if req.Limit <= 0 {
+		out = make([]Candidate, 0, len(rs))
+	}
 	eligible := 0
-	for _, r := range rs {
+	var sel string
+	for i := range rs {
+		r := &rs[i]
 		if req.Schedule != nil {
 			if why := req.Schedule(r.ID); why != "" {
-				miss = append(miss, RunnerMiss{r.Name, r.ID, why})
+				if miss != nil {
+					*miss = append(*miss, RunnerMiss{r.Name, r.ID, why})
+				}
 				continue
 			}
 		}
-		if len(req.Selector) > 0 && !req.Selector.Matches(effectiveLabels(r, req.Labels)) {
-			miss = append(miss, RunnerMiss{r.Name, r.ID, "labels do not match " + req.Selector.String()})
+		if len(req.Selector) > 0 && !req.Selector.Matches(effectiveLabels(*r, req.Labels)) {
+			if miss != nil {
+				if sel == "" {
+					sel = req.Selector.String()
+				}
+				*miss = append(*miss, RunnerMiss{r.Name, r.ID, "labels do not match " + sel})
+			}
 			continue
 		}
 		eligible++
@@ -369,31 +410,35 @@ func Place(rs []Info, req PlaceRequest) ([]Candidate, error) {
 		if req.Used != nil {
 			u = req.Used(r.ID)
 		}
-		if why := Fit(r, req.Limits, u); why != "" {
-			miss = append(miss, RunnerMiss{r.Name, r.ID, why})
+		if why := Fit(*r, req.Limits, u); why != "" {
+			if miss != nil {
+				*miss = append(*miss, RunnerMiss{r.Name, r.ID, why})
+			}
 			continue
 		}
-		s := Score(r, req.Limits, u)
+		if miss != nil {
+			continue
+		}
+		c := Candidate{Info: *r, Score: Score(*r, req.Limits, u)}
 		if req.Prefer != "" && r.ID == req.Prefer {
-			s = math.Inf(-1)
+			c.Score = math.Inf(-1)
 		}
-		out = append(out, Candidate{Info: r, Score: s})
+		if req.Limit > 0 && len(out) == req.Limit {
+			if !better(c, out[len(out)-1]) {
+				continue
+			}
+			out = out[:len(out)-1]
+		}
+		// Insert in order (a short list when Limit is set).
+		j := len(out)
+		out = append(out, c)
+		for j > 0 && better(c, out[j-1]) {
+			out[j] = out[j-1]
+			j--
+		}
+		out[j] = c
 	}
-	if len(out) == 0 {
-		reason := "no_runner_fits"
-		if eligible > 0 {
-			reason = "resource_exhausted"
-		}
-		sort.Slice(miss, func(i, j int) bool { return miss[i].Runner < miss[j].Runner })
-		return nil, &NoFitError{Reason: reason, Why: miss}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Score != out[j].Score {
-			return out[i].Score < out[j].Score
-		}
-		return out[i].Info.ID < out[j].Info.ID
-	})
-	return out, nil
+	return out, eligible
 }
 
 // size prints n bytes in the largest binary unit that keeps it ≥ 1.
@@ -413,15 +458,24 @@ func size(n int64) string {
 // Place orders the provider's online runners for req (Place's policy).
 // With no runner online it is Unavailable{no_runner_online}.
 func (p *Provider) Place(ctx context.Context, req PlaceRequest) ([]Candidate, error) {
-	rs, err := p.c.Runners(ctx)
+	rs, err := p.Runners(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return PlaceOnline(rs, req)
+}
+
+// PlaceOnline is Place over rs, the online runners: with none it is
+// Unavailable{no_runner_online}.
+func PlaceOnline(rs []Info, req PlaceRequest) ([]Candidate, error) {
 	if len(rs) == 0 {
 		return nil, sandbox.Unavailable("no_runner_online", nil)
 	}
 	return Place(rs, req)
 }
+
+// Runners are the runners the provider reaches that are online now.
+func (p *Provider) Runners(ctx context.Context) ([]Info, error) { return p.c.Runners(ctx) }
 
 // NamesPrefix is the prefix every sandbox name For mints on runnerID
 // carries ("runner-<32 hex>-"): an application counts a runner's

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -10,36 +11,75 @@ import (
 	"github.com/managoat/managoat/platform/store"
 )
 
-// usageSQL sums the records of a provider's name range, without those
-// parked by destroy; the (provider, provider_name) index serves the range.
-const usageSQL = `SELECT count(*), coalesce(sum(mem_bytes), 0)::BIGINT, coalesce(sum(cpu_millis), 0)::BIGINT, coalesce(sum(disk_bytes), 0)::BIGINT
-	FROM sandboxes WHERE provider = $1 AND provider_name >= $2 AND provider_name < $3 AND NOT (state = 'parked' AND parked_by = 'destroy')`
+// usageSQL reads a runner's counter (migration 6's trigger keeps it).
+const usageSQL = `SELECT sandboxes, mem_bytes, cpu_millis, disk_bytes FROM sandbox_usage WHERE provider = $1 AND prefix = $2`
 
 // UsageOf implements store.Placer.
 func (s *Store) UsageOf(ctx context.Context, provider, prefix string) (store.Usage, error) {
 	var u store.Usage
-	err := s.db.QueryRow(ctx, usageSQL, provider, prefix, store.PrefixEnd(prefix)).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
-	return u, err
+	err := s.db.QueryRow(ctx, usageSQL, provider, prefix).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Usage{}, nil
+	}
+	return u, dbErr(err)
+}
+
+// Usages implements store.Placer.
+func (s *Store) Usages(ctx context.Context, provider string, prefixes []string) (map[string]store.Usage, error) {
+	out := make(map[string]store.Usage, len(prefixes))
+	if len(prefixes) == 0 {
+		return out, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT prefix, sandboxes, mem_bytes, cpu_millis, disk_bytes FROM sandbox_usage WHERE provider = $1 AND prefix = ANY($2)`, provider, prefixes)
+	if err != nil {
+		return nil, dbErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p string
+		var u store.Usage
+		if err := rows.Scan(&p, &u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes); err != nil {
+			return nil, dbErr(err)
+		}
+		out[p] = u
+	}
+	return out, dbErr(rows.Err())
+}
+
+// CountSandboxes implements store.Placer (the account index's count).
+func (s *Store) CountSandboxes(ctx context.Context, accountID string) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM sandboxes WHERE account_id = $1`, accountID).Scan(&n)
+	return n, dbErr(err)
 }
 
 // InsertSandboxWithin implements store.Placer: one transaction takes an
-// advisory lock of the prefix (the runner), sums its records and inserts,
-// so two replicas placing on one runner are counted one after the other
-// (the second sees the first's record); the lock goes with the
-// transaction.
+// advisory lock of the prefix (the runner), makes sure its counter row
+// exists, reads it FOR UPDATE (so a write of another record of the
+// runner, whose trigger updates the row, is waited for and seen) and
+// inserts, the trigger adding to the counter: two replicas placing on one
+// runner are counted one after the other (the second sees the first's
+// record); the locks go with the transaction.
 func (s *Store) InsertSandboxWithin(ctx context.Context, b store.Sandbox, r store.Room) error {
+	if b.Provider != r.Provider || r.Prefix == "" || store.UsageKey(b.ProviderName) != r.Prefix {
+		return fmt.Errorf("store: sandbox %q (%s %s) is not counted in the room of %s %q", b.Name, b.Provider, b.ProviderName, r.Provider, r.Prefix)
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 4242))`, r.Provider+" "+r.Prefix); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sandbox_usage (provider, prefix) VALUES ($1, $2) ON CONFLICT DO NOTHING`, r.Provider, r.Prefix); err != nil {
+			return err
+		}
 		var u store.Usage
-		if err := tx.QueryRow(ctx, usageSQL, r.Provider, r.Prefix, store.PrefixEnd(r.Prefix)).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes); err != nil {
+		err := tx.QueryRow(ctx, usageSQL+` FOR UPDATE`, r.Provider, r.Prefix).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		if err := r.Fits(u, b); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)`,
+		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)`,
 			b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
 			b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
 			ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes)

@@ -130,7 +130,47 @@ var migrations = []string{
 	// 5: the count of a runner's records (store.Placer's UsageOf, under
 	// InsertSandboxWithin's lock) read from the index alone.
 	`CREATE INDEX sandboxes_usage ON sandboxes(provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes);`,
+	// 6: what the records of each runner ask (store.Placer's UsageOf and
+	// InsertSandboxWithin), a counter row per provider and name prefix
+	// (store.UsageKey: the provider name up to its last '-') kept by a
+	// trigger on every write of a record, in the write's transaction, so a
+	// placement reads (and locks) one row instead of summing the runner's
+	// records.
+	`CREATE TABLE sandbox_usage (
+		provider TEXT NOT NULL,
+		prefix TEXT NOT NULL,
+		sandboxes BIGINT NOT NULL DEFAULT 0,
+		mem_bytes BIGINT NOT NULL DEFAULT 0,
+		cpu_millis BIGINT NOT NULL DEFAULT 0,
+		disk_bytes BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (provider, prefix)
+	);
+	INSERT INTO sandbox_usage (provider, prefix, sandboxes, mem_bytes, cpu_millis, disk_bytes)
+		SELECT provider, rtrim(provider_name, '` + usageKeyChars + `'), count(*), sum(mem_bytes), sum(cpu_millis), sum(disk_bytes) FROM sandboxes
+		WHERE rtrim(provider_name, '` + usageKeyChars + `') <> '' AND NOT (state = 'parked' AND parked_by = 'destroy')
+		GROUP BY provider, rtrim(provider_name, '` + usageKeyChars + `');
+	CREATE FUNCTION sandbox_usage_count() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF TG_OP IN ('UPDATE', 'DELETE') AND rtrim(OLD.provider_name, '` + usageKeyChars + `') <> '' AND NOT (OLD.state = 'parked' AND OLD.parked_by = 'destroy') THEN
+			UPDATE sandbox_usage SET sandboxes = sandboxes - 1, mem_bytes = mem_bytes - OLD.mem_bytes, cpu_millis = cpu_millis - OLD.cpu_millis,
+				disk_bytes = disk_bytes - OLD.disk_bytes WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `');
+			DELETE FROM sandbox_usage WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `') AND sandboxes <= 0;
+		END IF;
+		IF TG_OP IN ('UPDATE', 'INSERT') AND rtrim(NEW.provider_name, '` + usageKeyChars + `') <> '' AND NOT (NEW.state = 'parked' AND NEW.parked_by = 'destroy') THEN
+			INSERT INTO sandbox_usage (provider, prefix, sandboxes, mem_bytes, cpu_millis, disk_bytes)
+				VALUES (NEW.provider, rtrim(NEW.provider_name, '` + usageKeyChars + `'), 1, NEW.mem_bytes, NEW.cpu_millis, NEW.disk_bytes)
+				ON CONFLICT (provider, prefix) DO UPDATE SET sandboxes = sandbox_usage.sandboxes + 1, mem_bytes = sandbox_usage.mem_bytes + excluded.mem_bytes,
+					cpu_millis = sandbox_usage.cpu_millis + excluded.cpu_millis, disk_bytes = sandbox_usage.disk_bytes + excluded.disk_bytes;
+		END IF;
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER sandbox_usage_count AFTER INSERT OR DELETE OR UPDATE OF provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes
+		ON sandboxes FOR EACH ROW EXECUTE FUNCTION sandbox_usage_count();`,
 }
+
+// usageKeyChars is store.UsageKeyChars as migration 6 wrote it into its
+// trigger (a shipped migration never changes).
+const usageKeyChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._"
 
 // migrationLock is the advisory lock key replicas take to migrate.
 const migrationLock = 0x6d616e61676f6174 // "managoat"

@@ -9,8 +9,8 @@ import (
 
 // DeleteAccount implements store.Store: the account goes (its keys by
 // their foreign key's cascade) only while no sandbox record and no open
-// intent is its, in the statement that deletes it; its runner records and
-// settled intents go in the same transaction.
+// intent is its, in the statement that deletes it; its runner records, runner
+// schedules and settled intents go in the same transaction.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		r, err := tx.ExecContext(ctx, `DELETE FROM accounts WHERE id = ?
@@ -26,7 +26,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 			}
 			return store.ErrInUse
 		}
-		for _, q := range []string{`DELETE FROM api_keys WHERE account_id = ?`, `DELETE FROM runners WHERE account_id = ?`, `DELETE FROM intents WHERE account_id = ?`} {
+		for _, q := range []string{`DELETE FROM api_keys WHERE account_id = ?`, `DELETE FROM runners WHERE account_id = ?`, `DELETE FROM runner_schedules WHERE account_id = ?`, `DELETE FROM intents WHERE account_id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}

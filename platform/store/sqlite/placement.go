@@ -2,29 +2,88 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/managoat/managoat/platform/store"
 )
 
-// usageSQL sums the records of a provider's name range, without those
-// parked by destroy; the (provider, provider_name) index serves the range.
-const usageSQL = `SELECT count(*), coalesce(sum(mem_bytes), 0), coalesce(sum(cpu_millis), 0), coalesce(sum(disk_bytes), 0)
-	FROM sandboxes WHERE provider = ? AND provider_name >= ? AND provider_name < ? AND NOT (state = 'parked' AND parked_by = 'destroy')`
+// usageSQL reads a runner's counter (migration 6's triggers keep it).
+const usageSQL = `SELECT sandboxes, mem_bytes, cpu_millis, disk_bytes FROM sandbox_usage WHERE provider = ? AND prefix = ?`
 
 // UsageOf implements store.Placer.
 func (s *Store) UsageOf(ctx context.Context, provider, prefix string) (store.Usage, error) {
 	var u store.Usage
-	err := s.db.QueryRowContext(ctx, usageSQL, provider, prefix, store.PrefixEnd(prefix)).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
+	err := s.db.QueryRowContext(ctx, usageSQL, provider, prefix).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Usage{}, nil
+	}
 	return u, err
 }
 
-// InsertSandboxWithin implements store.Placer: the count and the insert
-// are made under the store's write lock, which every write of this
-// database takes (one process owns it).
+// usagesChunk bounds the prefixes of one query (SQLite's variables).
+const usagesChunk = 500
+
+// Usages implements store.Placer.
+func (s *Store) Usages(ctx context.Context, provider string, prefixes []string) (map[string]store.Usage, error) {
+	out := make(map[string]store.Usage, len(prefixes))
+	for len(prefixes) > 0 {
+		part := prefixes[:min(len(prefixes), usagesChunk)]
+		prefixes = prefixes[len(part):]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, provider)
+		for _, p := range part {
+			args = append(args, p)
+		}
+		rows, err := s.db.QueryContext(ctx, `SELECT prefix, sandboxes, mem_bytes, cpu_millis, disk_bytes FROM sandbox_usage WHERE provider = ? AND prefix IN (?`+
+			strings.Repeat(", ?", len(part)-1)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var p string
+			var u store.Usage
+			if err := rows.Scan(&p, &u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[p] = u
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// CountSandboxes implements store.Placer: the owner counts its cache,
+// another process the table's account index.
+func (s *Store) CountSandboxes(ctx context.Context, accountID string) (int, error) {
+	if s.Owner() {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return len(s.names[accountID]), nil
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sandboxes WHERE account_id = ?`, accountID).Scan(&n)
+	return n, err
+}
+
+// InsertSandboxWithin implements store.Placer: the counter's read and the
+// insert (whose trigger adds to the counter) are made under the store's
+// write lock, which every write of this database takes (one process owns
+// it).
 func (s *Store) InsertSandboxWithin(ctx context.Context, b store.Sandbox, r store.Room) error {
 	if !s.Owner() {
 		return ErrNotOwner
+	}
+	if err := inRoom(b, r); err != nil {
+		return err
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -46,6 +105,14 @@ func (s *Store) InsertSandboxWithin(ctx context.Context, b store.Sandbox, r stor
 	s.cache[b.AccountID][b.Name] = b
 	s.addName(b.AccountID, b.Name)
 	s.mu.Unlock()
+	return nil
+}
+
+// inRoom refuses a record the room's counter would not count.
+func inRoom(b store.Sandbox, r store.Room) error {
+	if b.Provider != r.Provider || r.Prefix == "" || store.UsageKey(b.ProviderName) != r.Prefix {
+		return fmt.Errorf("store: sandbox %q (%s %s) is not counted in the room of %s %q", b.Name, b.Provider, b.ProviderName, r.Provider, r.Prefix)
+	}
 	return nil
 }
 

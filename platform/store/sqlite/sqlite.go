@@ -125,7 +125,57 @@ var migrations = []string{
 	// 5: the count of a runner's records (store.Placer's UsageOf, under
 	// InsertSandboxWithin's lock) read from the index alone.
 	`CREATE INDEX sandboxes_usage ON sandboxes(provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes);`,
+	// 6: what the records of each runner ask (store.Placer's UsageOf and
+	// InsertSandboxWithin), a counter row per provider and name prefix
+	// (store.UsageKey: the provider name up to its last '-') kept by
+	// triggers on every write of a record, so a placement reads one row
+	// instead of summing the runner's records.
+	`CREATE TABLE sandbox_usage (
+		provider TEXT NOT NULL,
+		prefix TEXT NOT NULL,
+		sandboxes INTEGER NOT NULL DEFAULT 0,
+		mem_bytes INTEGER NOT NULL DEFAULT 0,
+		cpu_millis INTEGER NOT NULL DEFAULT 0,
+		disk_bytes INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (provider, prefix)
+	);
+	INSERT INTO sandbox_usage (provider, prefix, sandboxes, mem_bytes, cpu_millis, disk_bytes)
+		SELECT provider, rtrim(provider_name, '` + usageKeyChars + `'), count(*), sum(mem_bytes), sum(cpu_millis), sum(disk_bytes) FROM sandboxes
+		WHERE rtrim(provider_name, '` + usageKeyChars + `') <> '' AND NOT (state = 'parked' AND parked_by = 'destroy')
+		GROUP BY provider, rtrim(provider_name, '` + usageKeyChars + `');
+	CREATE TRIGGER sandbox_usage_insert AFTER INSERT ON sandboxes
+		WHEN rtrim(NEW.provider_name, '` + usageKeyChars + `') <> '' AND NOT (NEW.state = 'parked' AND NEW.parked_by = 'destroy')
+	BEGIN
+		INSERT OR IGNORE INTO sandbox_usage (provider, prefix) VALUES (NEW.provider, rtrim(NEW.provider_name, '` + usageKeyChars + `'));
+		UPDATE sandbox_usage SET sandboxes = sandboxes + 1, mem_bytes = mem_bytes + NEW.mem_bytes, cpu_millis = cpu_millis + NEW.cpu_millis,
+			disk_bytes = disk_bytes + NEW.disk_bytes WHERE provider = NEW.provider AND prefix = rtrim(NEW.provider_name, '` + usageKeyChars + `');
+	END;
+	CREATE TRIGGER sandbox_usage_delete AFTER DELETE ON sandboxes
+		WHEN rtrim(OLD.provider_name, '` + usageKeyChars + `') <> '' AND NOT (OLD.state = 'parked' AND OLD.parked_by = 'destroy')
+	BEGIN
+		UPDATE sandbox_usage SET sandboxes = sandboxes - 1, mem_bytes = mem_bytes - OLD.mem_bytes, cpu_millis = cpu_millis - OLD.cpu_millis,
+			disk_bytes = disk_bytes - OLD.disk_bytes WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `');
+		DELETE FROM sandbox_usage WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `') AND sandboxes <= 0;
+	END;
+	CREATE TRIGGER sandbox_usage_update_old AFTER UPDATE OF provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes ON sandboxes
+		WHEN rtrim(OLD.provider_name, '` + usageKeyChars + `') <> '' AND NOT (OLD.state = 'parked' AND OLD.parked_by = 'destroy')
+	BEGIN
+		UPDATE sandbox_usage SET sandboxes = sandboxes - 1, mem_bytes = mem_bytes - OLD.mem_bytes, cpu_millis = cpu_millis - OLD.cpu_millis,
+			disk_bytes = disk_bytes - OLD.disk_bytes WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `');
+		DELETE FROM sandbox_usage WHERE provider = OLD.provider AND prefix = rtrim(OLD.provider_name, '` + usageKeyChars + `') AND sandboxes <= 0;
+	END;
+	CREATE TRIGGER sandbox_usage_update_new AFTER UPDATE OF provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes ON sandboxes
+		WHEN rtrim(NEW.provider_name, '` + usageKeyChars + `') <> '' AND NOT (NEW.state = 'parked' AND NEW.parked_by = 'destroy')
+	BEGIN
+		INSERT OR IGNORE INTO sandbox_usage (provider, prefix) VALUES (NEW.provider, rtrim(NEW.provider_name, '` + usageKeyChars + `'));
+		UPDATE sandbox_usage SET sandboxes = sandboxes + 1, mem_bytes = mem_bytes + NEW.mem_bytes, cpu_millis = cpu_millis + NEW.cpu_millis,
+			disk_bytes = disk_bytes + NEW.disk_bytes WHERE provider = NEW.provider AND prefix = rtrim(NEW.provider_name, '` + usageKeyChars + `');
+	END;`,
 }
+
+// usageKeyChars is store.UsageKeyChars as migration 6 wrote it into its
+// triggers (a shipped migration never changes).
+const usageKeyChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._"
 
 // Store is a store.Store on one SQLite file.
 type Store struct {

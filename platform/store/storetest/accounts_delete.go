@@ -9,8 +9,8 @@ import (
 
 // deleteAccount: an account holding a sandbox record, or an open intent,
 // is not deleted (ErrInUse) and keeps its keys; without them it goes with
-// its keys and runner records, its name is free again, and another
-// account is untouched; an unknown ID is ErrNotFound.
+// its keys, runner records and runner schedules, its name is free again,
+// and another account is untouched; an unknown ID is ErrNotFound.
 func deleteAccount(t *testing.T, s store.Store) {
 	c := ctx(t)
 	a := mustAccount(t, s, "alice")
@@ -21,6 +21,14 @@ func deleteAccount(t *testing.T, s store.Store) {
 		}
 	}
 	if err := s.AddRunner(c, store.Runner{AccountID: a.ID, Name: "laptop", ID: "11111111-2222-3333-4444-555555555555", CreatedAt: now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRunnerSchedule(c, store.RunnerSchedule{AccountID: a.ID, RunnerID: "11111111-2222-3333-4444-555555555555", Name: "laptop",
+		State: store.ScheduleCordoned, UpdatedAt: now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRunnerSchedule(c, store.RunnerSchedule{AccountID: b.ID, RunnerID: "66666666-2222-3333-4444-555555555555", Name: "desk",
+		State: store.ScheduleDraining, UpdatedAt: now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.InsertSandbox(c, sb(a, "x")); err != nil {
@@ -56,6 +64,12 @@ func deleteAccount(t *testing.T, s store.Store) {
 	}
 	if rs, err := s.ListRunners(c, a.ID); err != nil || len(rs) != 0 {
 		t.Fatalf("the deleted account's runners: %v %v", rs, err)
+	}
+	if sc, err := s.RunnerSchedules(c, a.ID); err != nil || len(sc) != 0 {
+		t.Fatalf("the deleted account's runner schedules: %+v %v, want none", sc, err)
+	}
+	if sc, err := s.RunnerSchedules(c, b.ID); err != nil || len(sc) != 1 {
+		t.Fatalf("another account's runner schedules: %+v %v, want its one", sc, err)
 	}
 	if _, err := s.KeyByID(c, "kb"); err != nil {
 		t.Fatalf("another account's key: %v", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/managoat/managoat/platform/store"
 )
@@ -74,6 +75,60 @@ func placement(t *testing.T, s store.Store) {
 	// A name taken is ErrAlreadyExists, as for InsertSandbox.
 	if err := s.InsertSandboxWithin(c, mk("t1", "runner-aa-t9", 0), store.Room{Provider: "runner", Prefix: "runner-aa-"}); !errors.Is(err, store.ErrAlreadyExists) {
 		t.Fatalf("InsertSandboxWithin of a taken name = %v, want ErrAlreadyExists", err)
+	}
+
+	// The counter follows every write of a record: a park by destroy
+	// takes it out, its wake puts it back, a limit's change moves it, a
+	// delete (either kind) takes it out; Usages reads several at once.
+	want := func(prefix string, u store.Usage, when string) {
+		t.Helper()
+		if got, err := s.UsageOf(c, "runner", prefix); err != nil || got != u {
+			t.Fatalf("%s: UsageOf(%s) = %+v, %v; want %+v", when, prefix, got, err, u)
+		}
+	}
+	want("runner-aa-", store.Usage{MemoryBytes: 900, Sandboxes: 4}, "with t1")
+	var won0 store.Sandbox // one of the three winners
+	for i := range 10 {
+		if rec, err := s.GetSandbox(c, a.ID, fmt.Sprintf("s%d", i)); err == nil {
+			won0 = rec
+			break
+		}
+	}
+	parked := won0
+	parked.State, parked.ParkedBy, parked.ParkedAt = store.StateParked, store.ParkDestroy, now()
+	parked, err = s.UpdateSandbox(c, parked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("runner-aa-", store.Usage{MemoryBytes: 600, Sandboxes: 3}, "one parked by destroy")
+	woken := parked
+	woken.State, woken.ParkedBy, woken.ParkedAt = store.StateRunning, "", time.Time{}
+	woken.Limits.MemoryBytes, woken.Limits.CPUMillis, woken.Limits.DiskBytes = 350, 250, 1<<20
+	woken, err = s.UpdateSandbox(c, woken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("runner-aa-", store.Usage{MemoryBytes: 950, CPUMillis: 250, DiskBytes: 1 << 20, Sandboxes: 4}, "woken with other limits")
+	us, err := s.Usages(c, "runner", []string{"runner-aa-", "runner-ab-", "runner-zz-"})
+	if err != nil || len(us) != 2 || us["runner-ab-"] != (store.Usage{MemoryBytes: 900, Sandboxes: 1}) || us["runner-aa-"].MemoryBytes != 950 {
+		t.Fatalf("Usages = %+v, %v; want runner-aa- and runner-ab- only", us, err)
+	}
+	if err := s.DeleteSandboxIf(c, woken); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(c, a.ID, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	want("runner-aa-", store.Usage{MemoryBytes: 600, Sandboxes: 2}, "two deleted")
+	if err := s.DeleteSandbox(c, a.ID, "other"); err != nil {
+		t.Fatal(err)
+	}
+	want("runner-ab-", store.Usage{}, "its one record deleted")
+	if n, err := s.CountSandboxes(c, a.ID); err != nil || n != 3 {
+		t.Fatalf("CountSandboxes = %d, %v; want 3 (gone and two of s0-s9)", n, err)
+	}
+	if err := s.InsertSandboxWithin(c, mk("u1", "runner-ab-u1", 0), room); err == nil {
+		t.Fatal("InsertSandboxWithin of a record outside the room's prefix: no error")
 	}
 
 	// Schedules: kept by runner id, overwritten, listed per account.
