@@ -28,6 +28,12 @@ import (
 // quotaImage is the loop image's name in a sandbox's directory.
 const quotaImage = "home.img"
 
+// quotaTemplates is the directory of the state where the loop images'
+// templates are kept, one per size (diskquota.Options.Templates): a home's
+// image is a copy of its size's, not a run of mkfs.ext4 each. Its name
+// starts with a dot: no sandbox's.
+const quotaTemplates = ".disk-templates"
+
 // quotaSupport caches diskquota.Probe per state directory: every
 // capability question asks it, and the answer is a few system calls.
 var quotaSupport sync.Map // state dir → diskquota.Support
@@ -150,7 +156,7 @@ func (j *Jail) bound(ctx context.Context, path, image string, bytes int64, uid, 
 			return nil, err
 		}
 	}
-	q, err := diskquota.Apply(ctx, path, bytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: userns})
+	q, err := diskquota.Apply(ctx, path, bytes, diskquota.Options{Image: image, UID: uid, GID: gid, UserNS: userns, Templates: filepath.Join(j.cfg.StateDir, quotaTemplates)})
 	if err != nil {
 		return nil, j.named(err)
 	}

@@ -21,12 +21,13 @@ import (
 //
 // A sandbox made without one gets DefaultDiskBytes (10 GiB, at most a
 // quarter of the state's file system) where that is cheap: with project
-// quotas (two system calls). A loop-mounted home costs a cold start
-// (create, exec true, destroy) 3 to 5 times the time without one on this
-// project's test VM (medians of 93 ms against 30 ms, 3.1x; 226 ms against
-// 48 ms, 4.7x, with the machine busy; `go test -run XXX -bench
-// ColdStartDiskQuota ./provider/local/`): mkfs, mount, unmount and the
-// image's removal are tens of milliseconds each.
+// quotas (two system calls). A loop-mounted home's image is a copy of an
+// empty one the jail keeps per size (no mkfs per sandbox), yet its mount,
+// its unmount (which flushes through the loop device into the host's
+// disk) and its image's removal still cost a cold start (create, exec
+// true, destroy) 1.9 times the time without one on a quiet 2-core VM
+// (medians of 26 ms against 14 ms), 3 to 4.5 times with the host's disk
+// busy (`go test -run XXX -bench ColdStartDiskQuota ./provider/local/`).
 // So on a host without project quotas homes are unbounded by default
 // unless the operator asks for the default with $MANAGOAT_DEFAULT_DISK
 // (or Config.DefaultLimits), which then applies with a loop device too;
@@ -100,7 +101,7 @@ func defaultDisk(m mechanism.Mechanism, state string, want int64, explicit bool)
 	case method == "":
 		return 0, why
 	case method != "project" && !explicit:
-		return 0, "not by default with a " + method + " device: it costs a sandbox's cold start 3 to 5 times (BenchmarkColdStartDiskQuota); " + EnvDefaultDisk + "=SIZE asks for it, --disk sets one"
+		return 0, "not by default with a " + method + " device: it costs a sandbox's cold start 2 to 4 times (BenchmarkColdStartDiskQuota); " + EnvDefaultDisk + "=SIZE asks for it, --disk sets one"
 	}
 	var fs unix.Statfs_t
 	if unix.Statfs(state, &fs) == nil {

@@ -120,7 +120,7 @@ func TestRecoverMidMove(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := makeImage(context.Background(), image, 4<<20, 0, 0); err != nil {
+	if err := makeFS(context.Background(), image, 4<<20, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
