@@ -132,7 +132,11 @@ func (d *Daemon) do(c *conn, req *wire.Request) ([]byte, error) {
 				return nil, err
 			}
 			res, _ := marshal(map[string]string{"session_id": s.id})
-			ok, err := s.attach(ctx, c, req.ID, res)
+			var from *skip
+			if req.Offset != nil && *req.Offset > 0 {
+				from = &skip{c: c, left: *req.Offset, want: req.OffsetCRC, replayFor: req.ID}
+			}
+			ok, err := s.attach(ctx, c, req.ID, res, from)
 			if err != nil {
 				return nil, err
 			}

@@ -283,7 +283,7 @@ func New(cfg Config) (*Daemon, error) {
 
 // extraCaps are the capabilities beyond suspend and attach the daemon serves.
 func extraCaps(p sandbox.Provider) []string {
-	out := []string{wire.CapLimits, wire.CapDiskLimit, wire.CapCapacity}
+	out := []string{wire.CapLimits, wire.CapDiskLimit, wire.CapCapacity, wire.CapAttachOffset}
 	caps := p.Capabilities()
 	if caps.Has(sandbox.CapNetworkPolicy) {
 		out = append(out, string(sandbox.CapNetworkPolicy))

@@ -5,7 +5,9 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"sort"
 	"strings"
 	"sync"
@@ -35,7 +37,7 @@ func (d *Daemon) spawn(c *conn, h *sandbox.Handle, req *wire.Request) error {
 		return sandbox.Unavailable("shutting_down", nil)
 	}
 	res, _ := marshal(map[string]string{"session_id": sid})
-	if _, err := s.attach(c.ctx, c, req.ID, res); err != nil {
+	if _, err := s.attach(c.ctx, c, req.ID, res, nil); err != nil {
 		return err
 	}
 	d.prune(h.Name)
@@ -241,6 +243,66 @@ type session struct {
 	durable, dropped    bool
 	code                int
 	lastActivityUnixSec atomic.Int64
+	// from: the output bytes an attach at an offset (wire.CapAttachOffset)
+	// does not want, still to drop from what is sent to its connection.
+	from *skip
+}
+
+// skip drops the first left output bytes sent to connection c: the bytes
+// a listener attached at an offset has (its journal replay, a catch-up or
+// live output alike pass through emit), checking that their CRC-32C is
+// want. A replay that differs (the session is not the one the listener
+// read, or its provider's journal dropped what the listener had not read)
+// ends the listener's stream with unavailable/replay_mismatch, and
+// nothing more of the session goes to c.
+type skip struct {
+	c         *conn
+	left      int64
+	sum, want uint32
+	replayFor int64
+	failed    bool
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// skipped applies s.from to an event for c, under s.mu: it returns the
+// event as it is to be sent, and false when nothing is.
+func (s *session) skipped(buf []byte, c *conn, ev sandbox.Event) (sandbox.Event, []byte, bool) {
+	k := s.from
+	if k == nil || k.c != c {
+		return ev, buf, true
+	}
+	if k.failed {
+		return ev, buf, false
+	}
+	mismatch := false
+	switch ev.Kind {
+	case sandbox.Stdout, sandbox.Stderr:
+		n := min(int64(len(ev.Data)), k.left)
+		k.sum = crc32.Update(k.sum, castagnoli, ev.Data[:n])
+		k.left -= n
+		ev.Data = ev.Data[n:]
+		if k.left == 0 {
+			if k.sum != k.want {
+				mismatch = true
+			} else {
+				s.from = nil
+			}
+		}
+	default:
+		// The output ended before the offset the listener had reached.
+		mismatch = ev.Terminal()
+	}
+	if mismatch {
+		k.failed = true
+		f := wire.Stream{Kind: wire.StreamError, SessionID: s.id, ReplayFor: k.replayFor}
+		f.Error, f.Detail = wire.ErrorCode(sandbox.Unavailable("replay_mismatch",
+			errors.New("the session's output differs from what the listener had before its offset")))
+		buf = wire.AppendStream(buf[:0], &f)
+		_ = c.write(buf)
+		return ev, buf, false
+	}
+	return ev, buf, ev.Kind != sandbox.Stdout && ev.Kind != sandbox.Stderr || len(ev.Data) > 0
 }
 
 func (s *session) finished() bool {
@@ -362,6 +424,10 @@ func (s *session) keep(ev sandbox.Event) {
 
 // emit writes one event as frames (output split into MaxChunk pieces).
 func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) []byte {
+	ev, buf, send := s.skipped(buf, c, ev)
+	if !send {
+		return buf
+	}
 	f := wire.Stream{SessionID: s.id, ReplayFor: replayFor}
 	switch ev.Kind {
 	case sandbox.Stdout, sandbox.Stderr:
@@ -400,7 +466,7 @@ func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) [
 // A trimmed durable session is replayed by a fresh upstream from the
 // provider instead (see session); a trimmed session the provider cannot
 // give back is refused.
-func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte) (bool, error) {
+func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte, from *skip) (bool, error) {
 	s.mu.Lock()
 	trimmed := s.trimmed
 	s.mu.Unlock()
@@ -413,6 +479,7 @@ func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte) (
 		if c.write(wire.AppendOK(nil, id, reply)) != nil {
 			return true, nil
 		}
+		s.from = from
 		var buf []byte
 		for _, ev := range s.journal {
 			buf = s.emit(buf, c, ev, id)
@@ -448,7 +515,7 @@ func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte) (
 		if err != nil {
 			return false, err
 		}
-		if ok, again, err := s.swap(c, id, reply, up); !again {
+		if ok, again, err := s.swap(c, id, reply, up, from); !again {
 			return ok, err
 		}
 	}
@@ -457,7 +524,7 @@ func (s *session) attach(ctx context.Context, c *conn, id int64, reply []byte) (
 // swap makes up, a fresh upstream from the provider's Attach, the
 // session's upstream, with request id's listener catching up from it (see
 // session). again: another catch-up began meanwhile; up was stopped.
-func (s *session) swap(c *conn, id int64, reply []byte, up *sandbox.Command) (ok, again bool, err error) {
+func (s *session) swap(c *conn, id int64, reply []byte, up *sandbox.Command, from *skip) (ok, again bool, err error) {
 	// The new pump counts in the daemon's WaitGroup; take it before s.mu
 	// (forget locks d.mu, then a session's mu).
 	s.d.mu.Lock()
@@ -488,6 +555,7 @@ func (s *session) swap(c *conn, id int64, reply []byte, up *sandbox.Command) (ok
 	s.gen++
 	s.up, s.upPos, s.catchup, s.caughtUp = up, 0, id, make(chan struct{})
 	s.out = c
+	s.from = from
 	gen := s.gen
 	s.mu.Unlock()
 	go s.pump(up, gen)

@@ -346,6 +346,8 @@ func (c *Conn) accepts(req *wire.Request) error {
 		need = wire.CapSignal
 	case req.Op == wire.OpReadFile:
 		need = wire.CapReadFile
+	case req.Offset != nil:
+		need = wire.CapAttachOffset
 	}
 	if need != "" && !c.info.HasCap(need) {
 		return fmt.Errorf("runner %s (%s) does not report %s, which %s needs: %w", c.info.Name, c.info.ID, need, req.Op, sandbox.ErrNotSupported)

@@ -411,7 +411,7 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 	priv := &cmdPrivate{runnerID: rid, name: h.Name, stdin: req.Stdin || req.TTY, cancel: cancel, ready: make(chan struct{})}
 	defer close(priv.ready)
 	cmd, stream := sandbox.NewCommand(p, "", priv)
-	sub := p.newSub(rctx, stream, priv, 0, 0)
+	sub := p.newSub(rctx, stream, priv, 0, 0, 0)
 	priv.sub = sub
 	res, err := p.call(ctx, rid, req, sub)
 	if err != nil {
@@ -437,25 +437,50 @@ func (p *Provider) subscribe(ctx context.Context, h *sandbox.Handle, req *wire.R
 }
 
 // newSub is a subscription feeding stream that resumes when its reader
-// falls behind (see Subscription), dropping the first skip output bytes
-// of its replay.
-func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, skip int64, want uint32) *Subscription {
+// falls behind (see Subscription). Its output begins at offset base of
+// the session's: a daemon attached at that offset (wire.CapAttachOffset)
+// sends from there, and sum is the CRC-32C of the bytes before it; or,
+// with skip > 0 (a daemon without the capability replays from byte
+// zero), the subscription drops the first skip bytes of the replay and
+// checks they sum to sum.
+func (p *Provider) newSub(ctx context.Context, stream *sandbox.Stream, priv *cmdPrivate, base, skip int64, sum uint32) *Subscription {
 	sub := NewSubscription(stream)
-	sub.skip, sub.want = skip, want
+	if skip > 0 {
+		sub.skip, sub.want = skip, sum
+	} else {
+		sub.sum = sum
+	}
 	sub.onBehind = func(pos int64, sum uint32) {
 		// Called under the connection's lock: the resume runs apart,
 		// from the offset this subscription began at plus what it
 		// delivered, checking the replay against the bytes' checksum.
-		go p.resume(ctx, stream, priv, sub, skip+pos, sum)
+		go p.resume(ctx, stream, priv, sub, base+skip+pos, sum)
 	}
 	return sub
 }
 
+// attachesAt reports whether runner id's daemon starts an attach at an
+// offset (wire.CapAttachOffset).
+func (p *Provider) attachesAt(ctx context.Context, id string) bool {
+	rs, err := p.c.Runners(ctx)
+	if err != nil {
+		return false
+	}
+	for _, r := range rs {
+		if r.ID == id {
+			return r.HasCap(wire.CapAttachOffset)
+		}
+	}
+	return false
+}
+
 // resume takes over from a subscription whose reader fell behind: once
 // the reader has drained most of what is queued, it attaches to the
-// session again and delivers its replay from output offset pos on (the
-// daemon replays from byte zero; the bytes before pos, which the reader
-// has, are dropped), then the live output. So a slow reader slows only
+// session again and delivers its output from offset pos on, then the
+// live output: a daemon with wire.CapAttachOffset is asked to start
+// there (the bytes before pos, which the reader has, never cross the
+// socket); from one without (Fountain's) the replay comes from byte zero
+// and the bytes before pos are dropped here. So a slow reader slows only
 // itself and loses nothing, as on provider/local, whose journal the
 // daemon's replay reads. A resume that cannot attach ends the Command
 // with the attach's error.
@@ -469,7 +494,14 @@ func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmd
 	if !stream.WaitRoom(ctx, sandbox.StreamLimit/4) {
 		return // stopped, or ended
 	}
-	sub := p.newSub(ctx, stream, priv, pos, sum)
+	req := &wire.Request{Op: wire.OpAttach, Name: priv.name, Stdin: priv.stdin}
+	var sub *Subscription
+	if pos > 0 && p.attachesAt(ctx, priv.runnerID) {
+		req.Offset, req.OffsetCRC = &pos, sum
+		sub = p.newSub(ctx, stream, priv, pos, 0, sum)
+	} else {
+		sub = p.newSub(ctx, stream, priv, 0, pos, sum)
+	}
 	priv.mu.Lock()
 	sid := priv.sid
 	if priv.stopped || sid == "" {
@@ -480,7 +512,8 @@ func (p *Provider) resume(ctx context.Context, stream *sandbox.Stream, priv *cmd
 	priv.mu.Unlock()
 	actx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	r, err := p.c.Call(actx, priv.runnerID, &wire.Request{Op: wire.OpAttach, Name: priv.name, SessionID: sid, Stdin: priv.stdin}, sub)
+	req.SessionID = sid
+	r, err := p.c.Call(actx, priv.runnerID, req, sub)
 	if err == nil {
 		err = r.Err()
 	}

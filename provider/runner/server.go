@@ -298,7 +298,7 @@ func identity(r *http.Request, account string) (Info, error) {
 	}
 	for _, c := range strings.Split(q.Get(wire.ParamCaps), ",") {
 		switch c {
-		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal, wire.CapCapacity, wire.CapReadFile:
+		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal, wire.CapCapacity, wire.CapReadFile, wire.CapAttachOffset:
 			i.Caps = append(i.Caps, c)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"hash/crc32"
 	"strconv"
 	"testing"
 	"time"
@@ -155,5 +156,74 @@ func TestResumeChecksTheReplay(t *testing.T) {
 				return
 			}
 		})
+	}
+}
+
+// TestResumeAttachesAtOffset: to a daemon that reports attach_offset
+// the resume's attach carries the offset its reader reached and the
+// CRC-32C of the bytes before it, and the daemon's output from that
+// offset on (none of the bytes before it) completes the stream exactly.
+// (TestResumeChecksTheReplay is the other path: a daemon without the
+// capability gets no offset and replays from byte zero.)
+func TestResumeAttachesAtOffset(t *testing.T) {
+	pl := newPlatform(t, prov.ServerConfig{})
+	rd := dialRawCaps(t, pl, "offset", wire.CapAttachOffset)
+	_, h := rawName(t, pl.online(t))
+	c := spawnOnRaw(t, pl.srv.Provider(), rd, h)
+	chunk := bytes.Repeat([]byte("a"), 32<<10)
+	frame := func(data []byte, replayFor int64) string {
+		return string(wire.AppendStream(nil, &wire.Stream{Kind: wire.StreamStdout, SessionID: "s1", Data: data, ReplayFor: replayFor}))
+	}
+	const frames = (3 * sandbox.StreamLimit / 4) / (32 << 10)
+	for range frames {
+		rd.send(frame(chunk, 0))
+	}
+	got := 0
+	for got < 3*sandbox.StreamLimit/8 {
+		ev := recv(t, c, 10*time.Second)
+		if ev.Kind != sandbox.Stdout {
+			t.Fatalf("event %v after %d bytes", ev.Kind, got)
+		}
+		got += len(ev.Data)
+	}
+	req := rd.next()
+	for req.Op == wire.OpDetach {
+		req = rd.next()
+	}
+	if req.Op != wire.OpAttach || req.SessionID != "s1" || req.Offset == nil {
+		t.Fatalf("request %+v, want an attach of s1 at an offset", req)
+	}
+	off := *req.Offset
+	if off <= 0 || off >= frames*(32<<10) {
+		t.Fatalf("offset %d of %d bytes sent", off, frames*(32<<10))
+	}
+	if want := crc32.Checksum(bytes.Repeat([]byte("a"), int(off)), crc32.MakeTable(crc32.Castagnoli)); req.OffsetCRC != want {
+		t.Fatalf("offset_crc %d, want %d", req.OffsetCRC, want)
+	}
+	rd.send(sprintf(`{"id":%d,"ok":true,"result":{"session_id":"s1"}}`, req.ID))
+	rest := bytes.Repeat([]byte("a"), frames*(32<<10)-int(off))
+	for len(rest) > 0 {
+		n := min(len(rest), 32<<10)
+		rd.send(frame(rest[:n], req.ID))
+		rest = rest[n:]
+	}
+	rd.send(frame([]byte("live"), 0))
+	rd.send(`{"stream":"exit","session_id":"s1","exit_code":0}`)
+	var tail []byte
+	for {
+		ev := recv(t, c, 10*time.Second)
+		switch ev.Kind {
+		case sandbox.Stdout:
+			got += len(ev.Data)
+			tail = append(tail[max(0, len(tail)-8):], ev.Data...)
+			continue
+		case sandbox.Exit:
+			if got != frames*(32<<10)+4 || !bytes.HasSuffix(tail, []byte("alive")) {
+				t.Fatalf("exit after %d bytes (want %d) ending %q", got, frames*(32<<10)+4, tail)
+			}
+		default:
+			t.Fatalf("event %v after %d bytes", ev, got)
+		}
+		return
 	}
 }

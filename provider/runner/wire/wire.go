@@ -194,6 +194,11 @@ type Request struct {
 	Force  bool      `json:"force,omitempty"`  // terminate_session
 	Signal int       `json:"signal,omitempty"` // signal, to a daemon with CapSignal
 	Limits *Limits   `json:"limits,omitempty"` // create, to a daemon with CapLimits
+	// attach, to a daemon with CapAttachOffset: the session's output
+	// (stdout and stderr as one sequence) is sent from byte Offset on,
+	// and OffsetCRC is the CRC-32C (Castagnoli) of the bytes before it.
+	Offset    *int64 `json:"offset,omitempty"`
+	OffsetCRC uint32 `json:"offset_crc,omitempty"`
 
 	// Proxy extension (provider/runner's ProxyPath, never sent to a daemon):
 	// the runner a name-less op (list) goes to.
@@ -228,6 +233,16 @@ const CapSignal = "signal"
 // no caps, so a platform claims file reads (sandbox.FileReader) only for
 // a runner that reports it, and answers not_supported itself otherwise.
 const CapReadFile = "read_file"
+
+// CapAttachOffset is the capability a daemon reports when an attach's
+// offset field starts the session's output at that byte: the daemon
+// drops the bytes before it (their checksum must be offset_crc, else the
+// stream ends with an error frame unavailable/replay_mismatch) instead of
+// sending them. A platform resuming a slow reader's stream sends the
+// offset to a daemon with it; to one without (Fountain's, which ignores
+// unknown fields and replays from byte zero) it sends none and drops the
+// bytes itself.
+const CapAttachOffset = "attach_offset"
 
 // Limits are a create's resource limits (sandbox.Limits); zero is unset.
 type Limits struct {
