@@ -642,8 +642,21 @@ func (s *Server) markRunnerOffline(ctx context.Context, accountID string, recs [
 	}
 }
 
-// StateRunnerOffline is the state a listing gives a sandbox whose runner
-// is not connected.
+// offlineView makes v say runner_offline (status unknown) when err is
+// the runner provider's Unavailable{runner_offline} for rec: a GET of a
+// sandbox whose runner vanished answers its record at once, as the
+// listing does, instead of 503.
+func offlineView(rec store.Sandbox, err error, v *Sandbox) bool {
+	var un *sandbox.UnavailableError
+	if rec.Provider != runnerprov.Name || !errors.As(err, &un) || un.Reason != runnerprov.ReasonOffline {
+		return false
+	}
+	v.State, v.Status = StateRunnerOffline, string(sandbox.StatusUnknown)
+	return true
+}
+
+// StateRunnerOffline is the state a listing and a GET give a sandbox
+// whose runner is not connected.
 const StateRunnerOffline = "runner_offline"
 
 // parseSelector reads a create's runner_selector.

@@ -14,10 +14,12 @@ import (
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/provider/fake"
 	runnerprov "github.com/managoat/managoat/provider/runner"
 	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/runner"
+	"github.com/managoat/managoat/sandbox"
 )
 
 const gibi = int64(1) << 30
@@ -220,6 +222,23 @@ func TestFleetPlacement(t *testing.T) {
 	}
 	if offline != 2 || states["z"] != api.StateRunnerOffline {
 		t.Fatalf("states with us1 gone: %v; want z and one more runner_offline", states)
+	}
+	// A GET (what managoat ls asks of each sandbox, through the Go
+	// client) answers the record at once with state runner_offline, not
+	// 503 (ls showed status unknown and no state).
+	start := time.Now()
+	if a := call(t, "GET", pl.URL+"/v1/sandboxes/z", key, nil); a.status != 200 || !strings.Contains(string(a.body), `"state":"runner_offline"`) || time.Since(start) > 5*time.Second {
+		t.Fatalf("GET z with us1 gone = %d %s after %v, want 200 state runner_offline at once", a.status, a.body, time.Since(start))
+	}
+	cl, err := client.New(client.Options{URL: pl.URL, APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	info, err := cl.Get(context.Background(), sandbox.BuildHandle(client.Name, "z"))
+	var raw struct{ State string }
+	if err != nil || info.Status != sandbox.StatusUnknown || json.Unmarshal(info.Raw, &raw) != nil || raw.State != api.StateRunnerOffline {
+		t.Fatalf("client Get z with us1 gone = %+v %s, %v; want status unknown, state runner_offline", info, info.Raw, err)
 	}
 	if v := runnerViews(t, pl, key)["us1"]; v.Online || v.Used.Sandboxes != 2 {
 		t.Fatalf("us1 gone: %+v, want listed offline with its 2 sandboxes", v)

@@ -723,6 +723,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, k store.Key) {
 			writeErr(w, err)
 			return
 		}
+		if offlineView(rec, err, &v) { // fleet.go: its runner is not connected
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
 		if err != nil {
 			writeErr(w, err)
 			return
