@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,48 +54,158 @@ func (f *networkFlags) options(provider string) (string, []int, error) {
 // policyFlags collects --allow and --deny (create, run and policy): the
 // sandbox's egress allow list, put in force as soon as the sandbox is
 // made, before any command of run's runs.
+//
+// The policy is an allow list only (sandbox.NetworkPolicy has no deny
+// list: what it does not name is denied). So --deny all is the empty
+// list, and --deny ENTRY takes entries out of the --allow list: an allow
+// entry a deny entry covers (the same destination, a subdomain of a
+// denied *.domain, an address or CIDR inside a denied CIDR; every port of
+// it, or the same port) is dropped, and a deny entry nothing allows is
+// denied already. What an allow list cannot say is refused, not
+// approximated: --deny ENTRY without --allow (open egress but for some
+// destinations), and a deny entry inside a broader allow entry (--allow
+// *.example.com --deny a.example.com, --allow 10.0.0.0/8 --deny
+// 10.1.0.0/16, --allow example.com --deny example.com:22). Domains and
+// addresses are not compared: --deny example.com does not touch an
+// allowed CIDR its addresses are in.
 type policyFlags struct {
 	allow multiFlag
-	deny  string
+	deny  multiFlag
 }
 
 func (f *policyFlags) add(fs *flag.FlagSet) {
 	fs.Var(&f.allow, "allow", "the only egress the sandbox gets: comma-separated `DOMAIN|CIDR` entries (example.com, *.example.com, 10.0.0.0/8, each optionally :PORT; repeatable); --allow \"\" denies all")
-	fs.StringVar(&f.deny, "deny", "", "--deny all denies all egress (the same as --allow \"\"); a list names what is allowed, everything else is denied")
+	fs.Var(&f.deny, "deny", "all: deny all egress (the same as --allow \"\"); or `DOMAIN|CIDR` entries taken out of the --allow list (repeatable; the policy is an allow list, so an exception inside a broader --allow entry, or --deny without --allow, is refused)")
 }
 
 // policy is the NetworkPolicy the flags ask for, and whether they ask
 // for one; an entry that is neither a domain nor an address or CIDR is
 // refused before anything is made.
 func (f *policyFlags) policy(fs *flag.FlagSet) (sandbox.NetworkPolicy, bool, error) {
-	given := false
-	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "allow" || fl.Name == "deny" })
+	given, allowGiven := false, false
+	fs.Visit(func(fl *flag.Flag) {
+		given = given || fl.Name == "allow" || fl.Name == "deny"
+		allowGiven = allowGiven || fl.Name == "allow"
+	})
 	if !given {
 		return sandbox.NetworkPolicy{}, false, nil
 	}
 	pol := sandbox.NetworkPolicy{Allow: []string{}}
-	switch f.deny {
-	case "":
-	case "all":
-		if len(f.allow) > 0 {
-			return pol, false, usageError{msg: "--deny all and --allow contradict each other: --allow alone names all that is allowed"}
+	entries := func(vals []string) ([]string, error) {
+		var out []string
+		for _, a := range vals {
+			for _, e := range strings.Split(a, ",") {
+				if e = strings.TrimSpace(e); e == "" {
+					continue
+				}
+				if err := sandbox.CheckAllowEntry(e); err != nil && e != "all" {
+					return nil, err
+				}
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
+	deny, err := entries(f.deny)
+	if err != nil {
+		return pol, false, err
+	}
+	if slices.Contains(deny, "all") {
+		if len(deny) > 1 || len(f.allow) > 0 {
+			return pol, false, usageError{msg: "--deny all denies all egress: it takes no other --deny entry and no --allow (--allow alone names all that is allowed)"}
 		}
 		return pol, true, nil
-	default:
-		return pol, false, usageError{msg: fmt.Sprintf("--deny %q: --deny takes all (deny all egress); to allow only some destinations name them with --allow, everything else is denied", f.deny)}
 	}
-	for _, a := range f.allow {
-		for _, e := range strings.Split(a, ",") {
-			if e = strings.TrimSpace(e); e == "" {
-				continue
-			}
-			if err := sandbox.CheckAllowEntry(e); err != nil {
-				return pol, false, err
-			}
-			pol.Allow = append(pol.Allow, e)
+	if len(deny) > 0 && !allowGiven {
+		return pol, false, usageError{msg: fmt.Sprintf("--deny %s without --allow: the network policy is an allow list (what it does not name is denied), so it cannot deny some destinations and allow the rest; name what is allowed with --allow (and --deny takes entries out of it), or --deny all", deny[0])}
+	}
+	allow, err := entries(f.allow)
+	if err != nil {
+		return pol, false, err
+	}
+	for _, e := range allow {
+		if e == "all" {
+			return pol, false, sandbox.CheckAllowEntry(e)
 		}
 	}
+	kept := allow[:0:0]
+next:
+	for _, a := range allow {
+		ea := parseEntry(a)
+		for _, d := range deny {
+			ed := parseEntry(d)
+			if ed.covers(ea) {
+				continue next // denied: dropped from the list
+			}
+			if ea.covers(ed) || ea.overlaps(ed) {
+				return pol, false, usageError{msg: fmt.Sprintf("--deny %s is inside --allow %s: the network policy is an allow list and cannot make an exception within an entry; allow narrower entries instead", d, a)}
+			}
+		}
+		kept = append(kept, a)
+	}
+	pol.Allow = append(pol.Allow, kept...)
 	return pol, true, nil
+}
+
+// entry is an allow or deny entry, parsed for comparison (it passed
+// sandbox.CheckAllowEntry): a domain or *.domain, or a prefix (an address
+// is its /32 or /128), and a port (0: every port).
+type entry struct {
+	name   string // lower case, no trailing dot; for a wildcard without "*."
+	wild   bool   // *.name: strict subdomains of name
+	prefix netip.Prefix
+	port   uint64
+}
+
+func parseEntry(e string) entry {
+	host, port := e, ""
+	if strings.HasPrefix(e, "[") {
+		i := strings.Index(e, "]")
+		host, port = e[1:i], strings.TrimPrefix(e[i+1:], ":")
+	} else if strings.Count(e, ":") == 1 {
+		host, port, _ = strings.Cut(e, ":")
+	}
+	var x entry
+	x.port, _ = strconv.ParseUint(port, 10, 16)
+	if a, err := netip.ParseAddr(host); err == nil {
+		x.prefix = netip.PrefixFrom(a, a.BitLen())
+		return x
+	}
+	if p, err := netip.ParsePrefix(host); err == nil {
+		x.prefix = p.Masked()
+		return x
+	}
+	x.wild = strings.HasPrefix(host, "*.")
+	x.name = strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(host, "*.")), ".")
+	return x
+}
+
+// covers reports whether every destination of o is one of x's.
+func (x entry) covers(o entry) bool {
+	if x.port != 0 && x.port != o.port {
+		return false
+	}
+	if x.prefix.IsValid() || o.prefix.IsValid() {
+		return x.prefix.IsValid() && o.prefix.IsValid() && x.prefix.Bits() <= o.prefix.Bits() && x.prefix.Contains(o.prefix.Addr())
+	}
+	switch {
+	case !x.wild:
+		return !o.wild && o.name == x.name
+	case o.wild:
+		return o.name == x.name || strings.HasSuffix(o.name, "."+x.name)
+	}
+	return strings.HasSuffix(o.name, "."+x.name)
+}
+
+// overlaps reports whether x and o share a destination that neither
+// holds all of (the same host, ports that only partly agree).
+func (x entry) overlaps(o entry) bool {
+	hx, ho := x, o
+	hx.port, ho.port = 0, 0
+	if !hx.covers(ho) && !ho.covers(hx) {
+		return false
+	}
+	return x.port == 0 || o.port == 0 || x.port == o.port
 }
 
 // applyPolicy puts pol in force in the sandbox h that create or run just
