@@ -130,6 +130,26 @@ func waitText(sel, want string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// waitJS polls expr in the page until it is true.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		for {
+			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+			if err != nil {
+				return err
+			}
+			if ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s never held: %w", expr, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+}
+
 // shot writes a screenshot of the page to dir/name.png.
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
@@ -208,6 +228,13 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// Sign in.
 	browse(t, ctx, "the sign-in page", chromedp.Navigate(home), chromedp.WaitVisible(chromedp.CSS("#view-signin #key")))
+	// First paint, as the browser measured it (a figure, not asserted).
+	browse(t, ctx, "first paint", waitJS(`performance.getEntriesByName("first-contentful-paint").length > 0`))
+	fcp := value(t, ctx, "first paint", chromedp.Evaluate[float64](`performance.getEntriesByName("first-contentful-paint")[0].startTime`))
+	t.Logf("first contentful paint of / on loopback: %.1f ms (target under 200)", fcp)
+	if err := os.WriteFile(filepath.Join(shots, "first-paint.txt"), fmt.Appendf(nil, "first-contentful-paint %.1f ms\n", fcp), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	shot(t, ctx, shots, "1-signin")
 	browse(t, ctx, "a wrong key", chromedp.SendKeys(chromedp.CSS("#key"), "mgk_nope_nope"), chromedp.Click(chromedp.CSS("#signin-form button")),
 		waitText("#error", "unauthorized"))
@@ -272,6 +299,38 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	browse(t, ctx, "the later line and the exit", waitText("#ss-output .xterm-rows", "after go-on"), waitText("#ss-status", "exited with code 3"))
 	shot(t, ctx, shots, "6-session")
+
+	// A session followed while its socket is killed three times from the
+	// page: the page reconnects with the offset it has, and its terminal
+	// holds the whole output, each line once.
+	const lines = 400
+	out, e, code = managoatEnv(t, alice, "spawn", "--detach", "web", "--", "sh", "-c",
+		fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "line $i"; [ $((i %% 10)) = 0 ] && sleep 0.05; i=$((i+1)); done; exit 5`, lines))
+	long := strings.TrimSpace(out)
+	if code != 0 || long == "" {
+		t.Fatalf("spawn the long session: %d %q %s", code, out, e)
+	}
+	browse(t, ctx, "follow the long session", chromedp.Navigate(home+"#/sb/web/session/"+long), waitText("#ss-status", "following"))
+	for kill := 1; kill <= 3; kill++ {
+		at := value(t, ctx, "the offset", chromedp.Evaluate[int](`Number(document.querySelector("#ss-output").dataset.offset)`))
+		browse(t, ctx, "more output", waitJS(fmt.Sprintf(`Number(document.querySelector("#ss-output").dataset.offset) > %d`, at+300)))
+		browse(t, ctx, "kill the socket", js(`document.querySelector("#ss-output").socket.close()`),
+			waitJS(fmt.Sprintf(`Number(document.querySelector("#ss-output").dataset.reconnects) >= %d`, kill)))
+	}
+	browse(t, ctx, "the long session's exit", waitText("#ss-status", "exited with code 5"))
+	text := value(t, ctx, "the terminal's text", chromedp.Evaluate[string](`(() => { const b = document.querySelector("#ss-output").term.buffer.active; const out = [];
+		for (let i = 0; i < b.length; i++) out.push(b.getLine(i).translateToString(true)); return out.join("\n").replace(/\n+$/, ""); })()`))
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if text != strings.TrimSuffix(want.String(), "\n") {
+		t.Errorf("after 3 killed sockets the page shows %d bytes, want %d:\n%s", len(text), want.Len()-1, text)
+	}
+	if n := value(t, ctx, "reconnects", chromedp.Evaluate[int](`Number(document.querySelector("#ss-output").dataset.reconnects)`)); n < 3 {
+		t.Errorf("%d reconnects, want 3 or more", n)
+	}
+	shot(t, ctx, shots, "6b-session-resumed")
 
 	// A preview link of the port python3 -m http.server serves.
 	browse(t, ctx, "a preview link", chromedp.Navigate(home+"#/sb/web"),

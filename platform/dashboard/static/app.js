@@ -296,39 +296,47 @@ function openTerminal(name, cmd) {
   term.onResize(({ rows, cols }) => { box.dataset.size = rows + " " + cols; send({ type: "resize", id: ++id, rows, cols }); });
 }
 
-// viewSession follows a session's output from its journal: attach
-// replays from byte zero, and on a reconnect the bytes already shown
-// (the offset) are skipped, so nothing is lost or shown twice.
+// viewSession follows a session's output from its journal. On a
+// reconnect the attach carries the offset (the bytes already shown): the
+// server skips them as it replays the journal, so nothing is lost or
+// shown twice; a server that does not say it skipped them is skipped here.
 function viewSession(name, sid) {
   showView("view-session");
   $("#ss-h").textContent = "Session " + sid + " of " + name;
   const box = $("#ss-output");
   const term = newTerm(box, { disableStdin: true, convertEol: true });
-  let offset = 0, done = false, stopped = false, ws = null;
+  box.term = term; // for tests and the console: the terminal's buffer
+  let offset = 0, done = false, stopped = false, ws = null, reconnects = 0;
   closers.push(() => { stopped = true; if (ws) ws.close(); });
-  const status = (s) => { $("#ss-status").textContent = s; $("#ss-offset").textContent = "offset " + offset + " bytes"; box.dataset.offset = offset; };
+  const status = (s) => { $("#ss-status").textContent = s; $("#ss-offset").textContent = "offset " + offset + " bytes"; box.dataset.offset = offset; box.dataset.reconnects = reconnects; };
   const connect = () => {
-    let seen = 0;
+    let skip = 0; // bytes to drop here: a server that replays from 0
+    const asked = offset;
     ws = new WebSocket(wsURL(name));
+    box.socket = ws;
     ws.binaryType = "arraybuffer";
-    ws.onopen = () => ws.send(JSON.stringify({ op: "attach", session_id: sid }));
+    ws.onopen = () => ws.send(JSON.stringify({ op: "attach", session_id: sid, offset: asked }));
     ws.onmessage = (ev) => {
       if (typeof ev.data !== "string") {
         let b = new Uint8Array(ev.data, 1);
-        if (seen + b.length <= offset) { seen += b.length; return; }
-        if (seen < offset) b = b.subarray(offset - seen);
-        seen = offset + b.length;
+        if (skip > 0) { const k = Math.min(skip, b.length); skip -= k; b = b.subarray(k); }
+        if (!b.length) return;
         offset += b.length;
         term.write(b);
         status("following");
         return;
       }
       const m = JSON.parse(ev.data);
-      if (m.type === "started") status("following");
+      if (m.type === "started") { skip = (m.offset || 0) === asked ? 0 : asked; status("following"); }
       else if (m.type === "exit") { done = true; status("exited with code " + m.code); box.dataset.exit = m.code; }
       else if (m.type === "error") { done = true; status(m.error.kind + ": " + m.error.message); showError({ error: m.error }); }
     };
-    ws.onclose = () => { if (!done && !stopped) { status("reconnecting from offset " + offset); setTimeout(connect, 1000); } };
+    ws.onclose = () => {
+      if (done || stopped) return;
+      reconnects++;
+      status("reconnecting from offset " + offset);
+      setTimeout(() => { if (!stopped) connect(); }, 300);
+    };
   };
   status("connecting");
   connect();
