@@ -1,6 +1,7 @@
 package e2bdoor
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -105,6 +106,7 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request, p *client.Client, 
 	}
 	d.mu.Lock()
 	d.meta[metaKey(key, id)] = m
+	d.armLocked(key, id, m.EndAt)
 	d.mu.Unlock()
 	writeJSON(w, http.StatusCreated, d.started(key, id))
 }
@@ -268,6 +270,7 @@ func (d *Door) sandboxOp(w http.ResponseWriter, r *http.Request, p *client.Clien
 			fail(err)
 			return
 		}
+		d.disarm(key, id)
 		w.WriteHeader(http.StatusNoContent)
 	case action == "connect" && r.Method == http.MethodPost, action == "timeout" && r.Method == http.MethodPost:
 		if len(strings.TrimSpace(string(body))) > 0 && json.Unmarshal(body, &t) != nil {
@@ -300,6 +303,7 @@ func (d *Door) sandboxOp(w http.ResponseWriter, r *http.Request, p *client.Clien
 		if action == "timeout" || end.After(d.meta[mk].EndAt) {
 			d.meta[mk].EndAt = end
 		}
+		d.armLocked(key, id, d.meta[mk].EndAt)
 		d.mu.Unlock()
 		if action == "timeout" {
 			w.WriteHeader(http.StatusNoContent)
@@ -317,6 +321,10 @@ func (d *Door) sandboxOp(w http.ResponseWriter, r *http.Request, p *client.Clien
 func (d *Door) forget(key, id string) {
 	d.mu.Lock()
 	delete(d.meta, metaKey(key, id))
+	if tm := d.timers[metaKey(key, id)]; tm != nil {
+		tm.Stop()
+		delete(d.timers, metaKey(key, id))
+	}
 	t := d.procs[metaKey(key, id)]
 	delete(d.procs, metaKey(key, id))
 	d.mu.Unlock()
@@ -325,4 +333,69 @@ func (d *Door) forget(key, id string) {
 	}
 }
 
-var _ = errors.Is
+// armLocked sets sandbox id's end: at end the door kills it (E2B's
+// timeout), through the platform as the key that set it. A pause
+// disarms it (a paused sandbox does not time out in E2B). d.mu is held.
+func (d *Door) armLocked(key, id string, end time.Time) {
+	mk := metaKey(key, id)
+	if tm := d.timers[mk]; tm != nil {
+		tm.Stop()
+	}
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(time.Until(end), func() {
+		d.mu.Lock()
+		select {
+		case <-d.done:
+			d.mu.Unlock()
+			return
+		default:
+		}
+		if d.timers[mk] != tm {
+			d.mu.Unlock()
+			return // re-armed or forgotten since
+		}
+		delete(d.timers, mk)
+		d.wg.Add(1)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		d.expire(key, id)
+	})
+	d.timers[mk] = tm
+}
+
+// disarm stops sandbox id's end (a pause: connect arms it again).
+func (d *Door) disarm(key, id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if tm := d.timers[metaKey(key, id)]; tm != nil {
+		tm.Stop()
+		delete(d.timers, metaKey(key, id))
+	}
+}
+
+// expire kills sandbox id at its end.
+func (d *Door) expire(key, id string) {
+	p, err := client.New(client.Options{URL: "http://door.invalid", APIKey: key, HTTPClient: d.hc})
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	h := &sandbox.Handle{Provider: client.Name, Name: id}
+	if err := p.Destroy(ctx, h); err == nil || errors.Is(err, sandbox.ErrNotFound) {
+		d.forget(key, id)
+	}
+}

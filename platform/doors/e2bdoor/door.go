@@ -30,8 +30,10 @@
 // by the door, envVars given to every command), GET /v2/sandboxes (the
 // metadata and state filters, limit and nextToken paging, newest first),
 // GET and DELETE /sandboxes/{id}, POST /sandboxes/{id}/timeout (the
-// reported endAt; the platform's idle lifecycle, not E2B's TTL, ends a
-// sandbox), POST /sandboxes/{id}/pause (suspend), POST
+// sandbox's end: create's timeout, 300 s by default, then each
+// setTimeout's; at its end the door destroys the sandbox through /v1 as
+// the key that set it, a pause stops the count and connect starts it
+// again, as E2B's timeout does), POST /sandboxes/{id}/pause (suspend), POST
 // /v2/sandboxes/{id}/connect and /sandboxes/{id}/connect (resume a paused
 // one). envd: process.Process Start (a server stream of start, data and
 // end events; exit codes as envd reports them), Connect, List, SendInput,
@@ -41,9 +43,11 @@
 // /health.
 //
 // What the platform does not keep (a sandbox's E2B metadata, template,
-// envVars and endAt) the door keeps in memory, under the API key's public
-// id: it is lost when serve restarts, and another key of the same account
-// lists the sandbox with no metadata.
+// envVars and endAt, and the timer of its end) the door keeps in memory,
+// under the API key's public id: it is lost when serve restarts (the
+// sandbox then lives on under the platform's idle lifecycle only), and
+// another key of the same account lists the sandbox with no metadata.
+// The platform's /v1 records keep no labels a door could put it in.
 //
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
@@ -113,8 +117,10 @@ type Door struct {
 	mu    sync.Mutex
 	meta  map[string]*meta // account key id + "\x00" + sandbox id
 	procs map[string]*procTable
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// timers kill each sandbox at its E2B end (armLocked).
+	timers map[string]*time.Timer
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // meta is what E2B knows of a sandbox that the platform does not keep.
@@ -149,7 +155,7 @@ func New(o Options) (*Door, error) {
 		return nil, err
 	}
 	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), aead: aead, ln: newPipeListener(),
-		meta: map[string]*meta{}, procs: map[string]*procTable{}, done: make(chan struct{})}
+		meta: map[string]*meta{}, procs: map[string]*procTable{}, timers: map[string]*time.Timer{}, done: make(chan struct{})}
 	d.srv = &http.Server{Handler: o.API, ReadHeaderTimeout: 30 * time.Second}
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); _ = d.srv.Serve(d.ln) }()
@@ -170,6 +176,10 @@ func (d *Door) Close() error {
 	default:
 	}
 	close(d.done)
+	for _, tm := range d.timers {
+		tm.Stop()
+	}
+	d.timers = map[string]*time.Timer{}
 	tables := d.procs
 	d.procs = map[string]*procTable{}
 	d.mu.Unlock()

@@ -87,7 +87,16 @@ func TestSDK(t *testing.T) {
 	val("create second", &b)
 	eq("list paged", [][]string{{"2"}, {"1"}})
 	eq("list filtered", []string{b.SandboxID})
-	eq("getInfo", map[string]any{"sandboxId": a.SandboxID, "templateId": "base", "n": "1", "state": "running", "ttl": 120})
+	// The ttl is counted down from create (timeoutMs 120 s) by the time
+	// getInfo answers: at most 120, and more than the script's own bound.
+	var info struct {
+		SandboxID, TemplateID, N, State string
+		TTL                             int
+	}
+	val("getInfo", &info)
+	if info.SandboxID != a.SandboxID || info.TemplateID != "base" || info.N != "1" || info.State != "running" || info.TTL > 120 || info.TTL < 120-180 {
+		t.Errorf("getInfo = %+v", info)
+	}
 	var ttl int
 	val("setTimeout", &ttl)
 	if ttl < 590 || ttl > 600 {
@@ -141,6 +150,32 @@ func TestSDK(t *testing.T) {
 	val("bad key", &bk)
 	if bk["isAuth"] != true {
 		t.Errorf("bad key = %v", bk)
+	}
+	// E2B's timeout kills the sandbox at its end (create's timeoutMs, then
+	// setTimeout's), as a row of /v1 too.
+	var ex struct {
+		SandboxID                         string
+		RunningBefore, RunningAfter, Gone bool
+	}
+	val("timeout expiry", &ex)
+	if !ex.RunningBefore || ex.RunningAfter || !ex.Gone {
+		t.Errorf("timeout expiry = %+v", ex)
+	}
+	var st struct {
+		RunningAtFirstEnd, RunningAfter bool
+	}
+	val("setTimeout expiry", &st)
+	if !st.RunningAtFirstEnd || st.RunningAfter {
+		t.Errorf("setTimeout expiry = %+v", st)
+	}
+	for _, id := range []string{ex.SandboxID} {
+		req, _ := http.NewRequest("GET", p.URL+"/v1/sandboxes/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+			t.Errorf("/v1 get of the expired sandbox %q: %v %v", id, resp, err)
+		} else {
+			resp.Body.Close()
+		}
 	}
 	eq("kill", true)
 	eq("kill again", false)

@@ -96,6 +96,27 @@ try {
   await call('connect unknown', () => thrown(() => Sandbox.connect('no-such-sandbox'), { isNotFound: NotFoundError, isSandboxNotFound: SandboxNotFoundError }))
   await call('kill unknown', () => Sandbox.kill('no-such-sandbox'))
   await call('bad key', () => thrown(() => Sandbox.list({ apiKey: 'mgk_not-the-key' }).nextItems(), { isAuth: AuthenticationError }))
+  const until = async (f, ms = 60_000) => { const end = Date.now() + ms; for (;;) { const v = await f(); if (v) return v; if (Date.now() > end) throw new Error('not in time'); await new Promise(r => setTimeout(r, 100)) } }
+  await call('timeout expiry', async () => {
+    const s = await Sandbox.create({ metadata: { suite, n: 'expiry' }, timeoutMs: 2_000 })
+    made.push(s)
+    const runningBefore = await s.isRunning()
+    const gone = await until(async () => (await Sandbox.list({ query: { metadata: { suite, n: 'expiry' } } }).nextItems()).length === 0)
+    return { sandboxId: s.sandboxId, runningBefore, runningAfter: await s.isRunning().catch(() => false), gone }
+  })
+  await call('setTimeout expiry', async () => {
+    const t0 = Date.now()
+    const s = await Sandbox.create({ metadata: { suite, n: 'extended' }, timeoutMs: 5_000 })
+    made.push(s)
+    await s.setTimeout(120_000)
+    // past create's end, far inside setTimeout's
+    await new Promise(r => setTimeout(r, Math.max(0, t0 + 6_000 - Date.now())))
+    const listed = async () => (await Sandbox.list({ query: { metadata: { suite, n: 'extended' } } }).nextItems()).length === 1
+    const runningAtFirstEnd = await listed()
+    await s.setTimeout(1_000)
+    await until(async () => !(await listed()))
+    return { runningAtFirstEnd, runningAfter: await s.isRunning().catch(() => false) }
+  })
   if (b) {
     await call('kill', () => b.kill())
     await call('kill again', () => b.kill())
