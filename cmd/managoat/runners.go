@@ -203,7 +203,9 @@ func clipArg(s string) string {
 }
 
 // drainRunner drains until no sandbox is left on the runner, printing
-// each pass's progress.
+// each pass's progress on stderr when it changed (the outcome, or with
+// --json each pass's status, on stdout). With wait the sandboxes are
+// only waited for (their users destroy or move them), else parked.
 func drainRunner(ctx context.Context, c *client.Client, name string, wait bool, timeout time.Duration, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -223,7 +225,11 @@ func drainRunner(ctx context.Context, c *client.Client, name string, wait bool, 
 		} else {
 			var b strings.Builder
 			done := len(st.Sandboxes) - st.Remaining
-			fmt.Fprintf(&b, "runner/%s draining: %d of %d sandboxes parked", st.Runner.Name, done, len(st.Sandboxes))
+			verb := "parked"
+			if wait {
+				verb = "gone or parked"
+			}
+			fmt.Fprintf(&b, "runner/%s draining: %d of %d sandboxes %s", st.Runner.Name, done, len(st.Sandboxes), verb)
 			for _, it := range st.Sandboxes {
 				if it.Action != "parked" && it.Action != "already_parked" {
 					fmt.Fprintf(&b, "\n  %s: %s", it.Name, it.Action)
@@ -233,7 +239,7 @@ func drainRunner(ctx context.Context, c *client.Client, name string, wait bool, 
 				}
 			}
 			if s := b.String(); s != last {
-				fmt.Println(s)
+				fmt.Fprintln(os.Stderr, s) // progress on stderr; stdout keeps the outcome
 				last = s
 			}
 		}
