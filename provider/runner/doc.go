@@ -39,6 +39,36 @@
 //	    client's request id. It is how `managoat --provider runner` works
 //	    against a `managoat serve`.
 //
+// The output path. A byte a sandboxed command writes on a runner takes
+// one path to every client, with one record of it, the supervisor's
+// journal on the runner's disk:
+//
+//  1. provider/local/supervisor (pump.go) moves the command's pipe into
+//     the session's journal (package provider/local/journal) with
+//     splice(2): a record [kind][length][data] per batch the pipe held.
+//  2. provider/local's Command follows the journal from disk
+//     (supervisor.Client.Follow) into a sandbox.Stream, as fast as its
+//     reader takes it; a follower far behind holds the command (the
+//     supervisor stops reading its pipes), it is never cut off.
+//  3. The runner daemon (package runner, sessions.go) reads that Command,
+//     keeps at most 8 MiB of it for replays while a listener is attached,
+//     and writes each chunk (at most wire.MaxChunk) as a stream frame:
+//     JSON text with the data in base64 (wire.AppendStream).
+//  4. Here, Conn reads the frame (wire.Decode), routes it to the
+//     session's subscriptions (live) or its requester's (replay_for), and
+//     a Subscription feeds its Command's sandbox.Stream; the reader that
+//     falls behind resumes by offset (above), from the daemon's replay,
+//     which reads the supervisor's journal again.
+//  5. platform/api serves the Command's events to its clients, and the Go
+//     client (platform/client) reads them.
+//
+// What is not one path yet (issue 31): the daemon's own 8 MiB replay
+// buffer is a second copy; the provider's Attach replays from byte zero
+// (sandbox.AttachOptions has no offset), so an attach at an offset still
+// reads the bytes before it from the journal on the runner's host; and
+// stream data crosses the socket as base64 in text frames, with no binary
+// frame extension yet.
+//
 // Offline, disconnected and timed out are all Unavailable (runner_offline,
 // runner_disconnected, runner_timeout): transient, so a switched-off
 // machine's sandbox is never taken for gone.
@@ -74,12 +104,13 @@
 //     half its Stream's bound (sandbox.StreamLimit) queued is not fed
 //     further; its subscription is dropped, and once the reader has
 //     drained, the Command attaches again and resumes at the output offset
-//     it reached (the daemon replays the session from byte zero, from its
-//     memory or the provider's journal; the bytes before the offset are
-//     dropped here, once checked against the checksum of what was
-//     delivered: a replay that differs, as when the journal's cap dropped
-//     output the reader had not read, is Unavailable{replay_mismatch},
-//     never misplaced bytes). Fountain's platform dropped nothing and queued
+//     it reached: a daemon that reports attach_offset (wire.CapAttachOffset)
+//     is asked to start there and drops the bytes before it itself; from
+//     one without (Fountain's) the replay comes from byte zero and the
+//     bytes before the offset are dropped here. Either way they are checked
+//     against the checksum of what was delivered: a replay that differs,
+//     as when the journal's cap dropped output the reader had not read, is
+//     Unavailable{replay_mismatch}, never misplaced bytes. Fountain's platform dropped nothing and queued
 //     without bound; the Stream's own rule would cut the reader off
 //     (slow_reader).
 //   - ListSessions gives each session its state: the daemon's "state"
