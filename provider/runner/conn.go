@@ -190,7 +190,8 @@ func hasRoom(st *sandbox.Stream, n int) bool {
 type pending struct {
 	ch        chan callResult
 	sub       *Subscription
-	abandoned bool // the caller gave up; a late reply installs nothing
+	abandoned bool   // the caller gave up; a late reply installs nothing
+	attachSid string // the session an attach with a subscription names
 }
 
 type callResult struct {
@@ -220,6 +221,9 @@ type Conn struct {
 	pending map[int64]*pending
 	subs    map[string][]*Subscription
 	hb      *time.Timer
+	// deferredDetach holds the sessions whose last subscription went while
+	// an attach of them was in flight (Unsubscribe).
+	deferredDetach map[string]bool
 
 	lastSeen atomic.Int64              // unix nanos of the last frame or pong
 	capacity atomic.Pointer[capReport] // the latest capacity report (capacity.go)
@@ -242,7 +246,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 
 func newConn(srv *Server, info Info) *Conn {
 	c := &Conn{srv: srv, info: info, ready: make(chan struct{}), done: make(chan struct{}),
-		pending: map[int64]*pending{}, subs: map[string][]*Subscription{}}
+		pending: map[int64]*pending{}, subs: map[string][]*Subscription{}, deferredDetach: map[string]bool{}}
 	if srv != nil {
 		c.writeTimeout, c.log = srv.cfg.WriteTimeout, srv.log
 		c.onEnd = func() {
@@ -282,6 +286,9 @@ func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (
 		return nil, err
 	}
 	p := &pending{ch: make(chan callResult, 1), sub: sub}
+	if sub != nil {
+		p.attachSid = req.SessionID // "" for a spawn, whose session is new
+	}
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
@@ -299,7 +306,11 @@ func (c *Conn) Call(ctx context.Context, req *wire.Request, sub *Subscription) (
 	if err != nil {
 		c.mu.Lock()
 		delete(c.pending, id)
+		detach := c.settleDetachLocked(p.attachSid)
 		c.mu.Unlock()
+		if detach {
+			c.detach(p.attachSid)
+		}
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)
 		}
@@ -373,8 +384,12 @@ func (c *Conn) write(_ context.Context, b []byte) error {
 }
 
 // Unsubscribe removes sub; when it was the session's last subscription on
-// this connection, the daemon is told to detach (id 0, no reply expected).
-// It is total.
+// this connection, the daemon is told to detach (id 0, no reply expected),
+// unless an attach of that session is in flight on this connection: the
+// daemon would bind that attach and then unbind it on the detach, leaving
+// its subscription with no live output. The detach then waits for the
+// attach's reply (settleDetachLocked) and is sent only if no subscription
+// came of it. It is total.
 func (c *Conn) Unsubscribe(sub *Subscription) {
 	if sub == nil {
 		return
@@ -385,11 +400,37 @@ func (c *Conn) Unsubscribe(sub *Subscription) {
 	last := removed && len(c.subs[sid]) == 0
 	if last {
 		delete(c.subs, sid)
+		if c.attachPendingLocked(sid) {
+			c.deferredDetach[sid] = true
+			last = false
+		}
 	}
 	c.mu.Unlock()
 	if last {
 		c.detach(sid)
 	}
+}
+
+// attachPendingLocked reports whether an attach of session sid awaits its
+// reply on this connection.
+func (c *Conn) attachPendingLocked(sid string) bool {
+	for _, p := range c.pending {
+		if p.attachSid == sid {
+			return true
+		}
+	}
+	return false
+}
+
+// settleDetachLocked is called when a pending attach of sid is done (replied
+// to or given up): it reports whether the detach Unsubscribe held back is
+// now due (no other attach of sid in flight, no subscription of it here).
+func (c *Conn) settleDetachLocked(sid string) bool {
+	if sid == "" || !c.deferredDetach[sid] || c.attachPendingLocked(sid) {
+		return false
+	}
+	delete(c.deferredDetach, sid)
+	return len(c.subs[sid]) == 0
 }
 
 func (c *Conn) detach(sid string) {
@@ -470,6 +511,9 @@ func (c *Conn) onReply(r *wire.Reply) {
 				c.subs[res.SessionID] = append(c.subs[res.SessionID], p.sub)
 			}
 		}
+	}
+	if detachSid == "" && c.settleDetachLocked(p.attachSid) {
+		detachSid = p.attachSid
 	}
 	c.mu.Unlock()
 	if detachSid != "" {
