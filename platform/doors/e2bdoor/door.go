@@ -39,7 +39,10 @@
 // end events; exit codes as envd reports them), Connect, List, SendInput,
 // CloseStdin, SendSignal, Update (a terminal's resize); filesystem.Filesystem Stat, MakeDir, Move,
 // Remove and ListDir (to a depth; its output bounded at 4 MiB) (each a short shell command in the sandbox through /v1's exec,
-// fs.go); GET and POST /files (octet-stream, gzip or not, and multipart);
+// fs.go), WatchDir (the SDK's watchDir: snapshots of the directory polled
+// every 200 ms in the sandbox, their differences sent as create, write,
+// chmod, rename and remove events; watch.go says what polling cannot see);
+// GET and POST /files (octet-stream, gzip or not, and multipart);
 // /health.
 //
 // What the platform does not keep (a sandbox's E2B metadata, template,
@@ -52,9 +55,9 @@
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
-// updates, StreamInput, and
-// filesystem.Filesystem's WatchDir and watchers (the SDK's watchDir) in
-// this version.
+// updates, StreamInput, and filesystem.Filesystem's non-streaming
+// watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher) in this
+// version.
 //
 // Bounds: a control-plane body is at most 1 MiB, a Connect message 1 MiB,
 // an upload streams to the sandbox through the platform's own file

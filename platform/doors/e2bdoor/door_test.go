@@ -135,6 +135,7 @@ func TestSDK(t *testing.T) {
 	eq("rename", map[string]any{"name": "hello.txt", "path": "/home/sprite/moved/hello.txt"})
 	eq("read renamed", "hello, world\n")
 	eq("remove", false)
+	eq("watchDir", map[string]any{"got": []string{"create new.txt", "write old.txt", "chmod old.txt", "rename new.txt", "create renamed.txt", "remove old.txt", "create a|b\nc"}, "missing": true, "crowded": true})
 	var gm map[string]any
 	val("getInfo missing", &gm)
 	if gm["isNotFound"] != true {

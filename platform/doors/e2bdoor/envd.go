@@ -165,6 +165,7 @@ func (d *Door) envdMux() http.Handler {
 		proc := "/filesystem.Filesystem/" + op
 		mux.Handle(proc, connect.NewUnaryHandler(proc, d.fsCall(op), opts...))
 	}
+	mux.Handle("/filesystem.Filesystem/WatchDir", connect.NewServerStreamHandler("/filesystem.Filesystem/WatchDir", d.watchDir, opts...))
 	mux.Handle("/filesystem.Filesystem/ListDir", connect.NewUnaryHandler("/filesystem.Filesystem/ListDir", d.listDir, opts...))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotImplemented, map[string]any{"code": "unimplemented", "message": r.URL.Path + " is not supported by managoat's E2B front door"})

@@ -45,7 +45,10 @@ try {
   await call('cwd and envs', async () => (await a.commands.run('echo "$FOO"; pwd', { cwd: '/tmp', envs: { FOO: 'bar' } })).stdout)
   await call('sendStdin', async () => {
     const h = await a.commands.run('read line; echo "got:$line"', { background: true, stdin: true })
-    await h.sendStdin('hello\n')
+    try { await h.sendStdin('hello\n') } catch (e) {
+      const w = await h.wait().catch(x => x) // what the command saw, for the failure's message
+      throw new Error(`${e.message}; the command printed ${JSON.stringify(w.stdout)} ${JSON.stringify(w.stderr)} exit ${w.exitCode}`)
+    }
     return (await h.wait()).stdout
   })
   await call('closeStdin', async () => {
@@ -92,6 +95,35 @@ try {
   await call('rename', () => a.files.rename(`${home}/door-hello.txt`, `${home}/moved/hello.txt`), e => ({ name: e.name, path: e.path }))
   await call('read renamed', () => a.files.read(`${home}/moved/hello.txt`))
   await call('remove', async () => { await a.files.remove(`${home}/made`); return a.files.exists(`${home}/made`) })
+  await call('watchDir', async () => {
+    const dir = `${home}/watched`
+    await a.files.makeDir(dir)
+    await a.commands.run(`echo old > ${dir}/old.txt`)
+    const seen = []
+    const w = await a.files.watchDir(dir, e => { seen.push(`${e.type} ${e.name}`) })
+    const saw = async want => { const end = Date.now() + 20_000; while (!seen.includes(want)) { if (Date.now() > end) throw new Error(`no "${want}" event; saw ${JSON.stringify(seen)}`); await new Promise(r => setTimeout(r, 50)) } return want }
+    const got = []
+    await a.files.write(`${dir}/new.txt`, 'new')
+    got.push(await saw('create new.txt'))
+    await a.commands.run(`echo more >> ${dir}/old.txt`)
+    got.push(await saw('write old.txt'))
+    await a.commands.run(`chmod 600 ${dir}/old.txt`)
+    got.push(await saw('chmod old.txt'))
+    await a.commands.run(`mv ${dir}/new.txt ${dir}/renamed.txt`)
+    got.push(await saw('rename new.txt'), await saw('create renamed.txt'))
+    await a.commands.run(`rm ${dir}/old.txt`)
+    got.push(await saw('remove old.txt'))
+    // a name holding the record's separators and a newline is one event
+    await a.commands.run('touch "$DIR/$NAME"', { envs: { DIR: dir, NAME: 'a|b\nc' } })
+    got.push(await saw('create a|b\nc'))
+    await w.stop()
+    const missing = await thrown(() => a.files.watchDir(`${home}/no-such-dir`, () => {}), { isNotFound: NotFoundError })
+    // a directory past the door's bound ends the watch, never a partial snapshot
+    await a.commands.run(`mkdir ${home}/crowded && cd ${home}/crowded && seq 10001 | xargs touch`)
+    const crowded = await thrown(() => a.files.watchDir(`${home}/crowded`, () => {}))
+    await a.commands.run(`rm -rf ${home}/crowded ${dir}`)
+    return { got, missing: missing.isNotFound, crowded: crowded.threw !== false && /10000 entries/.test(crowded.message) }
+  })
   await call('getInfo missing', () => thrown(() => a.files.getInfo(`${home}/made`), { isNotFound: NotFoundError }))
   await call('connect unknown', () => thrown(() => Sandbox.connect('no-such-sandbox'), { isNotFound: NotFoundError, isSandboxNotFound: SandboxNotFoundError }))
   await call('kill unknown', () => Sandbox.kill('no-such-sandbox'))
