@@ -72,6 +72,8 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request, p *client.Client, 
 		Timeout    *int              `json:"timeout"`
 		Metadata   map[string]string `json:"metadata"`
 		EnvVars    map[string]string `json:"envVars"`
+		Network    networkReq        `json:"network"`
+		Internet   *bool             `json:"allow_internet_access"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		apiErr(w, http.StatusBadRequest, "invalid request body: "+err.Error())
@@ -93,11 +95,26 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request, p *client.Client, 
 		apiErr(w, http.StatusBadRequest, "too many metadata entries or envVars")
 		return
 	}
+	req.Network.Internet = req.Internet
+	allow, open, err := policyOf(req.Network)
+	if err != nil {
+		apiErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	id := newID()
-	if _, err := p.CreateNew(r.Context(), id, sandbox.CreateNewOptions{}); err != nil {
+	h, err := p.CreateNew(r.Context(), id, sandbox.CreateNewOptions{})
+	if err != nil {
 		st, msg := statusOf(err)
 		apiErr(w, st, msg)
 		return
+	}
+	if !open {
+		if err := p.ApplyNetworkPolicy(r.Context(), h, sandbox.NetworkPolicy{Allow: allow}); err != nil {
+			_ = p.Destroy(context.WithoutCancel(r.Context()), h) // no sandbox without the policy it was asked with
+			st, msg := statusOf(err)
+			apiErr(w, st, msg)
+			return
+		}
 	}
 	now := time.Now()
 	m := &meta{Template: "base", Metadata: req.Metadata, Envs: req.EnvVars, StartedAt: now, EndAt: now.Add(time.Duration(timeout) * time.Second)}
@@ -310,7 +327,9 @@ func (d *Door) sandboxOp(w http.ResponseWriter, r *http.Request, p *client.Clien
 			return
 		}
 		writeJSON(w, status, d.started(key, id))
-	case action == "network" || action == "metrics" || action == "logs" || action == "snapshots" || action == "refreshes":
+	case action == "network" && r.Method == http.MethodPut:
+		d.updateNetwork(w, r, p, h, body)
+	case action == "metrics" || action == "logs" || action == "snapshots" || action == "refreshes":
 		apiErr(w, http.StatusNotImplemented, action+" is not supported by managoat's E2B front door")
 	default:
 		apiErr(w, http.StatusNotFound, "no such route")

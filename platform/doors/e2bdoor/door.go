@@ -33,7 +33,9 @@
 // sandbox's end: create's timeout, 300 s by default, then each
 // setTimeout's; at its end the door destroys the sandbox through /v1 as
 // the key that set it, a pause stops the count and connect starts it
-// again, as E2B's timeout does), POST /sandboxes/{id}/pause (suspend), POST
+// again, as E2B's timeout does), PUT /sandboxes/{id}/network and create's
+// network and allow_internet_access (onto the platform's allow list:
+// network.go says which forms it can hold), POST /sandboxes/{id}/pause (suspend), POST
 // /v2/sandboxes/{id}/connect and /sandboxes/{id}/connect (resume a paused
 // one). envd: process.Process Start (a server stream of start, data and
 // end events; exit codes as envd reports them), Connect, List, SendInput,
@@ -55,7 +57,7 @@
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds
 // (/templates), snapshots, volumes, secrets, metrics and logs, network
-// updates, StreamInput, and filesystem.Filesystem's non-streaming
+// rules and egress proxies, StreamInput, and filesystem.Filesystem's non-streaming
 // watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher) in this
 // version.
 //

@@ -26,13 +26,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // key.
 func start(t *testing.T) (string, string, *apitest.Platform) { return startB(t) }
 
-func startB(t testing.TB) (string, string, *apitest.Platform) {
+func startB(t testing.TB) (string, string, *apitest.Platform) { return startIn(t, t.TempDir()) }
+
+// startIn is startB with the local provider's state in dir.
+func startIn(t testing.TB, dir string) (string, string, *apitest.Platform) {
 	t.Helper()
 	mech := "trusted"
 	if os.Geteuid() == 0 {
 		mech = "jail"
 	}
-	lp, err := local.New(local.Config{StateDir: t.TempDir(), MechanismName: mech})
+	lp, err := local.New(local.Config{StateDir: dir, MechanismName: mech})
 	if err != nil {
 		t.Fatal(err)
 	}
