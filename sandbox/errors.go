@@ -23,9 +23,12 @@ var (
 	// ErrCommandExited means a stdin write or close raced the command's exit,
 	// or the command handle was stopped (detached) locally.
 	ErrCommandExited = errors.New("sandbox: command exited")
-	// ErrUnsupported is returned only by PublicURL. It is outside the
-	// taxonomy: the question does not apply, so there is no URL to report.
-	ErrUnsupported = errors.New("sandbox: public url unsupported")
+	// ErrUnsupported is ErrNotSupported: PublicURL's "this provider has no
+	// URL to give" is the operation not supported, with one sentinel and
+	// one kind (not_supported) for it. The kind "unsupported" that older
+	// peers send is read as ErrNotSupported. The name is kept so that code
+	// written against it compiles; new code uses ErrNotSupported.
+	ErrUnsupported = ErrNotSupported
 )
 
 // Reasons carried by UnavailableError and InvalidError. Providers may use
@@ -275,7 +278,7 @@ func Transient(err error) bool {
 		return true
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrTruncated),
 		errors.Is(err, ErrNotSupported), errors.Is(err, ErrAlreadyExists),
-		errors.Is(err, ErrUnsupported), errors.Is(err, context.Canceled),
+		errors.Is(err, context.Canceled),
 		errors.As(err, &d), errors.As(err, &i), errors.As(err, &r):
 		return false
 	}
@@ -285,7 +288,7 @@ func Transient(err error) bool {
 // Kind names err's class in the taxonomy: "not_found", "truncated",
 // "not_supported", "already_exists", "command_exited", "rate_limited",
 // "unavailable", "denied", "invalid", "restore_failed", "write_failed",
-// "provider", "unsupported", "canceled", or "unknown". CLIs print it.
+// "provider", "canceled", or "unknown". CLIs print it.
 func Kind(err error) string {
 	var (
 		d *DeniedError
@@ -309,8 +312,6 @@ func Kind(err error) string {
 		return "already_exists"
 	case errors.Is(err, ErrCommandExited):
 		return "command_exited"
-	case errors.Is(err, ErrUnsupported):
-		return "unsupported"
 	case errors.As(err, &l):
 		return "rate_limited"
 	case errors.As(err, &u):

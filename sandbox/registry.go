@@ -475,7 +475,7 @@ func CheckAllowEntry(e string) error {
 	return nil
 }
 
-// PublicURL returns the sandbox's URL, or ErrUnsupported.
+// PublicURL returns the sandbox's URL, or ErrNotSupported.
 func (r *Registry) PublicURL(ctx context.Context, h *Handle) (string, error) {
 	p, err := r.forHandle(h)
 	if err != nil {

@@ -413,7 +413,7 @@ type Provider interface {
 	Attach(ctx context.Context, h *Handle, sessionID string, opts AttachOptions) (*Command, error)
 
 	ApplyNetworkPolicy(ctx context.Context, h *Handle, p NetworkPolicy) error
-	// PublicURL returns a URL a browser can open, or ErrUnsupported.
+	// PublicURL returns a URL a browser can open, or ErrNotSupported.
 	PublicURL(ctx context.Context, h *Handle) (string, error)
 
 	CreateCheckpoint(ctx context.Context, h *Handle, opts CheckpointOptions) (string, error)

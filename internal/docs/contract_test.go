@@ -238,7 +238,7 @@ func TestContractNamesEveryInterface(t *testing.T) {
 		}
 	}
 	for _, e := range []error{sandbox.ErrNotFound, sandbox.ErrTruncated, sandbox.ErrNotSupported, sandbox.ErrAlreadyExists,
-		sandbox.ErrCommandExited, sandbox.ErrUnsupported, &sandbox.RateLimitedError{}, &sandbox.UnavailableError{},
+		sandbox.ErrCommandExited, &sandbox.RateLimitedError{}, &sandbox.UnavailableError{},
 		&sandbox.DeniedError{}, &sandbox.InvalidError{}, &sandbox.RestoreFailedError{}, &sandbox.WriteFailedError{}, &sandbox.ProviderError{}} {
 		kind := sandbox.Kind(e)
 		if !strings.Contains(doc, "`"+kind+"`") {
@@ -248,7 +248,7 @@ func TestContractNamesEveryInterface(t *testing.T) {
 			t.Errorf("%s is not named in docs/contract.md", name)
 		}
 	}
-	for _, name := range []string{"ErrNotFound", "ErrTruncated", "ErrNotSupported", "ErrAlreadyExists", "ErrCommandExited", "ErrUnsupported"} {
+	for _, name := range []string{"ErrNotFound", "ErrTruncated", "ErrNotSupported", "ErrAlreadyExists", "ErrCommandExited"} {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("sandbox.%s is not named in docs/contract.md", name)
 		}

@@ -48,7 +48,7 @@ func TestURLsAreRealOrAbsent(t *testing.T) {
 				t.Fatalf("the answer's url field: %s", a.body)
 			}
 			u := call(t, "GET", pl.URL+"/v1/sandboxes/web/url", key, nil)
-			if tc.has && (u.status != 200 || !strings.Contains(string(u.body), v.URL)) || !tc.has && (u.status != 501 || u.err.Kind != "unsupported") {
+			if tc.has && (u.status != 200 || !strings.Contains(string(u.body), v.URL)) || !tc.has && (u.status != 501 || u.err.Kind != "not_supported") {
 				t.Fatalf("GET url = %d %s", u.status, u.body)
 			}
 			e := call(t, "POST", pl.URL+"/v1/sandboxes/web/exec", key, strings.NewReader(`{"cmd": "emit", "args": ["env:SANDBOX_URL"]}`))
