@@ -97,14 +97,45 @@ func (r *Registry) forCommand(c *Command) (*Command, error) {
 	return c, nil
 }
 
-// Supports reports whether the named provider advertises c.
+// Supports reports whether the named provider advertises c and
+// implements what c needs (Implemented).
 func (r *Registry) Supports(provider string, c Capability) (bool, error) {
 	p, err := r.Provider(provider)
 	if err != nil {
 		return false, err
 	}
-	return p.Capabilities().Has(c), nil
+	return Implemented(p, p.Capabilities()).Has(c), nil
 }
+
+// Implemented is caps without the capabilities whose optional interface p
+// does not implement (CapCheckpoint without Checkpointer, CapPublicURL
+// without PublicURLer, CapCreateNew without CreateNewer, CapDestroyOnce
+// without OnceDestroyer, CapCreateCheckpointOnce without
+// CheckpointOnceCreator, CapTerminateSession without SessionTerminator):
+// a capability is claimed only where the method behind it exists, as
+// net/http finds a Flusher. The conformance suite fails a provider whose
+// Capabilities claim one it lacks.
+func Implemented(p Provider, caps Capabilities) Capabilities {
+	var drop []Capability
+	for c, ok := range map[Capability]bool{
+		CapCheckpoint:           is[Checkpointer](p),
+		CapPublicURL:            is[PublicURLer](p),
+		CapCreateNew:            is[CreateNewer](p),
+		CapDestroyOnce:          is[OnceDestroyer](p),
+		CapCreateCheckpointOnce: is[CheckpointOnceCreator](p),
+		CapTerminateSession:     is[SessionTerminator](p),
+	} {
+		if !ok && caps.Has(c) {
+			drop = append(drop, c)
+		}
+	}
+	if drop == nil {
+		return caps
+	}
+	return caps.Without(drop...)
+}
+
+func is[T any](p Provider) bool { _, ok := p.(T); return ok }
 
 // CapabilitiesOf is what the sandbox h can do: its provider's
 // SandboxCapabilities answer where the provider has one (a runner's
@@ -119,9 +150,13 @@ func (r *Registry) CapabilitiesOf(ctx context.Context, h *Handle) (Capabilities,
 
 func capabilitiesOf(ctx context.Context, p Provider, h *Handle) (Capabilities, error) {
 	if sc, ok := p.(SandboxCapabilities); ok {
-		return sc.CapabilitiesOf(ctx, h)
+		caps, err := sc.CapabilitiesOf(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		return Implemented(p, caps), nil
 	}
-	return p.Capabilities(), nil
+	return Implemented(p, p.Capabilities()), nil
 }
 
 // Create makes or adopts the named sandbox on provider.
@@ -481,7 +516,11 @@ func (r *Registry) PublicURL(ctx context.Context, h *Handle) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return p.PublicURL(ctx, h)
+	u, ok := p.(PublicURLer)
+	if !ok {
+		return "", ErrNotSupported
+	}
+	return u.PublicURL(ctx, h)
 }
 
 // CreateCheckpoint snapshots the sandbox and returns the checkpoint id.
@@ -490,7 +529,11 @@ func (r *Registry) CreateCheckpoint(ctx context.Context, h *Handle, opts Checkpo
 	if err != nil {
 		return "", err
 	}
-	return p.CreateCheckpoint(ctx, h, opts)
+	c, ok := p.(Checkpointer)
+	if !ok {
+		return "", ErrNotSupported
+	}
+	return c.CreateCheckpoint(ctx, h, opts)
 }
 
 // RestoreCheckpoint restores a checkpoint; a reported failure is
@@ -500,10 +543,14 @@ func (r *Registry) RestoreCheckpoint(ctx context.Context, h *Handle, id string) 
 	if err != nil {
 		return err
 	}
+	c, ok := p.(Checkpointer)
+	if !ok {
+		return ErrNotSupported
+	}
 	if id == "" {
 		return Invalid("checkpoint", "empty checkpoint id")
 	}
-	return p.RestoreCheckpoint(ctx, h, id)
+	return c.RestoreCheckpoint(ctx, h, id)
 }
 
 // CreateCheckpointOnce is the bounded checkpoint creation; ErrNotSupported

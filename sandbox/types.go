@@ -370,8 +370,9 @@ type AttachOptions struct {
 // of another provider with an InvalidError (see CheckHandle), and must not
 // panic on any input.
 //
-// Optional operations are the small interfaces CreateNewer, OnceDestroyer,
-// CheckpointOnceCreator, SessionTerminator, FileReader, HostPather, and
+// Optional operations are the small interfaces Checkpointer, PublicURLer,
+// CreateNewer, OnceDestroyer, CheckpointOnceCreator, SessionTerminator,
+// FileReader, HostPather, and
 // the streamed files' FileOpener, FileStreamWriter and TreeExporter
 // (files.go); the facade answers ErrNotSupported where one is missing (and
 // streams through the whole-file calls where only those are there).
@@ -413,11 +414,20 @@ type Provider interface {
 	Attach(ctx context.Context, h *Handle, sessionID string, opts AttachOptions) (*Command, error)
 
 	ApplyNetworkPolicy(ctx context.Context, h *Handle, p NetworkPolicy) error
-	// PublicURL returns a URL a browser can open, or ErrNotSupported.
-	PublicURL(ctx context.Context, h *Handle) (string, error)
+}
 
+// Checkpointer is implemented by providers with CapCheckpoint: snapshots
+// of a sandbox's disk, restored in place. A reported restore failure is
+// RestoreFailed, never nil.
+type Checkpointer interface {
 	CreateCheckpoint(ctx context.Context, h *Handle, opts CheckpointOptions) (string, error)
 	RestoreCheckpoint(ctx context.Context, h *Handle, id string) error
+}
+
+// PublicURLer is implemented by providers with CapPublicURL: a URL a
+// browser can open for the sandbox.
+type PublicURLer interface {
+	PublicURL(ctx context.Context, h *Handle) (string, error)
 }
 
 // CreateNewer is implemented by providers with CapCreateNew: one creation

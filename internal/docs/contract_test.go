@@ -25,6 +25,8 @@ import (
 // package sandbox must be added here and to the table
 // (TestContractNamesEveryInterface says so).
 var optional = map[string]reflect.Type{
+	"Checkpointer":          reflect.TypeFor[sandbox.Checkpointer](),
+	"PublicURLer":           reflect.TypeFor[sandbox.PublicURLer](),
 	"CreateNewer":           reflect.TypeFor[sandbox.CreateNewer](),
 	"OnceDestroyer":         reflect.TypeFor[sandbox.OnceDestroyer](),
 	"CheckpointOnceCreator": reflect.TypeFor[sandbox.CheckpointOnceCreator](),

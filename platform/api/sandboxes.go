@@ -613,7 +613,7 @@ func (s *Server) publicURL(ctx context.Context, p sandbox.Provider, h *sandbox.H
 	if u, ok, _ := portURL(ctx, p, h, name); ok {
 		return u
 	}
-	u, err := p.PublicURL(ctx, h)
+	u, err := sandbox.NewRegistry(p).PublicURL(ctx, h)
 	if err != nil {
 		return ""
 	}

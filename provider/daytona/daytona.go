@@ -1258,28 +1258,3 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 	}
 	return nil
 }
-
-// PublicURL is ErrUnsupported: Daytona exposes per-port preview hosts and
-// nothing in the contract opens a port.
-func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
-	if err := checkHandle(h); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrUnsupported
-}
-
-// CreateCheckpoint is ErrNotSupported.
-func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts sandbox.CheckpointOptions) (string, error) {
-	if err := checkHandle(h); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrNotSupported
-}
-
-// RestoreCheckpoint is ErrNotSupported.
-func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, id string) error {
-	if err := checkHandle(h); err != nil {
-		return err
-	}
-	return sandbox.ErrNotSupported
-}

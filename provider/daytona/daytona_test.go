@@ -584,7 +584,7 @@ func TestSessionsAndAttachEdges(t *testing.T) {
 	if _, err := p.Attach(ctx, h, "../x", sandbox.AttachOptions{}); sandbox.Kind(err) != "invalid" {
 		t.Fatalf("Attach with a bad id = %v", err)
 	}
-	if _, err := p.PublicURL(ctx, h); !errors.Is(err, sandbox.ErrUnsupported) {
+	if _, err := sandbox.NewRegistry(p).PublicURL(ctx, h); !errors.Is(err, sandbox.ErrNotSupported) {
 		t.Fatalf("PublicURL = %v", err)
 	}
 }

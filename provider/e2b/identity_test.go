@@ -273,7 +273,7 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Fatalf("no PUT network with %s", tc.body)
 		}
 	}
-	if _, err := e.p.PublicURL(ctx(t), h); !errors.Is(err, sandbox.ErrUnsupported) {
+	if _, err := sandbox.NewRegistry(e.p).PublicURL(ctx(t), h); !errors.Is(err, sandbox.ErrNotSupported) {
 		t.Fatalf("PublicURL = %v", err)
 	}
 }

@@ -625,28 +625,3 @@ func (p *Provider) ApplyNetworkPolicy(ctx context.Context, h *sandbox.Handle, po
 			map[string][]string{"denyOut": {"0.0.0.0/0"}, "allowOut": allow})
 	})
 }
-
-// PublicURL is ErrUnsupported: E2B exposes per-port hostnames only and
-// nothing opens a port.
-func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrUnsupported
-}
-
-// CreateCheckpoint is ErrNotSupported.
-func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, opts sandbox.CheckpointOptions) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrNotSupported
-}
-
-// RestoreCheckpoint is ErrNotSupported.
-func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, id string) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return err
-	}
-	return sandbox.ErrNotSupported
-}

@@ -334,22 +334,6 @@ func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, er
 	return "https://" + h.Name + ".fake.test", nil
 }
 
-// CreateCheckpoint is not supported.
-func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, _ sandbox.CheckpointOptions) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrNotSupported
-}
-
-// RestoreCheckpoint is not supported.
-func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, _ string) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return err
-	}
-	return sandbox.ErrNotSupported
-}
-
 // instruction is one parsed script step.
 type instruction struct {
 	op  string // out err exit stay drop sleep env pwd

@@ -738,30 +738,6 @@ func (p *Provider) TerminateSession(ctx context.Context, h *sandbox.Handle, sess
 	return err
 }
 
-// PublicURL is ErrUnsupported: a runner gives sandboxes no public endpoint.
-func (p *Provider) PublicURL(ctx context.Context, h *sandbox.Handle) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrUnsupported
-}
-
-// CreateCheckpoint is ErrNotSupported.
-func (p *Provider) CreateCheckpoint(ctx context.Context, h *sandbox.Handle, _ sandbox.CheckpointOptions) (string, error) {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return "", err
-	}
-	return "", sandbox.ErrNotSupported
-}
-
-// RestoreCheckpoint is ErrNotSupported.
-func (p *Provider) RestoreCheckpoint(ctx context.Context, h *sandbox.Handle, _ string) error {
-	if err := sandbox.CheckHandle(h, Name); err != nil {
-		return err
-	}
-	return sandbox.ErrNotSupported
-}
-
 // HostPath maps /home/sprite (and below) to the runner's real sandbox
 // directory, from get's path; any other path, or a runner that cannot be
 // reached, gives path unchanged.

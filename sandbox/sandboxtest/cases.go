@@ -48,9 +48,12 @@ func (s *suite) identity(t *testing.T) {
 		_, od := s.p.(sandbox.OnceDestroyer)
 		_, co := s.p.(sandbox.CheckpointOnceCreator)
 		_, st := s.p.(sandbox.SessionTerminator)
+		_, cp := s.p.(sandbox.Checkpointer)
+		_, pu := s.p.(sandbox.PublicURLer)
 		for c, impl := range map[sandbox.Capability]bool{
 			sandbox.CapCreateNew: cn, sandbox.CapDestroyOnce: od,
 			sandbox.CapCreateCheckpointOnce: co, sandbox.CapTerminateSession: st,
+			sandbox.CapCheckpoint: cp, sandbox.CapPublicURL: pu,
 		} {
 			if s.has(c) && !impl {
 				t.Errorf("advertises %q without implementing its interface", c)
@@ -71,12 +74,12 @@ func (s *suite) identity(t *testing.T) {
 			if !strings.HasPrefix(url, "http") {
 				t.Errorf("URL %q does not start with http", url)
 			}
-		case errors.Is(err, sandbox.ErrUnsupported):
+		case errors.Is(err, sandbox.ErrNotSupported):
 			if s.has(sandbox.CapPublicURL) {
-				t.Errorf("advertises public_url but PublicURL is unsupported")
+				t.Errorf("advertises public_url but PublicURL is not supported")
 			}
 		case !s.has(sandbox.CapPublicURL):
-			t.Errorf("PublicURL without public_url advertised = %v, want ErrUnsupported", err)
+			t.Errorf("PublicURL without public_url advertised = %v, want ErrNotSupported", err)
 		case isInvalid(err):
 			// This sandbox's options give it no URL (a provider whose URL
 			// is a published port's): one created with a port must have one.

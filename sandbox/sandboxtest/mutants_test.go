@@ -33,13 +33,18 @@ var fakeFixtures = sandboxtest.Fixtures{
 
 // Wrong adapters: provider/fake with one fault each.
 type (
-	policyIgnored   struct{ *fake.Provider } // accepts a policy, enforces none
-	createAnew      struct{ *fake.Provider } // Create of an existing name makes it anew
-	publicURLError  struct{ *fake.Provider } // advertises public_url, answers an error
-	missingIsOther  struct{ *fake.Provider } // a missing sandbox's Exec is unavailable
-	suspendNoop     struct{ *fake.Provider } // advertises suspend, does nothing
-	onceUnadvertise struct{ *fake.Provider } // checkpoints once without advertising it
+	policyIgnored    struct{ *fake.Provider } // accepts a policy, enforces none
+	createAnew       struct{ *fake.Provider } // Create of an existing name makes it anew
+	publicURLError   struct{ *fake.Provider } // advertises public_url, answers an error
+	missingIsOther   struct{ *fake.Provider } // a missing sandbox's Exec is unavailable
+	suspendNoop      struct{ *fake.Provider } // advertises suspend, does nothing
+	onceUnadvertise  struct{ *fake.Provider } // checkpoints once without advertising it
+	claimsCheckpoint struct{ *fake.Provider } // advertises checkpoint, implements no Checkpointer
 )
+
+func (p claimsCheckpoint) Capabilities() sandbox.Capabilities {
+	return p.Provider.Capabilities().With(sandbox.CapCheckpoint)
+}
 
 func (p policyIgnored) ApplyNetworkPolicy(context.Context, *sandbox.Handle, sandbox.NetworkPolicy) error {
 	return nil
@@ -78,6 +83,7 @@ var mutants = map[string]struct {
 	"missing_is_other":   {func(f *fake.Provider) sandbox.Provider { return missingIsOther{f} }, "Lifecycle/MissingSandboxIsNotFound"},
 	"suspend_noop":       {func(f *fake.Provider) sandbox.Provider { return suspendNoop{f} }, "Lifecycle/SuspendResumeAreTotal"},
 	"once_unadvertised":  {func(f *fake.Provider) sandbox.Provider { return onceUnadvertise{f} }, "Lifecycle/UnimplementedOptionalsAreNotSupported"},
+	"checkpoint_claimed": {func(f *fake.Provider) sandbox.Provider { return claimsCheckpoint{f} }, "Identity/CapabilitiesMatchInterfaces"},
 	"none (the control)": {func(f *fake.Provider) sandbox.Provider { return f }, ""},
 }
 
@@ -106,7 +112,7 @@ func TestWrongAdaptersFail(t *testing.T) {
 	}
 	for name, m := range mutants {
 		t.Run(name, func(t *testing.T) {
-			run := "^TestMutant$/^(Identity|Lifecycle|Governance)$/^(EmptyAllowlistAccepted|CreateAdopts|PublicURLAgreesWithCapability|MissingSandboxIsNotFound|SuspendResumeAreTotal|UnimplementedOptionalsAreNotSupported)$"
+			run := "^TestMutant$/^(Identity|Lifecycle|Governance)$/^(EmptyAllowlistAccepted|CreateAdopts|CapabilitiesMatchInterfaces|PublicURLAgreesWithCapability|MissingSandboxIsNotFound|SuspendResumeAreTotal|UnimplementedOptionalsAreNotSupported)$"
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
