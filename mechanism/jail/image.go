@@ -16,6 +16,7 @@ import (
 
 	"github.com/managoat/managoat/mechanism"
 	"github.com/managoat/managoat/mechanism/internal/etcfiles"
+	"github.com/managoat/managoat/mechanism/internal/mountpath"
 )
 
 // A sandbox on an image (Spec.Image) runs on the image's unpacked root
@@ -204,7 +205,7 @@ func buildImageTree(cfg launchConfig, usernsFD int) error {
 		{"/etc", 0o755}, {"/home", 0o755}, {mechanism.Home, 0o755}, {"/tmp", 0o1777},
 		{"/dev", 0o755}, {"/proc", 0o555}, {"/root", 0o700}, {"/run", 0o755},
 	} {
-		if err := realDir(r, d.path, d.mode, own); err != nil {
+		if err := mountpath.RealDir(r, d.path, d.mode, own); err != nil {
 			return err
 		}
 	}
@@ -220,42 +221,7 @@ func buildImageTree(cfg launchConfig, usernsFD int) error {
 	return bindHome(cfg)
 }
 
-// realDir makes root+p a directory of the tree, each component checked
-// without following links: whatever else the image has there goes (in the
-// upper layer), so no mount and no write below it can be sent elsewhere.
-// A directory it makes is owned by host id own (own:own) unless own < 0.
-func realDir(root, p string, mode uint32, own int) error {
-	cur := root
-	for _, el := range strings.Split(strings.Trim(p, "/"), "/") {
-		cur += "/" + el
-		var st unix.Stat_t
-		err := unix.Lstat(cur, &st)
-		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			continue
-		}
-		if err == nil {
-			if err := os.RemoveAll(cur); err != nil {
-				return err
-			}
-		} else if err != unix.ENOENT {
-			return err
-		}
-		if err := unix.Mkdir(cur, mode); err != nil {
-			return fmt.Errorf("mkdir %s: %w", cur, err)
-		}
-		if err := unix.Chmod(cur, mode); err != nil { // past the umask
-			return err
-		}
-		if own >= 0 {
-			if err := unix.Lchown(cur, own, own); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// replaceFile writes content at p (whose directory realDir made) as a new
+// replaceFile writes content at p (whose directory mountpath.RealDir made) as a new
 // file: whatever the image has there, a symlink included, is removed, not
 // written through. The file is owned by host id own unless own < 0.
 func replaceFile(p, content string, own int) error {

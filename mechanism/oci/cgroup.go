@@ -198,17 +198,7 @@ func (c *ccgroup) procs() []int {
 	if dir == "" {
 		dir = c.v2
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
+	return cgroups.Procs(dir)
 }
 
 // hostPid maps a pid of the container's pid namespace to the host pid,

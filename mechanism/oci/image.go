@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/managoat/managoat/mechanism"
+	"github.com/managoat/managoat/mechanism/internal/mountpath"
 )
 
 // A sandbox on an image (Spec.Image) gets a bundle whose rootfs is the
@@ -75,7 +76,7 @@ func (m *Mechanism) mountImage(sb *sandbox) error {
 		}
 	}
 	for _, p := range []string{"/proc", "/dev", "/sys", "/tmp", "/etc", "/home", mechanism.Home, "/.managoat"} {
-		if err := realDir(rootfs, p); err != nil {
+		if err := mountpath.RealDir(rootfs, p, 0o755, -1); err != nil {
 			return err
 		}
 	}
@@ -109,30 +110,4 @@ func unmountImage(dir string) {
 			return
 		}
 	}
-}
-
-// realDir makes root+p a directory, each component checked without
-// following links: a symlink or file the image has there is removed (in
-// the upper layer), never followed to the host.
-func realDir(root, p string) error {
-	cur := root
-	for _, el := range strings.Split(strings.Trim(p, "/"), "/") {
-		cur += "/" + el
-		var st unix.Stat_t
-		err := unix.Lstat(cur, &st)
-		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			continue
-		}
-		if err == nil {
-			if err := os.RemoveAll(cur); err != nil {
-				return err
-			}
-		} else if err != unix.ENOENT {
-			return err
-		}
-		if err := unix.Mkdir(cur, 0o755); err != nil {
-			return fmt.Errorf("oci: mkdir %s: %w", cur, err)
-		}
-	}
-	return nil
 }

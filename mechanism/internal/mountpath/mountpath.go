@@ -8,11 +8,14 @@
 // Written with x/sys/unix's openat2 rather than a path library such as
 // filepath-securejoin: securejoin resolves symbolic links inside the
 // root, where this refuses them, so that a link left by a workload
-// stops the start instead of moving the mount.
+// stops the start instead of moving the mount. RealDir makes an image's
+// mount points the same way (for the jail and the OCI mechanism alike):
+// whatever the image left on the path is replaced, never followed.
 package mountpath
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -120,4 +123,41 @@ func openBeneath(dfd int, name string) (int, error) {
 		}
 		return fd, err
 	}
+}
+
+// RealDir makes root+p a directory of the tree, each component checked
+// without following links: whatever else the image has there goes (in the
+// upper layer), so no mount and no write below it can be sent elsewhere.
+// A directory it makes has mode (past the umask) and is owned by host id
+// own (own:own) unless own < 0. The jail and the OCI mechanism both build
+// an image's mount points with it.
+func RealDir(root, p string, mode uint32, own int) error {
+	cur := root
+	for _, el := range strings.Split(strings.Trim(p, "/"), "/") {
+		cur += "/" + el
+		var st unix.Stat_t
+		err := unix.Lstat(cur, &st)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			continue
+		}
+		if err == nil {
+			if err := os.RemoveAll(cur); err != nil {
+				return err
+			}
+		} else if err != unix.ENOENT {
+			return err
+		}
+		if err := unix.Mkdir(cur, mode); err != nil {
+			return fmt.Errorf("mkdir %s: %w", cur, err)
+		}
+		if err := unix.Chmod(cur, mode); err != nil { // past the umask
+			return err
+		}
+		if own >= 0 {
+			if err := unix.Lchown(cur, own, own); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

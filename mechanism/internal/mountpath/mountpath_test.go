@@ -91,3 +91,31 @@ func TestOpenSource(t *testing.T) {
 		}
 	}
 }
+
+// RealDir never writes through what an image left on the path: a symbolic
+// link to a host directory and a file are replaced by real directories
+// beneath the root, and the host directory stays untouched.
+func TestRealDirReplacesLinksAndFiles(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	if err := os.Symlink(host, filepath.Join(root, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "run"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/etc/ssl", "/run", "/home/sprite"} {
+		if err := RealDir(root, p, 0o750, -1); err != nil {
+			t.Fatalf("RealDir(%s): %v", p, err)
+		}
+		st, err := os.Lstat(filepath.Join(root, p))
+		if err != nil || !st.IsDir() || st.Mode().Perm() != 0o750 {
+			t.Errorf("%s: %v %v, want a real directory of mode 0750", p, st, err)
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(root, "etc")); err != nil || st.Mode()&os.ModeSymlink != 0 {
+		t.Errorf("etc is still a link: %v %v", st, err)
+	}
+	if es, _ := os.ReadDir(host); len(es) != 0 {
+		t.Errorf("the link's target on the host got %v", es)
+	}
+}
