@@ -1,0 +1,166 @@
+package spritesdoor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/managoat/managoat/internal/nodesdk"
+	"github.com/managoat/managoat/internal/testenv"
+	"github.com/managoat/managoat/platform/api/apitest"
+	"github.com/managoat/managoat/platform/doors/spritesdoor"
+	"github.com/managoat/managoat/provider/local"
+	"github.com/managoat/managoat/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// SDK is the vendor's client the door is checked against.
+const SDK = "@fly/sprites@0.1.0"
+
+// start runs a platform on the local provider (jail as root, else
+// trusted) with the door mounted at /sprites; it returns the door's URL,
+// a key, the platform, and the filesystem base the script may use (inside
+// the jail, or a scratch directory of the host under trusted).
+func start(t *testing.T) (string, string, *apitest.Platform, string) {
+	t.Helper()
+	mech, base := "trusted", t.TempDir()
+	if os.Geteuid() == 0 {
+		mech, base = "jail", "/home/sprite"
+	}
+	lp, err := local.New(local.Config{StateDir: t.TempDir(), MechanismName: mech})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := apitest.Start(t, apitest.Options{Providers: map[string]sandbox.Provider{"local": lp}, Env: map[string]string{"SANDBOX_PROVIDER": "local"}})
+	d, err := spritesdoor.New(spritesdoor.Options{API: p.API, Prefix: "/sprites"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(d)
+	t.Cleanup(func() { ts.Close(); _ = d.Close() })
+	return ts.URL + "/sprites", p.Account(t, "acme"), p, base
+}
+
+// TestSDK runs testdata/door.mjs (the Sprites SDK) against the door over a
+// real platform on the local provider and asserts every call.
+func TestSDK(t *testing.T) {
+	sdk := nodesdk.Setup(t, SDK)
+	rt, err := nodesdk.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := exec.Command(rt.Node, "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)")
+	probe.Env = append(os.Environ(), "NODE_OPTIONS=--experimental-websocket")
+	out, err := probe.CombinedOutput()
+	testenv.Require(t, err == nil, fmt.Sprintf("@fly/sprites needs a Node with a global WebSocket: %v %s", err, out))
+	url, key, p, base := start(t)
+	res := sdk.Run(t, "testdata/door.mjs", nodesdk.Options{Env: map[string]string{
+		"SPRITES_URL": url, "SPRITES_TOKEN": key, "FS_BASE": base, "NODE_OPTIONS": "--experimental-websocket",
+	}, Timeout: 3 * time.Minute})
+	for _, c := range res.Calls {
+		t.Logf("%s ok=%v %s %s", c.Name, c.OK, c.Raw, c.Err())
+	}
+	if !res.Done || res.ExitCode != 0 {
+		t.Errorf("script exit %d, done %v\nstderr:\n%s", res.ExitCode, res.Done, res.Stderr)
+	}
+	eq := func(name string, want any) {
+		t.Helper()
+		c := res.Call(t, name)
+		if !c.OK {
+			t.Errorf("%s threw %s", name, c.Err())
+			return
+		}
+		var got, w any
+		_ = json.Unmarshal(c.Raw, &got)
+		b, _ := json.Marshal(want)
+		_ = json.Unmarshal(b, &w)
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%s = %s, want %s", name, c.Raw, b)
+		}
+	}
+	running := map[string]any{"name": "door-a", "status": "running", "id": "string"}
+	eq("create", running)
+	eq("create other", map[string]any{"name": "door-b", "status": "running", "id": "string"})
+	eq("create duplicate", map[string]any{"name": "APIError", "status": 409, "code": "already_exists"})
+	eq("get", running)
+	eq("get missing", map[string]any{"name": "APIError", "status": 404, "code": "not_found"})
+	eq("list", map[string]any{"names": []string{"door-a", "door-b"}, "hasMore": false})
+	eq("list paged", []any{[]string{"door-a"}, true, []string{"door-b"}, false})
+	eq("listAllSprites", []string{"door-a", "door-b"})
+	eq("bad token", map[string]any{"name": "APIError", "status": 401, "code": "unauthorized"})
+
+	eq("exec", map[string]any{"stdout": "hello world\n", "stderr": "", "exitCode": 0})
+	eq("execFile exit code", map[string]any{"name": "ExecError", "exitCode": 3, "stdout": "out\n", "stderr": "err\n"})
+	eq("execFile env cwd", map[string]any{"stdout": "from-env\n/tmp\n", "exitCode": 0})
+	var streamed struct {
+		Chunks         int
+		Stdout, Stderr string
+		Code           int
+	}
+	res.Call(t, "spawn streaming").Value(t, &streamed)
+	if streamed.Chunks < 3 || streamed.Stdout != "line1\nline2\nline3\n" || streamed.Stderr != "bad\n" || streamed.Code != 5 {
+		t.Errorf("spawn streaming = %+v", streamed)
+	}
+	eq("spawn stdin", map[string]any{"out": "piped through\n", "code": 0})
+	// The SDK reads a TTY's exit from the socket's close code alone (1000
+	// is 0, anything else 1); the exit message carries the code itself.
+	eq("tty", map[string]any{"out": "30 100", "code": 1, "exit": 4, "zero": 0})
+	eq("listSessions", map[string]any{"id": "string", "command": true, "tty": false})
+	eq("attachSession", map[string]any{"out": "first\nsecond\n", "code": 7})
+	eq("spawner exit", 7)
+	eq("attach unknown", "Error")
+	eq("killSession", map[string]any{"events": []string{"signal", "exited", "complete"}, "code": 137})
+
+	eq("execFileHTTP", map[string]any{"stdout": "http-out\n", "stderr": "http-err\n", "exitCode": 0})
+	eq("execFileHTTP stdin", "from stdin")
+	eq("execFileHTTP exit code", map[string]any{"name": "ExecError", "exitCode": 9, "stdout": "partial\n", "stderr": ""})
+
+	eq("writeFile", nil)
+	eq("writeFile bytes", nil)
+	eq("readFile utf8", "hello sprite\n")
+	if b, err := nodesdk.Bytes(res.Call(t, "readFile bytes").Raw); err != nil || string(b) != "\x00\x01\x02\xff" {
+		t.Errorf("readFile bytes = %q, %v", b, err)
+	}
+	eq("readFile missing", map[string]any{"name": "FilesystemError", "code": "ENOENT", "syscall": "read"})
+	eq("mkdir", nil)
+	eq("readdir", []string{"a.txt", "sub"})
+	eq("readdir withFileTypes", []map[string]any{{"name": "a.txt", "dir": false, "file": true}, {"name": "sub", "dir": true, "file": false}})
+	eq("readdir recursive", []string{"a.txt", "sub", "sub/deep"})
+	eq("stat", map[string]any{"size": 4, "mode": 0o600, "dir": false, "file": true})
+	eq("exists", []bool{true, false})
+	eq("rename", []any{false, "hello sprite\n"})
+	eq("copyFile", "hello sprite\n")
+	eq("chmod", 0o640)
+	eq("rm", false)
+	eq("rm non-empty dir", map[string]any{"name": "FilesystemError", "code": "ENOTEMPTY"})
+	eq("rm recursive", []string{"renamed.txt"})
+	var svc struct{ Error string }
+	res.Call(t, "services").Value(t, &svc)
+	if !strings.Contains(svc.Error, "501") || !strings.Contains(svc.Error, "not_supported") {
+		t.Errorf("services = %+v", svc)
+	}
+	t.Logf("checkpoints: %s / %s", res.Call(t, "createCheckpoint").Raw, res.Call(t, "listCheckpoints").Raw)
+
+	eq("delete", nil)
+	eq("get deleted", map[string]any{"name": "APIError", "status": 404, "code": "not_found"})
+	eq("delete other", nil)
+	eq("list after delete", []string{})
+	// The door's sprites are the platform's rows: the delete went through.
+	req, _ := http.NewRequest("GET", p.URL+"/v1/sandboxes/door-a", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+		t.Errorf("/v1 get of the deleted sprite: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}

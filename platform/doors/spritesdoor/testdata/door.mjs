@@ -1,0 +1,171 @@
+// door.mjs: a program for @fly/sprites@0.1.0 run against managoat's
+// Sprites front door; each call's result is reported through nodesdk's
+// helper and asserted by door_test.go. SPRITES_URL and SPRITES_TOKEN are
+// the client's baseURL and token; FS_BASE is the filesystem's working
+// directory inside the sprite.
+import { SpritesClient } from '@fly/sprites'
+import { call, done } from './nodesdk.mjs'
+
+const client = new SpritesClient(process.env.SPRITES_TOKEN, { baseURL: process.env.SPRITES_URL })
+const info = s => ({ name: s.name, status: s.status, id: typeof s.id })
+const sleep = ms => new Promise(r => setTimeout(r, ms))
+const failed = e => ({ name: e.constructor.name, exitCode: e.exitCode, stdout: e.stdout, stderr: e.stderr })
+const apiErr = e => ({ name: e.name, status: e.statusCode, code: e.errorCode })
+
+const sprite = await call('create', () => client.createSprite('door-a'), info)
+await call('create other', () => client.createSprite('door-b'), info)
+await call('create duplicate', async () => { try { return await client.createSprite('door-a') } catch (e) { return apiErr(e) } })
+await call('get', () => client.getSprite('door-a'), info)
+await call('get missing', async () => { try { return await client.getSprite('door-missing') } catch (e) { return apiErr(e) } })
+await call('list', () => client.listSprites({ prefix: 'door-' }), r => ({ names: r.sprites.map(s => s.name), hasMore: r.hasMore }))
+await call('list paged', async () => {
+  const first = await client.listSprites({ prefix: 'door-', maxResults: 1 })
+  const second = await client.listSprites({ prefix: 'door-', maxResults: 1, continuationToken: first.nextContinuationToken })
+  return [first.sprites.map(s => s.name), first.hasMore, second.sprites.map(s => s.name), second.hasMore]
+})
+await call('listAllSprites', () => client.listAllSprites('door-'), ss => ss.map(s => s.name))
+await call('bad token', async () => {
+  try { return await new SpritesClient('mgk_bad', { baseURL: process.env.SPRITES_URL }).listSprites() } catch (e) { return apiErr(e) }
+})
+
+await call('exec', () => sprite.exec('echo hello world'), r => ({ stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }))
+await call('execFile exit code', async () => {
+  try { return await sprite.execFile('sh', ['-c', 'echo out; echo err >&2; exit 3']) } catch (e) { return failed(e) }
+})
+await call('execFile env cwd', () => sprite.execFile('sh', ['-c', 'echo "$SDK_VAR"; pwd'], { env: { SDK_VAR: 'from-env' }, cwd: '/tmp' }),
+  r => ({ stdout: r.stdout, exitCode: r.exitCode }))
+await call('spawn streaming', async () => {
+  const cmd = sprite.spawn('sh', ['-c', 'for i in 1 2 3; do echo line$i; sleep 0.2; done; echo bad >&2; exit 5'])
+  const chunks = []
+  let stderr = ''
+  cmd.stdout.on('data', c => chunks.push(c.toString()))
+  cmd.stderr.on('data', c => { stderr += c.toString() })
+  const code = await cmd.wait()
+  return { chunks: chunks.length, stdout: chunks.join(''), stderr, code }
+})
+await call('spawn stdin', async () => {
+  const cmd = sprite.spawn('cat', [])
+  let out = ''
+  cmd.stdout.on('data', c => { out += c.toString() })
+  await new Promise((resolve, reject) => { cmd.once('spawn', resolve); cmd.once('error', reject) })
+  cmd.stdin.write('piped through\n')
+  cmd.stdin.end()
+  const code = await cmd.wait()
+  return { out, code }
+})
+await call('tty', async () => {
+  const cmd = sprite.spawn('sh', ['-c', 'stty size; exit 4'], { tty: true, rows: 30, cols: 100 })
+  let out = ''
+  let exit
+  cmd.stdout.on('data', c => { out += c.toString() })
+  cmd.on('message', m => { if (m.type === 'exit') exit = m.exit_code })
+  const code = await cmd.wait()
+  const ok = sprite.spawn('true', [], { tty: true })
+  ok.stdout.resume()
+  return { out: out.trim(), code, exit, zero: await ok.wait() }
+})
+
+const marker = `door-session-${process.pid}`
+const first = sprite.spawn('sh', ['-c', `echo first; sleep 1; echo second; exit 7 # ${marker}`], { maxRunAfterDisconnect: '30s' })
+first.stdout.resume()
+const found = await call('listSessions', async () => {
+  for (let i = 0; i < 100; i++) {
+    const ss = await sprite.listSessions()
+    const s = ss.find(s => s.command.includes(marker))
+    if (s) return s
+    await sleep(50)
+  }
+  throw new Error('session never listed')
+}, s => ({ id: typeof s.id, command: s.command.includes(marker), tty: s.tty }))
+await call('attachSession', async () => {
+  const att = sprite.attachSession(found.id)
+  let out = ''
+  att.stdout.on('data', c => { out += c.toString() })
+  const code = await att.wait()
+  return { out, code }
+})
+await call('spawner exit', () => first.wait())
+await call('attach unknown', async () => {
+  const att = sprite.attachSession('nosuch')
+  return new Promise(resolve => { att.on('error', e => resolve(e.constructor.name)); att.once('exit', c => resolve('exit ' + c)) })
+})
+await call('killSession', async () => {
+  const cmd = sprite.spawn('sleep', ['30'])
+  cmd.stdout.resume()
+  await new Promise((resolve, reject) => { cmd.once('spawn', resolve); cmd.once('error', reject) })
+  let id
+  for (let i = 0; i < 100 && !id; i++) {
+    id = (await sprite.listSessions()).find(s => s.command === 'sleep 30')?.id
+    if (!id) await sleep(50)
+  }
+  const stream = await sprite.killSession(id, 'SIGKILL')
+  const events = []
+  for await (const ev of stream) events.push(ev.type)
+  return { events, code: await cmd.wait() }
+})
+
+await call('execFileHTTP', () => sprite.execFileHTTP('sh', ['-c', 'echo http-out; echo http-err >&2'], { env: { A: 'b' } }),
+  r => ({ stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }))
+await call('execFileHTTP stdin', () => sprite.execFileHTTP('cat', [], { input: 'from stdin' }), r => r.stdout)
+await call('execFileHTTP exit code', async () => {
+  try { return await sprite.execFileHTTP('sh', ['-c', 'echo partial; exit 9']) } catch (e) { return failed(e) }
+})
+
+const fs = sprite.filesystem(process.env.FS_BASE)
+await call('writeFile', () => fs.writeFile('notes/a.txt', 'hello sprite\n'))
+await call('writeFile bytes', () => fs.writeFile('data/b.bin', Buffer.from([0, 1, 2, 255]), { mode: 0o600 }))
+await call('readFile utf8', () => fs.readFile('notes/a.txt', 'utf8'))
+await call('readFile bytes', () => fs.readFile('data/b.bin'))
+await call('readFile missing', async () => {
+  try { return await fs.readFile('notes/none.txt') } catch (e) { return { name: e.name, code: e.code, syscall: e.syscall } }
+})
+await call('mkdir', () => fs.mkdir('notes/sub/deep', { recursive: true }))
+await call('readdir', () => fs.readdir('notes'), ns => ns.sort())
+await call('readdir withFileTypes', () => fs.readdir('notes', { withFileTypes: true }),
+  ds => ds.map(d => ({ name: d.name, dir: d.isDirectory(), file: d.isFile() })).sort((a, b) => a.name < b.name ? -1 : 1))
+await call('readdir recursive', () => fs.readdir('notes', { recursive: true }), ns => ns.sort())
+await call('stat', () => fs.stat('data/b.bin'), s => ({ size: s.size, mode: s.mode, dir: s.isDirectory(), file: s.isFile() }))
+await call('exists', async () => [await fs.exists('notes/a.txt'), await fs.exists('notes/none.txt')])
+await call('rename', async () => {
+  await fs.rename('notes/a.txt', 'notes/renamed.txt')
+  return [await fs.exists('notes/a.txt'), await fs.readFile('notes/renamed.txt', 'utf8')]
+})
+await call('copyFile', async () => {
+  await fs.copyFile('notes/renamed.txt', 'notes/copy.txt')
+  return fs.readFile('notes/copy.txt', 'utf8')
+})
+await call('chmod', async () => {
+  await fs.chmod('notes/copy.txt', 0o640)
+  return (await fs.stat('notes/copy.txt')).mode
+})
+await call('rm', async () => {
+  await fs.rm('notes/copy.txt')
+  return fs.exists('notes/copy.txt')
+})
+await call('rm non-empty dir', async () => {
+  try { return await fs.rm('notes/sub') } catch (e) { return { name: e.name, code: e.code } }
+})
+await call('rm recursive', async () => {
+  await fs.rm('notes/sub', { recursive: true })
+  return fs.readdir('notes')
+})
+
+await call('createCheckpoint', async () => {
+  try {
+    const stream = await sprite.createCheckpoint('door')
+    const events = []
+    for await (const ev of stream) events.push(ev.type)
+    return { events }
+  } catch (e) { return { error: e.message } }
+})
+await call('listCheckpoints', async () => {
+  try { return { n: (await sprite.listCheckpoints()).length } } catch (e) { return { error: e.message } }
+})
+await call('services', async () => { try { return await sprite.listServices() } catch (e) { return { error: e.message } } })
+
+await call('delete', () => sprite.delete())
+await call('get deleted', async () => { try { return await client.getSprite('door-a') } catch (e) { return apiErr(e) } })
+await call('delete other', () => client.deleteSprite('door-b'))
+await call('list after delete', () => client.listSprites({ prefix: 'door-' }), r => r.sprites.map(s => s.name))
+done()
+process.exit(0)
