@@ -149,7 +149,11 @@ func TestSDK(t *testing.T) {
 	if !strings.Contains(svc.Error, "501") || !strings.Contains(svc.Error, "not_supported") {
 		t.Errorf("services = %+v", svc)
 	}
-	t.Logf("checkpoints: %s / %s", res.Call(t, "createCheckpoint").Raw, res.Call(t, "listCheckpoints").Raw)
+	// Checkpoints are the platform's (the local provider has them).
+	eq("createCheckpoint", []string{"info", "complete"})
+	eq("listCheckpoints", []string{"string"})
+	eq("restoreCheckpoint", map[string]any{"got": true, "events": []string{"info", "complete"}, "kept": "before\n", "later": false})
+	eq("restore unknown", []string{"info", "error"})
 
 	eq("delete", nil)
 	eq("get deleted", map[string]any{"name": "APIError", "status": 404, "code": "not_found"})
@@ -162,5 +166,90 @@ func TestSDK(t *testing.T) {
 		t.Errorf("/v1 get of the deleted sprite: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestRefusals: bad tokens, unknown sprites and sessions, malformed and
+// oversized bodies and what the door does not support, each in Sprites'
+// shape; a sandbox made through /v1 is a sprite of the door.
+func TestRefusals(t *testing.T) {
+	url, key, p, _ := start(t)
+	do := func(method, path, k, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		if k != "" {
+			req.Header.Set("Authorization", "Bearer "+k)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	check := func(what string, st int, v map[string]any, wantSt int, wantCode string) {
+		t.Helper()
+		if st != wantSt || v["error"] != wantCode || v["message"] == nil {
+			t.Errorf("%s: %d %v, want %d {error: %s, message}", what, st, v, wantSt, wantCode)
+		}
+	}
+	st, v := do("GET", "/v1/sprites", "mgk_bad", "")
+	check("bad token", st, v, 401, "unauthorized")
+	st, v = do("GET", "/v1/sprites", "", "")
+	check("no token", st, v, 401, "unauthorized")
+	st, v = do("GET", "/v1/sprites/nosuch", key, "")
+	check("unknown sprite", st, v, 404, "not_found")
+	st, v = do("GET", "/v1/sprites/nosuch/exec", key, "")
+	check("unknown sprite's sessions", st, v, 404, "not_found")
+	st, v = do("POST", "/v1/sprites", key, "{not json")
+	check("malformed", st, v, 400, "invalid_request")
+	st, v = do("POST", "/v1/sprites", key, `{"name":"`+strings.Repeat("x", 2<<20)+`"}`)
+	check("oversized", st, v, 413, "request_too_large")
+	st, v = do("POST", "/v1/sprites", key, `{"name":"../etc"}`)
+	check("bad name", st, v, 400, "invalid_request")
+
+	// A sandbox made through /v1 is a sprite of the door, and the door's
+	// sprite a row of /v1.
+	req, _ := http.NewRequest("POST", p.URL+"/v1/sandboxes", strings.NewReader(`{"name":"from-v1"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("/v1 create: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	st, v = do("GET", "/v1/sprites?prefix=from-", key, "")
+	if ss, _ := v["sprites"].([]any); st != 200 || len(ss) != 1 || ss[0].(map[string]any)["name"] != "from-v1" {
+		t.Errorf("the door's listing of a /v1 sandbox: %d %v", st, v)
+	}
+	st, _ = do("POST", "/v1/sprites", key, `{"name":"door-made"}`)
+	if st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	req, _ = http.NewRequest("GET", p.URL+"/v1/sandboxes/door-made", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/v1 get of the door's sprite: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	st, v = do("POST", "/v1/sprites/door-made/exec/nosuch/kill", key, "")
+	check("unknown session", st, v, 404, "not_found")
+	for _, path := range []string{"/v1/sprites/door-made/services", "/v1/sprites/door-made/policy/network", "/v1/sprites/door-made/fs/watch"} {
+		st, v = do("GET", path, key, "")
+		check(path, st, v, 501, "not_supported")
+	}
+	st, v = do("POST", "/v1/sprites/door-made/fs/rename", key, `{"source":`)
+	check("malformed rename", st, v, 400, "invalid_request")
+	st, v = do("DELETE", "/v1/sprites/door-made/fs/delete?path=/&workingDir=/", key, "")
+	if st != 400 || v["code"] != "EINVAL" {
+		t.Errorf("rm /: %d %v", st, v)
+	}
+	for _, n := range []string{"door-made", "from-v1"} {
+		if st, _ := do("DELETE", "/v1/sprites/"+n, key, ""); st != 204 {
+			t.Errorf("delete %s: %d", n, st)
+		}
 	}
 }

@@ -151,15 +151,28 @@ await call('rm recursive', async () => {
 })
 
 await call('createCheckpoint', async () => {
-  try {
-    const stream = await sprite.createCheckpoint('door')
-    const events = []
-    for await (const ev of stream) events.push(ev.type)
-    return { events }
-  } catch (e) { return { error: e.message } }
+  await fs.writeFile('cp/kept.txt', 'before\n')
+  const stream = await sprite.createCheckpoint('door')
+  const events = []
+  await stream.processAll(m => { events.push(m.type) })
+  return events
 })
-await call('listCheckpoints', async () => {
-  try { return { n: (await sprite.listCheckpoints()).length } } catch (e) { return { error: e.message } }
+await call('listCheckpoints', () => sprite.listCheckpoints(), l => l.map(c => typeof c.id))
+await call('restoreCheckpoint', async () => {
+  const id = (await sprite.listCheckpoints())[0].id
+  await fs.writeFile('cp/kept.txt', 'after\n')
+  await fs.writeFile('cp/later.txt', 'later\n')
+  const got = await sprite.getCheckpoint(id)
+  const stream = await sprite.restoreCheckpoint(id)
+  const events = []
+  await stream.processAll(m => { events.push(m.type) })
+  return { got: got.id === id, events, kept: await fs.readFile('cp/kept.txt', 'utf8'), later: await fs.exists('cp/later.txt') }
+})
+await call('restore unknown', async () => {
+  const stream = await sprite.restoreCheckpoint('nosuch')
+  const events = []
+  await stream.processAll(m => { events.push(m.type) })
+  return events
 })
 await call('services', async () => { try { return await sprite.listServices() } catch (e) { return { error: e.message } } })
 
