@@ -28,6 +28,18 @@ func (c *call) createCheckpoint(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "sprite not found")
 		return
 	}
+	c.d.mu.Lock()
+	mk := metaKey(c.key, c.name)
+	m := c.d.meta[mk]
+	if m == nil {
+		m = &meta{Auth: "sprite"}
+		c.d.meta[mk] = m
+	}
+	if m.Checkpoints == nil {
+		m.Checkpoints = map[string]checkpointMeta{}
+	}
+	m.Checkpoints[id] = checkpointMeta{Comment: req.Comment, At: time.Now().UTC()}
+	c.d.mu.Unlock()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
@@ -41,10 +53,26 @@ func (c *call) listCheckpoints(w http.ResponseWriter, r *http.Request, one strin
 		fail(w, err, "sprite not found")
 		return
 	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC()
+	kept := map[string]checkpointMeta{}
+	c.d.mu.Lock()
+	if m := c.d.meta[metaKey(c.key, c.name)]; m != nil {
+		for k, v := range m.Checkpoints {
+			kept[k] = v
+		}
+	}
+	c.d.mu.Unlock()
 	out := []map[string]any{}
 	for _, id := range ids {
-		cp := map[string]any{"id": id, "create_time": now, "history": []string{}}
+		at := now
+		cm, ok := kept[id]
+		if ok {
+			at = cm.At
+		}
+		cp := map[string]any{"id": id, "create_time": at.Format(time.RFC3339Nano), "history": []string{}}
+		if cm.Comment != "" {
+			cp["comment"] = cm.Comment
+		}
 		if one == id {
 			writeJSON(w, http.StatusOK, cp)
 			return

@@ -26,7 +26,9 @@
 // exit, 4 stdin EOF, a TTY's raw bytes and its text exit message; text
 // resize and signal messages), attach by id (/exec/{id}, ?session_id=,
 // ?id=: the session's output from byte zero, then its tail), GET exec (the
-// sessions that run), POST exec/{id}/kill (NDJSON progress), POST exec
+// sprite's sessions, is_active while they run), POST exec/{id}/kill
+// (NDJSON progress: signal, exited or timeout and killed, complete with
+// the exit code; no pid, which the platform does not report), POST exec
 // (the HTTP exec: one chunk per frame); the filesystem: PUT fs/write, GET
 // fs/read, GET fs/list, DELETE fs/delete, POST fs/rename, fs/copy,
 // fs/chmod and fs/chown (errors {error, code, path} with the errno name);
@@ -41,13 +43,23 @@
 // to the platform's idle lifecycle. A session's id is the platform's
 // session id (a string, where Sprites' is a process id).
 //
-// What the platform does not keep (a sprite's url_settings and labels)
-// the door keeps in memory under the API key's public id: it is lost when
+// A TTY command's exit is a text message {"type":"exit","exit_code":N},
+// then a close of the socket: 1000 for 0, 4000+N otherwise (the SDK
+// reads only the close code, as 0 for 1000 and 1 for anything else).
+//
+// A sprite has no URL: the local provider publishes only the ports asked
+// for at create, and the door asks for none.
+//
+// What the platform does not keep (a sprite's url_settings, labels and
+// network rules, and its checkpoints' comments and times) the door keeps
+// in memory under the API key's public id: it is lost when
 // serve restarts.
 //
+// The network policy (GET and POST policy/network) goes onto the
+// platform's allow list: policy.go says which rule lists it can hold.
+//
 // Not supported, answered 501 {"error":"not_supported","message":…} (the
-// Sprites error shape): services, network, privileges and resources
-// policies, port proxies and port watching, the control connection (cc),
+// Sprites error shape): services, the privileges and resources policies, port proxies and port watching, the control connection (cc),
 // fs/watch, restart, upgrade, the NDJSON sprite watch, and checkpoints on a
 // provider without them. An unknown sprite is 404 {"error":"not_found",
 // "message":"sprite not found"}; an unknown session 404 "session not
@@ -110,6 +122,15 @@ type Door struct {
 type meta struct {
 	Auth   string
 	Labels []string
+	Rules  []rule // the network policy last applied
+	// Checkpoints are the comments and times of the checkpoints made
+	// through the door, by id.
+	Checkpoints map[string]checkpointMeta
+}
+
+type checkpointMeta struct {
+	Comment string
+	At      time.Time
 }
 
 // New returns a door over o.API. Close it when done.
@@ -252,6 +273,8 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.listCheckpoints(w, r, seg[2])
 	case len(seg) == 4 && seg[1] == "checkpoints" && seg[3] == "restore" && r.Method == http.MethodPost:
 		c.restoreCheckpoint(w, r, seg[2])
+	case route == "policy/network":
+		c.policy(w, r)
 	case strings.HasPrefix(route, "services"), strings.HasPrefix(route, "policy"), strings.HasPrefix(route, "proxy"),
 		route == "restart", route == "upgrade", route == "check", route == "control", strings.HasPrefix(route, "ports"):
 		unsupported(w, route)

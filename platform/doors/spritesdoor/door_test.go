@@ -237,7 +237,7 @@ func TestRefusals(t *testing.T) {
 	}
 	st, v = do("POST", "/v1/sprites/door-made/exec/nosuch/kill", key, "")
 	check("unknown session", st, v, 404, "not_found")
-	for _, path := range []string{"/v1/sprites/door-made/services", "/v1/sprites/door-made/policy/network", "/v1/sprites/door-made/fs/watch"} {
+	for _, path := range []string{"/v1/sprites/door-made/services", "/v1/sprites/door-made/policy/privileges", "/v1/sprites/door-made/fs/watch"} {
 		st, v = do("GET", path, key, "")
 		check(path, st, v, 501, "not_supported")
 	}

@@ -359,9 +359,6 @@ func (c *call) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []map[string]any{}
 	for _, s := range ss {
-		if s.State != "" && s.State != sandbox.SessionRunning {
-			continue
-		}
 		created, last := s.CreatedAt, s.LastActivityAt
 		if created.IsZero() {
 			created = time.Now()
@@ -370,7 +367,7 @@ func (c *call) listSessions(w http.ResponseWriter, r *http.Request) {
 			last = created
 		}
 		out = append(out, map[string]any{"id": s.ID, "command": s.Command, "workdir": "",
-			"created": created.UTC().Format(time.RFC3339Nano), "bytes_per_second": 0, "is_active": true,
+			"created": created.UTC().Format(time.RFC3339Nano), "bytes_per_second": 0, "is_active": s.State == "" || s.State == sandbox.SessionRunning,
 			"last_activity": last.UTC().Format(time.RFC3339Nano), "tty": s.TTY})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
@@ -432,9 +429,9 @@ func (c *call) kill(w http.ResponseWriter, r *http.Request, id string) {
 	} else {
 		err = c.p.SignalCommand(r.Context(), att, sig)
 	}
-	if err != nil && !errors.Is(err, sandbox.ErrCommandExited) {
-		emit(map[string]any{"type": "error", "message": err.Error()})
-		return
+	sigErr := err
+	if errors.Is(sigErr, sandbox.ErrCommandExited) {
+		sigErr = nil
 	}
 	wait := func(d time.Duration) (int, bool) {
 		t := time.NewTimer(d)
@@ -461,6 +458,15 @@ func (c *call) kill(w http.ResponseWriter, r *http.Request, id string) {
 		}
 	}
 	code, ok := wait(timeout)
+	if ok && code < 0 {
+		// The stream ended with no exit (a concurrent kill, a drop): the
+		// session's record says how it ended.
+		code, ok = c.exitOf(r.Context(), id)
+	}
+	if !ok && sigErr != nil {
+		emit(map[string]any{"type": "error", "message": sigErr.Error()})
+		return
+	}
 	if ok {
 		emit(map[string]any{"type": "exited"})
 	} else {
@@ -479,6 +485,30 @@ func (c *call) kill(w http.ResponseWriter, r *http.Request, id string) {
 		code = 128 + int(sig)
 	}
 	emit(map[string]any{"type": "complete", "exit_code": code})
+}
+
+// exitOf polls the session's record (for up to 5 s) for its exit code.
+func (c *call) exitOf(ctx context.Context, id string) (int, bool) {
+	for i := 0; i < 50; i++ {
+		ss, err := c.p.ListSessions(ctx, c.h)
+		if err != nil {
+			return 0, false
+		}
+		for _, s := range ss {
+			if s.ID == id && s.State == sandbox.SessionExited {
+				return s.ExitCode, true
+			}
+			if s.ID == id && s.State == sandbox.SessionLost {
+				return -1, true
+			}
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 // execHTTP serves POST /v1/sprites/{name}/exec?cmd=…: the request's body

@@ -35,7 +35,7 @@ func (d *Door) spriteJSON(key string, s api.Sandbox) map[string]any {
 		m.Labels = []string{}
 	}
 	out := map[string]any{
-		"id": "sprite-" + s.Name, "name": s.Name, "organization": "managoat", "status": statusOfSprite(s),
+		"id": spriteID(s), "name": s.Name, "organization": "managoat", "status": statusOfSprite(s),
 		"url_settings": map[string]string{"auth": m.Auth}, "labels": m.Labels,
 		"created_at": s.CreatedAt.UTC().Format(time.RFC3339), "updated_at": s.LastActivity.UTC().Format(time.RFC3339),
 	}
@@ -43,6 +43,16 @@ func (d *Door) spriteJSON(key string, s api.Sandbox) map[string]any {
 		out["url"] = s.URL
 	}
 	return out
+}
+
+// spriteID is a sprite's id: the platform's instance id where it has
+// one, else the name and creation time, so a sprite made anew under an
+// old name has a new id.
+func spriteID(s api.Sandbox) string {
+	if s.InstanceID != "" {
+		return "sprite-" + s.InstanceID
+	}
+	return "sprite-" + s.Name + "-" + strconv.FormatInt(s.CreatedAt.UnixNano(), 36)
 }
 
 type urlSettings struct {
