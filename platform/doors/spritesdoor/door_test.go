@@ -125,6 +125,9 @@ func TestSDK(t *testing.T) {
 	eq("execFileHTTP stdin", "from stdin")
 	eq("execFileHTTP exit code", map[string]any{"name": "ExecError", "exitCode": 9, "stdout": "partial\n", "stderr": ""})
 
+	eq("maxRunAfterDisconnect", map[string]any{"before": true, "stillRunning": true, "ended": true, "tookAtLeastGrace": true})
+	eq("network policy", map[string]any{"got": []map[string]any{{"domain": "example.com", "action": "allow"}, {"domain": "*", "action": "deny"}}, "refused": true})
+
 	eq("writeFile", nil)
 	eq("writeFile bytes", nil)
 	eq("readFile utf8", "hello sprite\n")

@@ -111,6 +111,40 @@ await call('execFileHTTP exit code', async () => {
   try { return await sprite.execFileHTTP('sh', ['-c', 'echo partial; exit 9']) } catch (e) { return failed(e) }
 })
 
+// A session whose creator's socket goes runs on for maxRunAfterDisconnect,
+// then is terminated: listed, then no longer active.
+await call('maxRunAfterDisconnect', async () => {
+  const tag = `door-grace-${process.pid}`
+  const cmd = sprite.spawn('sh', ['-c', `sleep 60 # ${tag}`], { maxRunAfterDisconnect: '1s' })
+  cmd.stdout.resume()
+  await new Promise((resolve, reject) => { cmd.once('spawn', resolve); cmd.once('error', reject) })
+  let s
+  for (let i = 0; i < 100 && !s; i++) {
+    s = (await sprite.listSessions()).find(s => s.command.includes(tag))
+    if (!s) await sleep(50)
+  }
+  const before = s?.isActive
+  cmd.wsCmd.close() // the creator's socket goes; the command does not
+  const gone = Date.now()
+  await sleep(300)
+  const stillRunning = (await sprite.listSessions()).find(x => x.id === s.id)?.isActive
+  let activeAfterGone = true
+  for (let i = 0; i < 100 && activeAfterGone; i++) {
+    await sleep(100)
+    activeAfterGone = (await sprite.listSessions()).find(x => x.id === s.id)?.isActive ?? false
+  }
+  return { before, stillRunning, ended: !activeAfterGone, tookAtLeastGrace: Date.now() - gone >= 900 }
+})
+
+await call('network policy', async () => {
+  const rules = [{ domain: 'example.com', action: 'allow' }, { domain: '*', action: 'deny' }]
+  await sprite.updateNetworkPolicy({ rules })
+  const got = await sprite.getNetworkPolicy()
+  let refused
+  try { await sprite.updateNetworkPolicy({ rules: [{ domain: 'bad.example', action: 'deny' }] }) } catch (e) { refused = e.message }
+  return { got: got.rules, refused: /^Invalid policy: .*invalid_policy/.test(refused) }
+})
+
 const fs = sprite.filesystem(process.env.FS_BASE)
 await call('writeFile', () => fs.writeFile('notes/a.txt', 'hello sprite\n'))
 await call('writeFile bytes', () => fs.writeFile('data/b.bin', Buffer.from([0, 1, 2, 255]), { mode: 0o600 }))
