@@ -125,6 +125,9 @@ func TestSDK(t *testing.T) {
 	eq("execFileHTTP stdin", "from stdin")
 	eq("execFileHTTP exit code", map[string]any{"name": "ExecError", "exitCode": 9, "stdout": "partial\n", "stderr": ""})
 
+	eq("signal", map[string]any{"code": 42, "out": "ready\ngot-term\n"})
+	eq("resize", true)
+	eq("createSession", map[string]any{"code": 0, "out": true, "tty": true})
 	eq("maxRunAfterDisconnect", map[string]any{"before": true, "stillRunning": true, "ended": true, "tookAtLeastGrace": true})
 	eq("network policy", map[string]any{"got": []map[string]any{{"domain": "example.com", "action": "allow"}, {"domain": "*", "action": "deny"}}, "refused": true})
 
@@ -152,11 +155,20 @@ func TestSDK(t *testing.T) {
 	if !strings.Contains(svc.Error, "501") || !strings.Contains(svc.Error, "not_supported") {
 		t.Errorf("services = %+v", svc)
 	}
+	eq("writeJSON readJSON appendFile", map[string]any{"json": map[string]any{"a": 1}, "log": "one\ntwo\n"})
+	eq("chown", map[string]any{"same": true, "missing": "ENOENT"})
+	eq("fs watch", true)
 	// Checkpoints are the platform's (the local provider has them).
 	eq("createCheckpoint", []string{"info", "complete"})
 	eq("listCheckpoints", []string{"string"})
 	eq("restoreCheckpoint", map[string]any{"got": true, "events": []string{"info", "complete"}, "kept": "before\n", "later": false})
 	eq("restore unknown", []string{"info", "error"})
+
+	eq("updateSprite", map[string]any{"auth": "public", "labels": []string{"team-a"}, "updated": []string{"team-a"}})
+	for _, n := range []string{"restart", "check", "upgrade"} {
+		eq(n, map[string]any{"name": "APIError", "status": 501, "code": "not_supported"})
+	}
+	eq("privileges policy", true)
 
 	eq("delete", nil)
 	eq("get deleted", map[string]any{"name": "APIError", "status": 404, "code": "not_found"})

@@ -48,10 +48,11 @@ func resolve(p, wd string) string {
 	return path.Clean("/" + p)
 }
 
-// sh runs script in the sandbox with args; its output is bounded by max.
+// sh runs script in the sandbox with args; its output (stdout and
+// stderr) is bounded by max.
 func (c *call) sh(ctx context.Context, script string, max int, args ...string) (sandbox.ExecResult, error) {
 	return c.p.Exec(ctx, c.h, sandbox.Cmd{Name: "/bin/sh", Args: append([]string{"-c", script, "sh"}, args...)},
-		sandbox.ExecOptions{MaxOutput: max, Timeout: time.Minute})
+		sandbox.ExecOptions{MaxOutput: max, Timeout: time.Minute, StderrToStdout: true})
 }
 
 // shFail answers a script's failure: its errno exit code, or EIO.
@@ -314,7 +315,10 @@ func (c *call) listDir(w http.ResponseWriter, r *http.Request, p, wd string, rec
 		p = "."
 	}
 	full := resolve(p, wd)
-	res, err := c.sh(r.Context(), listScript, 4<<20, full, strconv.FormatBool(recursive), pattern)
+	// stdout alone: a find(1) complaint on stderr never mixes into the
+	// records.
+	res, err := c.p.Exec(r.Context(), c.h, sandbox.Cmd{Name: "/bin/sh", Args: []string{"-c", listScript, "sh", full, strconv.FormatBool(recursive), pattern}},
+		sandbox.ExecOptions{MaxOutput: 4 << 20, Timeout: time.Minute})
 	if err != nil {
 		fail(w, err, "sprite not found")
 		return

@@ -111,6 +111,34 @@ await call('execFileHTTP exit code', async () => {
   try { return await sprite.execFileHTTP('sh', ['-c', 'echo partial; exit 9']) } catch (e) { return failed(e) }
 })
 
+await call('signal', async () => {
+  const cmd = sprite.spawn('sh', ['-c', 'trap "echo got-term; exit 42" TERM; echo ready; while :; do sleep 0.1; done'])
+  let out = ''
+  const ready = new Promise(resolve => cmd.stdout.on('data', c => { out += c.toString(); if (out.includes('ready')) resolve() }))
+  await ready
+  cmd.kill('SIGTERM')
+  return { code: await cmd.wait(), out }
+})
+await call('resize', async () => {
+  const cmd = sprite.spawn('sh', ['-c', 'read x; stty size'], { tty: true, rows: 24, cols: 80 })
+  let out = ''
+  cmd.stdout.on('data', c => { out += c.toString() })
+  await new Promise((resolve, reject) => { cmd.once('spawn', resolve); cmd.once('error', reject) })
+  cmd.resize(120, 40)
+  await sleep(300)
+  cmd.stdin.write('go\r')
+  await cmd.wait()
+  return out.includes('40 120')
+})
+await call('createSession', async () => {
+  const cmd = sprite.createSession('sh', ['-c', 'echo in-session; sleep 0.5; exit 0'])
+  let out = ''
+  cmd.stdout.on('data', c => { out += c.toString() })
+  const code = await cmd.wait()
+  const s = (await sprite.listSessions()).find(s => s.command.includes('in-session'))
+  return { code, out: out.includes('in-session'), tty: s?.tty }
+})
+
 // A session whose creator's socket goes runs on for maxRunAfterDisconnect,
 // then is terminated: listed, then no longer active.
 await call('maxRunAfterDisconnect', async () => {
@@ -184,6 +212,21 @@ await call('rm recursive', async () => {
   return fs.readdir('notes')
 })
 
+await call('writeJSON readJSON appendFile', async () => {
+  await fs.writeJSON('j/x.json', { a: 1 })
+  await fs.appendFile('j/log.txt', 'one\n')
+  await fs.appendFile('j/log.txt', 'two\n')
+  return { json: await fs.readJSON('j/x.json'), log: await fs.readFile('j/log.txt', 'utf8') }
+})
+await call('chown', async () => {
+  const uid = Number((await sprite.execFile('id', ['-u'])).stdout.trim())
+  await fs.chown('j/x.json', { uid, gid: uid })
+  const owner = (await sprite.execFile('stat', ['-c', '%u:%g', `${process.env.FS_BASE}/j/x.json`])).stdout.trim()
+  try { await fs.chown('j/none', { uid }) } catch (e) { return { same: owner === `${uid}:${uid}`, missing: e.code } }
+})
+// fs.watch is a WebSocket: the door's 501 reaches the SDK as a refused upgrade.
+await call('fs watch', async () => { try { return await fs.watch('j') } catch (e) { return e.message.includes('non-101') } })
+
 await call('createCheckpoint', async () => {
   await fs.writeFile('cp/kept.txt', 'before\n')
   const stream = await sprite.createCheckpoint('door')
@@ -209,6 +252,17 @@ await call('restore unknown', async () => {
   return events
 })
 await call('services', async () => { try { return await sprite.listServices() } catch (e) { return { error: e.message } } })
+
+await call('updateSprite', async () => {
+  await sprite.updateURLSettings({ auth: 'public' })
+  const u = await sprite.update({ labels: ['team-a'] })
+  const g = await client.getSprite('door-a')
+  return { auth: g.urlSettings.auth, labels: g.labels, updated: u.labels }
+})
+await call('restart', async () => { try { return await sprite.restart() } catch (e) { return apiErr(e) } })
+await call('check', async () => { try { return await sprite.check() } catch (e) { return apiErr(e) } })
+await call('upgrade', async () => { try { return await sprite.upgrade() } catch (e) { return apiErr(e) } })
+await call('privileges policy', async () => { try { return await sprite.getPrivilegesPolicy() } catch (e) { return e.message.includes('501') } })
 
 await call('delete', () => sprite.delete())
 await call('get deleted', async () => { try { return await client.getSprite('door-a') } catch (e) { return apiErr(e) } })
