@@ -68,7 +68,9 @@
 // Bounds: a JSON request body is at most 1 MiB (413 otherwise), an HTTP
 // exec's stdin 64 MiB, a file upload streams to the sandbox through the
 // platform's own file bounds, a listing's output 4 MiB. A malformed body
-// is 400 invalid_request.
+// is 400 invalid_request. A client that takes nothing of an exec's output
+// for a minute is gone: its stream is detached (the session runs on as
+// after a disconnect) or, for the HTTP exec, the command stopped.
 package spritesdoor
 
 import (

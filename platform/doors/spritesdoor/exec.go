@@ -35,6 +35,18 @@ const defaultGrace = 10 * time.Second
 // arrived together over in one read.
 const httpFrameGap = 25 * time.Millisecond
 
+// writeTimeout bounds one message's write to the client: a client that
+// takes nothing for as long is gone (its stream detached, the session
+// runs on as after a disconnect).
+const writeTimeout = time.Minute
+
+// write sends one message within writeTimeout.
+func write(ctx context.Context, conn *websocket.Conn, typ websocket.MessageType, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return conn.Write(ctx, typ, b)
+}
+
 // grace is a session's run-on after its creator left.
 type grace struct{ stop chan struct{} }
 
@@ -192,7 +204,7 @@ func (c *call) stream(conn *websocket.Conn, cmd *sandbox.Command, id, command st
 	}
 	info, _ := json.Marshal(map[string]any{"type": "session_info", "session_id": sid, "command": command,
 		"created": created.Unix(), "is_owner": owner, "tty": tty})
-	if conn.Write(ctx, websocket.MessageText, info) != nil {
+	if write(ctx, conn, websocket.MessageText, info) != nil {
 		_ = cmd.Stop()
 		return false
 	}
@@ -215,18 +227,18 @@ func (c *call) stream(conn *websocket.Conn, cmd *sandbox.Command, id, command st
 			case sandbox.Stdout, sandbox.Stderr:
 				switch {
 				case tty:
-					err = conn.Write(ctx, websocket.MessageBinary, ev.Data)
+					err = write(ctx, conn, websocket.MessageBinary, ev.Data)
 				case ev.Kind == sandbox.Stdout:
-					err = conn.Write(ctx, websocket.MessageBinary, append([]byte{frameStdout}, ev.Data...))
+					err = write(ctx, conn, websocket.MessageBinary, append([]byte{frameStdout}, ev.Data...))
 				default:
-					err = conn.Write(ctx, websocket.MessageBinary, append([]byte{frameStderr}, ev.Data...))
+					err = write(ctx, conn, websocket.MessageBinary, append([]byte{frameStderr}, ev.Data...))
 				}
 			case sandbox.Exit:
 				if tty {
 					b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": ev.Code})
-					err = conn.Write(ctx, websocket.MessageText, b)
+					err = write(ctx, conn, websocket.MessageText, b)
 				} else {
-					err = conn.Write(ctx, websocket.MessageBinary, []byte{frameExit, exitByte(ev.Code)})
+					err = write(ctx, conn, websocket.MessageBinary, []byte{frameExit, exitByte(ev.Code)})
 				}
 				if err == nil {
 					// The SDK reads a TTY's exit from the close code
@@ -581,6 +593,7 @@ func (c *call) execHTTP(w http.ResponseWriter, r *http.Request) {
 				return false
 			}
 		}
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := w.Write(chunk)
 		if err == nil {
 			err = rc.Flush()
