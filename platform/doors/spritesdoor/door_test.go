@@ -31,7 +31,7 @@ const SDK = "@fly/sprites@0.1.0"
 // trusted) with the door mounted at /sprites; it returns the door's URL,
 // a key, the platform, and the filesystem base the script may use (inside
 // the jail, or a scratch directory of the host under trusted).
-func start(t *testing.T) (string, string, *apitest.Platform, string) {
+func start(t testing.TB) (string, string, *apitest.Platform, string) {
 	t.Helper()
 	mech, base := "trusted", t.TempDir()
 	if os.Geteuid() == 0 {
