@@ -184,7 +184,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.EscapedPath()
 	if d.prefix != "" {
 		rest, ok := strings.CutPrefix(p, d.prefix)
-		if !ok {
+		if !ok || (rest != "" && rest[0] != '/') {
 			apiErr(w, http.StatusNotFound, "not_found", "no such route")
 			return
 		}

@@ -1,7 +1,9 @@
 package spritesdoor_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -266,5 +268,36 @@ func TestRefusals(t *testing.T) {
 		if st, _ := do("DELETE", "/v1/sprites/"+n, key, ""); st != 204 {
 			t.Errorf("delete %s: %d", n, st)
 		}
+	}
+}
+
+// TestHTTPExecStdinCut: an HTTP exec whose command ends while its stdin is
+// still being sent answers its exit and is done, with the body's sender
+// still open and silent (the copy of stdin is cut short, nothing is left
+// behind).
+func TestHTTPExecStdinCut(t *testing.T) {
+	url, key, _, _ := start(t)
+	req, _ := http.NewRequest("POST", url+"/v1/sprites", strings.NewReader(`{"name":"cut"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	// The body's sender sends nothing and never ends it.
+	req, _ = http.NewRequest("POST", url+"/v1/sprites/cut/exec?cmd=sh&cmd=-c&cmd=exit+6&stdin=true", pr)
+	req.Header.Set("Authorization", "Bearer "+key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || len(b) < 2 || b[len(b)-2] != 3 || b[len(b)-1] != 6 {
+		t.Fatalf("answer %q, %v; want it to end with the exit frame 3, 6", b, err)
 	}
 }

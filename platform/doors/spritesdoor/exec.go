@@ -577,7 +577,9 @@ func (c *call) execHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	defer func() { cancel(); <-inDone }()
+	// A body still being sent when the command is over is cut short: the
+	// read deadline ends the stdin copy's read.
+	defer func() { cancel(); _ = rc.SetReadDeadline(time.Now()); <-inDone }()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
