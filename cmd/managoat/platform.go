@@ -24,6 +24,7 @@ import (
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/dashboard"
 	"github.com/managoat/managoat/platform/doors/e2bdoor"
+	"github.com/managoat/managoat/platform/doors/spritesdoor"
 	"github.com/managoat/managoat/platform/lifecycle"
 	"github.com/managoat/managoat/platform/policy"
 	"github.com/managoat/managoat/platform/store"
@@ -297,6 +298,18 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		return nil, nil, err
 	}
 	mux.Handle("/e2b/", door)
+	sdoor, err := spritesdoor.New(spritesdoor.Options{API: srv, Prefix: "/sprites"}) // @fly/sprites against serve (issue 34)
+	if err != nil {
+		_ = door.Close()
+		stopLifecycle()
+		<-lifecycleDone
+		srv.Close()
+		relay.Close()
+		closeCluster()
+		st.Close()
+		return nil, nil, err
+	}
+	mux.Handle("/sprites/", sdoor)
 	mux.Handle("/", dash) // the dashboard; a preview's host is served by srv (WithPreviews)
 	def := pol.Default()
 	if def == "" {
@@ -316,6 +329,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 			stopLifecycle()
 			<-lifecycleDone
 			_ = door.Close()
+			_ = sdoor.Close()
 			srv.Close()
 			relay.Close()
 			closeCluster()
