@@ -21,6 +21,7 @@ import (
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/provider/local"
 	runnerprov "github.com/managoat/managoat/provider/runner"
+	"github.com/managoat/managoat/provider/runner/wire"
 	"github.com/managoat/managoat/runner"
 	"github.com/managoat/managoat/sandbox"
 )
@@ -273,6 +274,22 @@ func cmdEnroll(g *globals, fs *flag.FlagSet) action {
 	rotate := fs.Bool("rotate", false, "replace the credential of a runner enrolled already")
 	revoke := fs.Bool("revoke", false, "remove the runner's credential instead")
 	account := fs.String("account", "local", "the account the runner serves")
+	db := fs.String("db", os.Getenv(envDatabaseURL), "the platform's records, where --label's labels go: serve's --db (default "+defaultPlatformDB()+", or $"+envDatabaseURL+")")
+	labels := map[string]string{}
+	fs.Func("label", "an operator label of the runner, key=value (repeatable; key= removes one): recorded in the platform's records, over the daemon's own --label of the same key when the platform places (create --runner-selector)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", s)
+		}
+		if err := wire.CheckLabel(k, v); err != nil {
+			return err
+		}
+		if _, had := labels[k]; !had && len(labels) >= wire.MaxLabels {
+			return fmt.Errorf("more than %d labels", wire.MaxLabels)
+		}
+		labels[k] = v
+		return nil
+	})
 	return func(ctx context.Context, args []string) error {
 		pos, rest, err := parseN(fs, args, 1)
 		if err != nil {
@@ -290,11 +307,24 @@ func cmdEnroll(g *globals, fs *flag.FlagSet) action {
 		if *revoke {
 			return wrap("enroll", runnerprov.Revoke(*runners, pos[0]))
 		}
+		if *db == "" {
+			*db = defaultPlatformDB()
+		}
 		secret, err := runnerprov.Enroll(*runners, pos[0], *account, *rotate)
 		if err != nil {
 			return wrap("enroll", err)
 		}
 		fmt.Println(secret)
+		if len(labels) > 0 {
+			st, err := openStore(ctx, *db)
+			if err == nil {
+				err = api.EnrolLabels(ctx, st, *account, pos[0], labels)
+				st.Close()
+			}
+			if err != nil {
+				return wrap("enroll", fmt.Errorf("%s is enrolled (its credential is above), but its labels were not recorded in %s: %w (managoat runners label %s KEY=VALUE... sets them once it is connected)", pos[0], *db, err, pos[0]))
+			}
+		}
 		accountGiven := false
 		fs.Visit(func(f *flag.Flag) { accountGiven = accountGiven || f.Name == "account" })
 		if !accountGiven {

@@ -667,3 +667,66 @@ func parseSelector(s string) (runnerprov.Selector, error) {
 	}
 	return sel, nil
 }
+
+// EnrolLabels records labels, set when runner name of the account called
+// accountName is enrolled (managoat enroll --label), as the runner's
+// operator labels in st (its runner schedule), so they hold across
+// replicas and restarts as those of POST /v1/runners/{runner}/labels do.
+// The rule: these labels are over the operator labels the runner had (an
+// enrolment again with --label changes the keys it names, keeps the
+// others), and every operator label is over the daemon's own --label of
+// the same key when the platform places (Place's effective labels). A
+// label with an empty value ("k=") removes the operator's k. Malformed labels are sandbox.Invalid naming the label; st is left
+// unchanged. The runner's record (its id) is made here when its first
+// connection has not made it yet, as the enrolment's claim; an account
+// without a record of that name is the name itself, as RunnerAuth maps
+// the runners file's account names.
+func EnrolLabels(ctx context.Context, st store.Store, accountName, name string, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	if len(labels) > wire.MaxLabels {
+		return sandbox.Invalid("labels", fmt.Sprintf("more than %d labels", wire.MaxLabels))
+	}
+	for k, v := range labels {
+		if err := wire.CheckLabel(k, v); err != nil {
+			return sandbox.Invalid("labels", err.Error())
+		}
+	}
+	acct := accountName
+	if ac, err := st.AccountByName(ctx, accountName); err == nil {
+		acct = ac.ID
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	id, err := (RunnerAuth{Store: st}).claim(ctx, acct, name, "")
+	if err != nil {
+		return err
+	}
+	scheds, err := st.RunnerSchedules(ctx, acct)
+	if err != nil {
+		return err
+	}
+	var sch store.RunnerSchedule
+	for _, s := range scheds {
+		if s.RunnerID == id {
+			sch = s
+		}
+	}
+	next := map[string]string{}
+	for k, v := range sch.Labels {
+		next[k] = v
+	}
+	for k, v := range labels {
+		if v == "" {
+			delete(next, k) // "k=" removes an operator label, as POST labels does
+			continue
+		}
+		next[k] = v
+	}
+	if len(next) > wire.MaxLabels {
+		return sandbox.Invalid("labels", fmt.Sprintf("more than %d labels with the runner's operator labels", wire.MaxLabels))
+	}
+	return st.SetRunnerSchedule(ctx, store.RunnerSchedule{AccountID: acct, RunnerID: id, Name: name,
+		State: sch.State, Labels: next, UpdatedAt: time.Now().UTC()})
+}
