@@ -31,8 +31,9 @@ const SDK = "@fly/sprites@0.1.0"
 
 // start runs a platform on the local provider (jail as root, else
 // trusted) with the door mounted at /sprites; it returns the door's URL,
-// a key, the platform, and the filesystem base the script may use (inside
-// the jail, or a scratch directory of the host under trusted).
+// a key, the platform, and the filesystem base a script may use (inside
+// the jail; under trusted a scratch directory, for tests whose commands
+// touch no file).
 func start(t testing.TB) (string, string, *apitest.Platform, string) {
 	t.Helper()
 	mech, base := "trusted", t.TempDir()
@@ -65,6 +66,10 @@ func TestSDK(t *testing.T) {
 	probe.Env = append(os.Environ(), "NODE_OPTIONS=--experimental-websocket")
 	out, err := probe.CombinedOutput()
 	testenv.Require(t, err == nil, fmt.Sprintf("@fly/sprites needs a Node with a global WebSocket: %v %s", err, out))
+	// The script's filesystem calls are shell commands in the sandbox: on
+	// the trusted mechanism they would run on this host, so the jail (root)
+	// is required.
+	testenv.Require(t, os.Geteuid() == 0, "TestSDK's filesystem calls need the jail (root): on trusted they would act on the host")
 	url, key, p, base := start(t)
 	res := sdk.Run(t, "testdata/door.mjs", nodesdk.Options{Env: map[string]string{
 		"SPRITES_URL": url, "SPRITES_TOKEN": key, "FS_BASE": base, "NODE_OPTIONS": "--experimental-websocket",

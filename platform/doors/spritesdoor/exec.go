@@ -577,9 +577,21 @@ func (c *call) execHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	// A body still being sent when the command is over is cut short: the
-	// read deadline ends the stdin copy's read.
-	defer func() { cancel(); _ = rc.SetReadDeadline(time.Now()); <-inDone }()
+	// A body still being sent when the command is over is cut short: a
+	// read deadline ends the stdin copy's read (the connection is then not
+	// reused: its request was not read to its end). The write deadline is
+	// cleared, so the connection's next request (or a socket hijacked
+	// from it) does not inherit it.
+	defer func() {
+		cancel()
+		select {
+		case <-inDone:
+		default:
+			_ = rc.SetReadDeadline(time.Now())
+			<-inDone
+		}
+		_ = rc.SetWriteDeadline(time.Time{})
+	}()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
