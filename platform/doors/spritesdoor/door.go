@@ -19,7 +19,8 @@
 //
 // Served: POST /v1/sprites (create: a name the platform takes; a name in
 // use is 409 already_exists), GET /v1/sprites (prefix, max_results,
-// continuation_token paging, by name), GET, PUT (url_settings and labels,
+// continuation_token paging, by name; a sprite's status is running, or
+// cold while the platform has it suspended or parked), GET, PUT (url_settings and labels,
 // kept by the door) and DELETE /v1/sprites/{name}; the exec WebSocket
 // (/v1/sprites/{name}/exec?cmd=…: stdin, env, dir, tty, rows, cols,
 // max_run_after_disconnect; binary frames 0 stdin, 1 stdout, 2 stderr, 3
@@ -41,7 +42,9 @@
 // "0" forever) and is then terminated through /v1. Those timers live in
 // the door's memory: Close (or a restart of serve) leaves such sessions
 // to the platform's idle lifecycle. A session's id is the platform's
-// session id (a string, where Sprites' is a process id).
+// session id (a string, where Sprites' is a process id); an ended session
+// stays listed (is_active false) while the platform keeps it, where
+// Sprites forgets it.
 //
 // A TTY command's exit is a text message {"type":"exit","exit_code":N},
 // then a close of the socket: 1000 for 0, 4000+N otherwise (the SDK
@@ -52,18 +55,19 @@
 //
 // What the platform does not keep (a sprite's url_settings, labels and
 // network rules, and its checkpoints' comments and times) the door keeps
-// in memory under the API key's public id: it is lost when
-// serve restarts.
+// in memory under the API key's public id: it is lost when serve
+// restarts.
 //
 // The network policy (GET and POST policy/network) goes onto the
 // platform's allow list: policy.go says which rule lists it can hold.
 //
 // Not supported, answered 501 {"error":"not_supported","message":…} (the
-// Sprites error shape): services, the privileges and resources policies, port proxies and port watching, the control connection (cc),
-// fs/watch, restart, upgrade, the NDJSON sprite watch, and checkpoints on a
-// provider without them. An unknown sprite is 404 {"error":"not_found",
-// "message":"sprite not found"}; an unknown session 404 "session not
-// found".
+// Sprites error shape): services, the privileges and resources policies,
+// port proxies and port watching, the control connection (cc), fs/watch
+// (a WebSocket: the SDK sees a refused upgrade), restart, upgrade, check,
+// the NDJSON sprite watch, and checkpoints on a provider without them. An
+// unknown sprite is 404 {"error":"not_found","message":"sprite not
+// found"}; an unknown session 404 "session not found".
 //
 // Bounds: a JSON request body is at most 1 MiB (413 otherwise), an HTTP
 // exec's stdin 64 MiB, a file upload streams to the sandbox through the
