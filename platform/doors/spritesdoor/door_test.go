@@ -257,6 +257,21 @@ func TestRefusals(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// The exec WebSocket's handshake with a bad token is refused before
+	// any upgrade, in the same shape.
+	req, _ = http.NewRequest("GET", url+"/v1/sprites/door-made/exec?cmd=true", nil)
+	for h, val := range map[string]string{"Authorization": "Bearer mgk_bad", "Connection": "Upgrade", "Upgrade": "websocket",
+		"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
+		req.Header.Set(h, val)
+	}
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		var v map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		check("exec handshake with a bad token", resp.StatusCode, v, 401, "unauthorized")
+	}
 	st, v = do("POST", "/v1/sprites/door-made/exec/nosuch/kill", key, "")
 	check("unknown session", st, v, 404, "not_found")
 	for _, path := range []string{"/v1/sprites/door-made/services", "/v1/sprites/door-made/policy/privileges", "/v1/sprites/door-made/fs/watch"} {
