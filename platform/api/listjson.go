@@ -40,6 +40,11 @@ func (v *Sandbox) appendJSON(b []byte) []byte {
 		b = appendTime(b, *v.ParkedAt)
 	}
 	opt("parked_by", v.ParkedBy)
+	opt("image", v.Image)
+	if len(v.Labels) > 0 {
+		lb, _ := json.Marshal(v.Labels)
+		b = append(append(b, `,"labels":`...), lb...)
+	}
 	if len(v.Capabilities) > 0 {
 		cb, _ := json.Marshal(v.Capabilities)
 		b = append(append(b, `,"capabilities":`...), cb...)

@@ -13,6 +13,7 @@ func TestAppendJSONIsEncodingJSON(t *testing.T) {
 		{Name: "a", Provider: "local", State: "running", CreatedAt: now, LastActivity: now},
 		{Name: "b.c_d-e", Provider: "sprites", State: "parked", Status: "suspended", URL: "https://x.example/?a=1&b=<2>", InstanceID: "i\"d\\\n",
 			Limits: &Limits{MemoryBytes: 1 << 30, Pids: 9}, CreatedAt: now, LastActivity: now, ParkedAt: &park, ParkedBy: "suspend",
+			Image: "reg.example/o<r>:t", Labels: map[string]string{"team": "ml", "a&b": "<\n>"},
 			Capabilities: []string{"suspend", "attach"}, Raw: json.RawMessage(`{"k": [1, 2]}`)},
 		{Name: "ü", Provider: "p", State: "s"},
 	} {

@@ -74,7 +74,8 @@ func (s *Server) lock(accountID, name string) func() {
 // view is the API's form of a record.
 func view(rec store.Sandbox) Sandbox {
 	v := Sandbox{Name: rec.Name, Provider: rec.Provider, State: rec.State, URL: rec.URL, InstanceID: rec.InstanceID,
-		Limits: FromLimits(rec.Limits), CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, ParkedBy: rec.ParkedBy}
+		Limits: FromLimits(rec.Limits), CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, ParkedBy: rec.ParkedBy,
+		Image: rec.Image, Labels: rec.Labels}
 	if !rec.ParkedAt.IsZero() {
 		t := rec.ParkedAt
 		v.ParkedAt = &t
@@ -240,7 +241,10 @@ func (s *Server) Wake(ctx context.Context, rec store.Sandbox) (store.Sandbox, er
 	h := handleOf(rec)
 	switch rec.ParkedBy {
 	case store.ParkDestroy:
-		nh, err := reg.Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: rec.Limits})
+		if err := s.wakeFits(ctx, rec, p); err != nil { // fleet.go: the runner's room
+			return rec, err
+		}
+		nh, err := reg.Create(ctx, rec.Provider, rec.ProviderName, recreateOptions(rec, rec.Limits))
 		if err != nil {
 			return rec, err
 		}
@@ -339,6 +343,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		writeErr(w, fieldErr("limits", err))
 		return
 	}
+	if err := validateImage(req.Image); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := ValidateLabels(req.Labels); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Image != "" && req.CreateNew {
+		writeErr(w, fieldErr("image", sandbox.Invalid("image", "create_new takes no image: create the sandbox without create_new")))
+		return
+	}
 	for _, port := range req.Publish {
 		if port < 1 || port > 65535 {
 			writeErr(w, badJSON("publish", fmt.Sprintf("publish: port %d is not 1 to 65535", port)))
@@ -354,6 +370,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		}
 		ctx = WithPlacement(ctx, Placement{Selector: sel, PreferLast: req.PreferLastRunner}) // fleet.go
 	}
+	ctx = context.WithValue(ctx, recordKey{}, recordAsk{image: req.Image, labels: req.Labels})
 	rec, created, err := s.Create(ctx, k.AccountID, req.Name, req.Provider, lim, req.Publish, req.CreateNew, time.Duration(req.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		writeErr(w, err)
@@ -364,6 +381,36 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, k store.Key) {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, view(rec))
+}
+
+// recordKey carries a create request's image and labels (recordAsk) to
+// Create; a Create without them (an adoption's retry) asks for neither.
+type recordKey struct{}
+
+type recordAsk struct {
+	image  string
+	labels map[string]string
+}
+
+func askOf(ctx context.Context) recordAsk {
+	a, _ := ctx.Value(recordKey{}).(recordAsk)
+	return a
+}
+
+// runsImages reports whether p runs a create's image: provider/local
+// does, and so does a provider with a RunsImages method saying so (the
+// others choose their own, and are refused one rather than drop it).
+func runsImages(p sandbox.Provider) bool {
+	if r, ok := p.(interface{ RunsImages() bool }); ok {
+		return r.RunsImages()
+	}
+	return p.Name() == "local"
+}
+
+// recreateOptions are the options a sandbox of the record is created
+// with again (a wake from a park by destroy, an adoption): its image.
+func recreateOptions(rec store.Sandbox, lim sandbox.Limits) sandbox.CreateOptions {
+	return sandbox.CreateOptions{Limits: lim, Image: rec.Image}
 }
 
 // Create makes (or, unless createNew, adopts) the account's sandbox name.
@@ -408,9 +455,13 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 		if err := checkPublish(p, prov, publish, createNew); err != nil {
 			return rec, false, err
 		}
+		ask := askOf(ctx)
+		if ask.image != "" && !runsImages(p) {
+			return rec, false, fieldErr("image", sandbox.Invalid("image", fmt.Sprintf("image: provider %s chooses its own images; an image is the local provider's", prov)))
+		}
 		now := s.cfg.Now().UTC()
 		rec = store.Sandbox{AccountID: accountID, Name: name, Provider: prov, State: store.StateCreating,
-			Limits: lim, CreatedAt: now, LastActivity: now}
+			Limits: lim, CreatedAt: now, LastActivity: now, Image: ask.image, Labels: ask.labels}
 		if rp, ok := p.(*runnerprov.Provider); ok {
 			rec, err = s.insertPlaced(ctx, rec, rp) // fleet.go: placed by capacity and labels
 		} else if pl := placementOf(ctx); len(pl.Selector) > 0 || pl.PreferLast {
@@ -444,7 +495,7 @@ func (s *Server) Create(ctx context.Context, accountID, name, pin string, lim sa
 				return rec, false, err
 			}
 		} else {
-			h, err = reg.Create(ctx, prov, pname, sandbox.CreateOptions{Limits: lim, Publish: publish})
+			h, err = reg.Create(ctx, prov, pname, sandbox.CreateOptions{Limits: lim, Publish: publish, Image: ask.image})
 		}
 		if err != nil {
 			// The provider may hold a sandbox of pname (a create cut short):
@@ -656,7 +707,7 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 	if lim == (sandbox.Limits{}) {
 		lim = rec.Limits
 	}
-	h, err := sandbox.NewRegistry(p).Create(ctx, rec.Provider, rec.ProviderName, sandbox.CreateOptions{Limits: lim})
+	h, err := sandbox.NewRegistry(p).Create(ctx, rec.Provider, rec.ProviderName, recreateOptions(rec, lim))
 	if err != nil {
 		return rec, false, err
 	}
@@ -674,11 +725,39 @@ func (s *Server) adopt(ctx context.Context, rec store.Sandbox, lim sandbox.Limit
 	return rec, false, nil
 }
 
+// labelFilter reads list's ?label=k=v parameters (every one must match).
+func labelFilter(qs []string) ([][2]string, error) {
+	out := make([][2]string, 0, len(qs))
+	for _, q := range qs {
+		k, v, ok := strings.Cut(q, "=")
+		if !ok {
+			return nil, fieldErr("label", sandbox.Invalid("label", fmt.Sprintf("label: %q is not key=value", q)))
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
 func (s *Server) list(w http.ResponseWriter, r *http.Request, k store.Key) {
+	want, err := labelFilter(r.URL.Query()["label"])
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	recs, err := s.cfg.Store.ListSandboxes(r.Context(), k.AccountID)
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	if len(want) > 0 {
+		recs = slices.DeleteFunc(slices.Clone(recs), func(rec store.Sandbox) bool {
+			for _, kv := range want {
+				if v, ok := rec.Labels[kv[0]]; !ok || v != kv[1] {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	out := make([]Sandbox, len(recs))
 	for i, rec := range recs {

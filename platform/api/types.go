@@ -8,25 +8,28 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/managoat/managoat/sandbox"
 )
 
 // Sandbox is a sandbox as the API shows it.
 type Sandbox struct {
-	Name         string          `json:"name"`
-	Provider     string          `json:"provider"`
-	State        string          `json:"state"`            // the record's: creating, running, suspended, parking, parked, unknown
-	Status       string          `json:"status,omitempty"` // the provider's, on a single get: running, suspended, unknown
-	URL          string          `json:"url,omitempty"`    // only where the provider has a real one (or the platform proxies one)
-	InstanceID   string          `json:"instance_id,omitempty"`
-	Limits       *Limits         `json:"limits,omitempty"`
-	CreatedAt    time.Time       `json:"created_at"`
-	LastActivity time.Time       `json:"last_activity_at"`
-	ParkedAt     *time.Time      `json:"parked_at,omitempty"`
-	ParkedBy     string          `json:"parked_by,omitempty"` // suspend or destroy
-	Capabilities []string        `json:"capabilities,omitempty"`
-	Raw          json.RawMessage `json:"raw,omitempty"`
+	Name         string            `json:"name"`
+	Provider     string            `json:"provider"`
+	State        string            `json:"state"`            // the record's: creating, running, suspended, parking, parked, unknown
+	Status       string            `json:"status,omitempty"` // the provider's, on a single get: running, suspended, unknown
+	URL          string            `json:"url,omitempty"`    // only where the provider has a real one (or the platform proxies one)
+	InstanceID   string            `json:"instance_id,omitempty"`
+	Limits       *Limits           `json:"limits,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
+	LastActivity time.Time         `json:"last_activity_at"`
+	ParkedAt     *time.Time        `json:"parked_at,omitempty"`
+	ParkedBy     string            `json:"parked_by,omitempty"` // suspend or destroy
+	Image        string            `json:"image,omitempty"`     // the OCI image it was created from
+	Labels       map[string]string `json:"labels,omitempty"`    // its user's key=value pairs
+	Capabilities []string          `json:"capabilities,omitempty"`
+	Raw          json.RawMessage   `json:"raw,omitempty"`
 }
 
 // Limits are a create's resource limits.
@@ -112,6 +115,59 @@ type CreateRequest struct {
 	// when it fits.
 	RunnerSelector   string `json:"runner_selector,omitempty"`
 	PreferLastRunner bool   `json:"prefer_last_runner,omitempty"`
+	// Image is an OCI image reference the sandbox runs on, on a provider
+	// that runs images (local); any other refuses it. A wake from a park
+	// by destroy creates it from the same image.
+	Image string `json:"image,omitempty"`
+	// Labels are key=value pairs kept with the record (at most MaxLabels,
+	// keys of 1 to MaxLabelKey bytes of letters, digits and "._-/",
+	// values of at most MaxLabelValue bytes); GET /v1/sandboxes?label=k=v
+	// lists the records that have them.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Bounds of a create's labels.
+const (
+	MaxLabels     = 32
+	MaxLabelKey   = 63
+	MaxLabelValue = 256
+	maxImageRef   = 512
+)
+
+// ValidateLabels refuses labels past the bounds, naming the label.
+func ValidateLabels(l map[string]string) error {
+	if len(l) > MaxLabels {
+		return fieldErr("labels", sandbox.Invalid("labels", fmt.Sprintf("labels: %d labels, at most %d", len(l), MaxLabels)))
+	}
+	for k, v := range l {
+		if err := labelKey(k); err != nil {
+			return fieldErr("labels", sandbox.Invalid("labels", "labels: "+err.Error()))
+		}
+		if len(v) > MaxLabelValue || !utf8.ValidString(v) {
+			return fieldErr("labels", sandbox.Invalid("labels", fmt.Sprintf("labels: the value of %q is %d bytes or not UTF-8; at most %d bytes of UTF-8", k, len(v), MaxLabelValue)))
+		}
+	}
+	return nil
+}
+
+func labelKey(k string) error {
+	if k == "" || len(k) > MaxLabelKey {
+		return fmt.Errorf("key %q is %d bytes; 1 to %d", k, len(k), MaxLabelKey)
+	}
+	for _, c := range []byte(k) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/') {
+			return fmt.Errorf("key %q has %q; letters, digits and ._-/ only", k, c)
+		}
+	}
+	return nil
+}
+
+// validateImage refuses an image reference no registry could name.
+func validateImage(ref string) error {
+	if len(ref) > maxImageRef || strings.ContainsFunc(ref, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fieldErr("image", sandbox.Invalid("image", fmt.Sprintf("image: %q is not an image reference (at most %d bytes, no spaces or control characters)", ref, maxImageRef)))
+	}
+	return nil
 }
 
 // ExecRequest is POST /v1/sandboxes/{name}/exec.

@@ -279,7 +279,7 @@ func (c *Client) Create(ctx context.Context, name string, opts sandbox.CreateOpt
 	if err := opts.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	return c.create(ctx, name, api.CreateRequest{Limits: api.FromLimits(opts.Limits), Publish: opts.Publish})
+	return c.create(ctx, name, api.CreateRequest{Limits: api.FromLimits(opts.Limits), Publish: opts.Publish, Image: opts.Image, Labels: opts.Labels})
 }
 
 // CreateNew is one creation attempt that never adopts.

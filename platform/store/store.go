@@ -18,7 +18,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/managoat/managoat/sandbox"
@@ -83,8 +85,36 @@ type Sandbox struct {
 	LastActivity time.Time
 	ParkedAt     time.Time // zero unless parked
 	ParkedBy     string    // ParkSuspend or ParkDestroy when parked
+	// Image is the OCI image reference it was created from ("" the
+	// provider's default); a wake from a park by destroy creates it from
+	// the same image. Labels are its user's key=value pairs. Both are set
+	// by InsertSandbox and never changed by UpdateSandbox.
+	Image  string
+	Labels map[string]string
 	// Version is bumped by every update; UpdateSandbox matches on it.
 	Version int64
+}
+
+// LabelsJSON is how the stores keep Labels in their labels column: a
+// JSON object, "" for none.
+func LabelsJSON(l map[string]string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(l) // a map of strings always marshals
+	return string(b)
+}
+
+// ParseLabels reads a labels column LabelsJSON wrote.
+func ParseLabels(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var l map[string]string
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("store: a record's labels: %w", err)
+	}
+	return l, nil
 }
 
 // Intent states.

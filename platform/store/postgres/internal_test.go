@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -189,7 +190,7 @@ func BenchmarkList10k(b *testing.B) {
 		t0 = time.Now()
 		r, err := st.queryList(ctx, a.ID)
 		tr += time.Since(t0)
-		if err != nil || len(r) != 10000 || r[9999] != l[9999] {
+		if err != nil || len(r) != 10000 || !reflect.DeepEqual(r[9999], l[9999]) {
 			b.Fatal(len(r), err)
 		}
 	}

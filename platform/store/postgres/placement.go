@@ -79,10 +79,7 @@ func (s *Store) InsertSandboxWithin(ctx context.Context, b store.Sandbox, r stor
 		if err := r.Fits(u, b); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)`,
-			b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
-			b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
-			ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes)
+		_, err = tx.Exec(ctx, insertSandboxSQL, insertArgs(b)...)
 		return err
 	})
 	switch pgCode(err) {

@@ -166,6 +166,22 @@ var migrations = []string{
 	END $$;
 	CREATE TRIGGER sandbox_usage_count AFTER INSERT OR DELETE OR UPDATE OF provider, provider_name, state, parked_by, mem_bytes, cpu_millis, disk_bytes
 		ON sandboxes FOR EACH ROW EXECUTE FUNCTION sandbox_usage_count();`,
+	// 7: the image a sandbox was created from and its labels (a JSON
+	// object, "" for none), and the preview links handed out for its
+	// ports (platform/api/preview.go), each revocable by its id.
+	`ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN labels TEXT NOT NULL DEFAULT '';
+	CREATE TABLE preview_links (
+		id TEXT PRIMARY KEY,
+		account_id TEXT NOT NULL REFERENCES accounts(id),
+		sandbox TEXT NOT NULL,
+		provider_name TEXT NOT NULL DEFAULT '',
+		port INTEGER NOT NULL,
+		created_at BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL,
+		revoked_at BIGINT NOT NULL DEFAULT 0
+	);
+	CREATE INDEX preview_links_sandbox ON preview_links(account_id, sandbox);`,
 }
 
 // usageKeyChars is store.UsageKeyChars as migration 6 wrote it into its
@@ -466,25 +482,35 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 }
 
 const sbCols = `account_id, name, provider, provider_name, instance_id, state, url, mem_bytes, pids, cpu_millis, wall_clock_ns,
-	created_at, last_activity, parked_at, parked_by, version, disk_bytes`
+	created_at, last_activity, parked_at, parked_by, version, disk_bytes, image, labels`
 
 func scanSandbox(sc pgx.Row) (store.Sandbox, error) {
 	var b store.Sandbox
 	var c, la, pa, wc, pids int64
+	var labels string
 	err := sc.Scan(&b.AccountID, &b.Name, &b.Provider, &b.ProviderName, &b.InstanceID, &b.State, &b.URL,
-		&b.Limits.MemoryBytes, &pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version, &b.Limits.DiskBytes)
+		&b.Limits.MemoryBytes, &pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version, &b.Limits.DiskBytes,
+		&b.Image, &labels)
 	b.Limits.Pids = int(pids)
 	b.Limits.WallClock = time.Duration(wc)
 	b.CreatedAt, b.LastActivity, b.ParkedAt = tm(c), tm(la), tm(pa)
+	if err == nil {
+		b.Labels, err = store.ParseLabels(labels)
+	}
 	return b, err
+}
+
+const insertSandboxSQL = `INSERT INTO sandboxes (` + sbCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16, $17, $18)`
+
+func insertArgs(b store.Sandbox) []any {
+	return []any{b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
+		b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
+		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes, b.Image, store.LabelsJSON(b.Labels)}
 }
 
 // InsertSandbox implements store.Store.
 func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16)`,
-		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
-		b.Limits.MemoryBytes, int64(b.Limits.Pids), int64(b.Limits.CPUMillis), int64(b.Limits.WallClock),
-		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes)
+	_, err := s.db.Exec(ctx, insertSandboxSQL, insertArgs(b)...)
 	switch pgCode(err) {
 	case uniqueViolation:
 		return fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
@@ -547,7 +573,7 @@ func (s *Store) copyList(ctx context.Context, accountID string) ([]store.Sandbox
 // escaped with a backslash (no column is NULL).
 func parseCopy(b []byte) ([]store.Sandbox, error) {
 	out := make([]store.Sandbox, 0, bytes.Count(b, []byte{'\n'}))
-	var f [17][]byte
+	var f [19][]byte
 	for len(b) > 0 {
 		nl := bytes.IndexByte(b, '\n')
 		if nl < 0 {
@@ -583,6 +609,12 @@ func parseCopy(b []byte) ([]store.Sandbox, error) {
 		r.Limits.MemoryBytes, r.Limits.Pids, r.Limits.CPUMillis, r.Limits.WallClock = ints[0], int(ints[1]), int(ints[2]), time.Duration(ints[3])
 		r.Limits.DiskBytes = ints[8]
 		r.CreatedAt, r.LastActivity, r.ParkedAt, r.Version = tm(ints[4]), tm(ints[5]), tm(ints[6]), ints[7]
+		r.Image = copyText(f[17])
+		l, err := store.ParseLabels(copyText(f[18]))
+		if err != nil {
+			return nil, err
+		}
+		r.Labels = l
 		out = append(out, r)
 	}
 	return out, nil

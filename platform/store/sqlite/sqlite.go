@@ -171,6 +171,22 @@ var migrations = []string{
 		UPDATE sandbox_usage SET sandboxes = sandboxes + 1, mem_bytes = mem_bytes + NEW.mem_bytes, cpu_millis = cpu_millis + NEW.cpu_millis,
 			disk_bytes = disk_bytes + NEW.disk_bytes WHERE provider = NEW.provider AND prefix = rtrim(NEW.provider_name, '` + usageKeyChars + `');
 	END;`,
+	// 7: the image a sandbox was created from and its labels (a JSON
+	// object, "" for none), and the preview links handed out for its
+	// ports (platform/api/preview.go), each revocable by its id.
+	`ALTER TABLE sandboxes ADD COLUMN image TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandboxes ADD COLUMN labels TEXT NOT NULL DEFAULT '';
+	CREATE TABLE preview_links (
+		id TEXT PRIMARY KEY,
+		account_id TEXT NOT NULL REFERENCES accounts(id),
+		sandbox TEXT NOT NULL,
+		provider_name TEXT NOT NULL DEFAULT '',
+		port INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		revoked_at INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX preview_links_sandbox ON preview_links(account_id, sandbox);`,
 }
 
 // usageKeyChars is store.UsageKeyChars as migration 6 wrote it into its
@@ -471,15 +487,20 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 }
 
 const sbCols = `account_id, name, provider, provider_name, instance_id, state, url, mem_bytes, pids, cpu_millis, wall_clock_ns,
-	created_at, last_activity, parked_at, parked_by, version, disk_bytes`
+	created_at, last_activity, parked_at, parked_by, version, disk_bytes, image, labels`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (store.Sandbox, error) {
 	var b store.Sandbox
 	var c, la, pa, wc int64
+	var labels string
 	err := sc.Scan(&b.AccountID, &b.Name, &b.Provider, &b.ProviderName, &b.InstanceID, &b.State, &b.URL,
-		&b.Limits.MemoryBytes, &b.Limits.Pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version, &b.Limits.DiskBytes)
+		&b.Limits.MemoryBytes, &b.Limits.Pids, &b.Limits.CPUMillis, &wc, &c, &la, &pa, &b.ParkedBy, &b.Version, &b.Limits.DiskBytes,
+		&b.Image, &labels)
 	b.Limits.WallClock = time.Duration(wc)
 	b.CreatedAt, b.LastActivity, b.ParkedAt = tm(c), tm(la), tm(pa)
+	if err == nil {
+		b.Labels, err = store.ParseLabels(labels)
+	}
 	return b, err
 }
 
@@ -505,10 +526,10 @@ func (s *Store) InsertSandbox(ctx context.Context, b store.Sandbox) error {
 }
 
 func (s *Store) insertSQL(ctx context.Context, b store.Sandbox) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)`,
 		b.AccountID, b.Name, b.Provider, b.ProviderName, b.InstanceID, b.State, b.URL,
 		b.Limits.MemoryBytes, b.Limits.Pids, b.Limits.CPUMillis, int64(b.Limits.WallClock),
-		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes)
+		ns(b.CreatedAt), ns(b.LastActivity), ns(b.ParkedAt), b.ParkedBy, b.Limits.DiskBytes, b.Image, store.LabelsJSON(b.Labels))
 	if isUnique(err) {
 		return fmt.Errorf("sandbox %q: %w", b.Name, store.ErrAlreadyExists)
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -147,6 +148,7 @@ func roundTrip(t *testing.T, s store.Store) {
 	in := sb(a, "box")
 	in.InstanceID, in.URL, in.State = "inst-1", "https://box.example", store.StateRunning
 	in.Limits = sandbox.Limits{MemoryBytes: 1 << 30, Pids: 64, CPUMillis: 500, WallClock: 3 * time.Second, DiskBytes: 1 << 34}
+	in.Image, in.Labels = "debian:12", map[string]string{"team": "ml", "env": "dev"}
 	if err := s.InsertSandbox(c, in); err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +165,14 @@ func roundTrip(t *testing.T, s store.Store) {
 	}
 	got.State, got.ParkedAt, got.ParkedBy = store.StateParked, now(), store.ParkSuspend
 	got.Limits.DiskBytes = 1 << 20
+	// An update never changes the image or the labels.
+	got.Image, got.Labels = "", nil
 	up, err := s.UpdateSandbox(c, got)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if up.Image != in.Image || fmt.Sprint(up.Labels) != fmt.Sprint(in.Labels) {
+		t.Fatalf("after update: image %q labels %v, want %q %v", up.Image, up.Labels, in.Image, in.Labels)
 	}
 	if up.Version != 2 || up.State != store.StateParked || !up.ParkedAt.Equal(got.ParkedAt) || up.ParkedBy != store.ParkSuspend || up.Limits != got.Limits {
 		t.Fatalf("after update %+v", up)
@@ -195,6 +202,8 @@ func oddText(t *testing.T, s store.Store) {
 	in.InstanceID = `i\n-\t-\\-'"` + "\x01\x7f"
 	in.URL = "https://x.example/a\tb\\c\nd\re\bf\fg\vh/é😀"
 	in.State = store.StateRunning
+	in.Image = "reg.example/o/r:t\tag\n"
+	in.Labels = map[string]string{"k\t": "v\n\"'\t\x01é", "e": ""}
 	if err := s.InsertSandbox(c, in); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +213,7 @@ func oddText(t *testing.T, s store.Store) {
 		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, a.ID); return one(l, err) },
 		func() (store.Sandbox, error) { l, err := s.ListSandboxes(c, ""); return one(l, err) },
 	} {
-		if r, err := read(); err != nil || r != in {
+		if r, err := read(); err != nil || !reflect.DeepEqual(r, in) {
 			t.Fatalf("read back:\n got %q, %v\nwant %q", fmt.Sprintf("%+v", r), err, fmt.Sprintf("%+v", in))
 		}
 	}
