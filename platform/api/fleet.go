@@ -730,3 +730,48 @@ func EnrolLabels(ctx context.Context, st store.Store, accountName, name string, 
 	return st.SetRunnerSchedule(ctx, store.RunnerSchedule{AccountID: acct, RunnerID: id, Name: name,
 		State: sch.State, Labels: next, UpdatedAt: time.Now().UTC()})
 }
+
+// wakeFits refuses the wake of a runner's sandbox parked by destroy (a
+// fresh create on its runner; such a record is not counted on the runner
+// while parked) when the runner no longer has room for it: its reported
+// capacity minus what the other records on it ask. The refusal is
+// placement's, 403 denied{resource_exhausted} naming the runner and what
+// did not fit, and the record stays parked; a later wake tries again. A
+// sandbox parked by suspend is counted on its runner while parked and
+// needs no check; a runner offline is the create's unavailable. The check
+// is made under the sandbox's lock, not in one transaction with the
+// record's write (the store has no UpdateSandboxWithin yet), so a create
+// placed on the runner at the same instant may still pass its room.
+func (s *Server) wakeFits(ctx context.Context, rec store.Sandbox, p sandbox.Provider) error {
+	rp, ok := p.(*runnerprov.Provider)
+	if !ok || rec.ParkedBy != store.ParkDestroy {
+		return nil
+	}
+	id, err := runnerprov.Parse(rec.ProviderName)
+	if err != nil {
+		return nil
+	}
+	rs, err := rp.Runners(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range rs {
+		if info.ID != id {
+			continue
+		}
+		prefix, err := runnerprov.NamesPrefix(id)
+		if err != nil {
+			return err
+		}
+		u, err := s.cfg.Store.UsageOf(ctx, runnerprov.Name, prefix)
+		if err != nil {
+			return err
+		}
+		if err := roomOf(info, prefix).Fits(u, rec); err != nil {
+			return placeErr(&runnerprov.NoFitError{Reason: "resource_exhausted",
+				Why: []runnerprov.RunnerMiss{{Runner: info.Name, ID: id, Why: "waking " + rec.Name + ": " + err.Error()}}})
+		}
+		return nil
+	}
+	return nil
+}
