@@ -244,17 +244,22 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusNotFound, "not_found", "sprite not found")
 		return
 	}
-	s, err := pc.Lookup(r.Context(), c.h)
-	if err != nil {
-		fail(w, err, "sprite not found")
-		return
+	route := strings.Join(seg[1:], "/")
+	// A new exec (either kind) and the session listing name only their
+	// sprite, so the platform's 404 is the sprite's: they go without a
+	// lookup first (one call to /v1 less for each exec).
+	if len(seg) == 1 || route != "exec" {
+		s, err := pc.Lookup(r.Context(), c.h)
+		if err != nil {
+			fail(w, err, "sprite not found")
+			return
+		}
+		c.sb = s
 	}
-	c.sb = s
 	if len(seg) == 1 {
 		c.spriteRoute(w, r)
 		return
 	}
-	route := strings.Join(seg[1:], "/")
 	isWS := strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 	switch {
 	case route == "exec" && isWS:

@@ -225,6 +225,11 @@ func TestRefusals(t *testing.T) {
 	check("unknown sprite", st, v, 404, "not_found")
 	st, v = do("GET", "/v1/sprites/nosuch/exec", key, "")
 	check("unknown sprite's sessions", st, v, 404, "not_found")
+	st, v = do("POST", "/v1/sprites/nosuch/exec?cmd=true", key, "")
+	check("unknown sprite's HTTP exec", st, v, 404, "not_found")
+	if v["message"] != "sprite not found" {
+		t.Errorf("unknown sprite's HTTP exec: %v", v)
+	}
 	st, v = do("POST", "/v1/sprites", key, "{not json")
 	check("malformed", st, v, 400, "invalid_request")
 	st, v = do("POST", "/v1/sprites", key, `{"name":"`+strings.Repeat("x", 2<<20)+`"}`)
