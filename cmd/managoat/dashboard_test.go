@@ -261,9 +261,14 @@ func TestDashboardInABrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#c-name"), "fromform"),
 		chromedp.SendKeys(chromedp.CSS("#c-mem"), "256"),
 		chromedp.SendKeys(chromedp.CSS("#c-pids"), "100"),
+		chromedp.SendKeys(chromedp.CSS("#c-labels"), "team=ml, env=dev"),
 		chromedp.Click(chromedp.CSS("#create-form button[type=submit]")),
 		chromedp.WaitVisible(chromedp.CSS(`#sandboxes tbody tr[data-name="fromform"]`)),
-		waitText(`#sandboxes tbody tr[data-name="fromform"]`, "256 MiB"))
+		waitText(`#sandboxes tbody tr[data-name="fromform"]`, "256 MiB"),
+		waitText(`#sandboxes tbody tr[data-name="fromform"]`, "team=ml"))
+	if out, e, code := managoatEnv(t, alice, "ls", "--json"); code != 0 || !strings.Contains(out, `"team":"ml"`) {
+		t.Errorf("the form's labels through the API (managoat ls --json): %d %q %s", code, out, e)
+	}
 	if out, e, code := managoatEnv(t, alice, "ls"); code != 0 || !strings.Contains(out, "fromform") {
 		t.Fatalf("managoat ls after the form's create: %d %q %s", code, out, e)
 	}

@@ -27,6 +27,9 @@ type lsRow struct {
 	// Limits are the sandbox's limits, when its provider says them.
 	Limits map[string]any    `json:"limits,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Image is the image it was created from, when its provider says it
+	// (through the platform: the record's).
+	Image string `json:"image,omitempty"`
 	// DiskUsed is what the sandbox's home holds, when its provider says
 	// it cheaply (a home with a quota of its own file system).
 	DiskUsed *int64 `json:"disk_used_bytes,omitempty"`
@@ -146,6 +149,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 					Mechanism string            `json:"mechanism"`
 					CreatedAt time.Time         `json:"created_at"`
 					Labels    map[string]string `json:"labels"`
+					Image     string            `json:"image"`
 					DiskUsed  *int64            `json:"disk_used_bytes"`
 					Allow     *[]string         `json:"egress_allow"`
 				}
@@ -157,6 +161,7 @@ func cmdLs(g *globals, fs *flag.FlagSet) action {
 						row.State = raw.State
 					}
 					row.Limits, row.Mechanism, row.Labels, row.DiskUsed, row.EgressAllow = raw.Limits, raw.Mechanism, raw.Labels, raw.DiskUsed, raw.Allow
+					row.Image = raw.Image
 					if !raw.CreatedAt.IsZero() {
 						t := raw.CreatedAt.UTC()
 						row.CreatedAt = &t

@@ -292,7 +292,8 @@ func (c *Client) CreateNew(ctx context.Context, name string, opts sandbox.Create
 
 // Get returns the sandbox's status. Raw is the provider's own body with
 // the platform's word added: "provider" (where it lives), "platform_state"
-// (creating, running, suspended, parked), "url", "parked_by"; for a
+// (creating, running, suspended, parked), "url", "parked_by", "image" and
+// "labels" (the record's, over any of the provider's own); for a
 // sandbox parked by destroy, which its provider no longer has, it is the
 // platform's view (Lookup) alone.
 func (c *Client) Get(ctx context.Context, h *sandbox.Handle) (sandbox.Info, error) {
@@ -324,6 +325,10 @@ func rawOf(v api.Sandbox) json.RawMessage {
 	set("platform_state", v.State)
 	set("url", v.URL)
 	set("parked_by", v.ParkedBy)
+	set("image", v.Image)
+	if len(v.Labels) > 0 {
+		m["labels"], _ = json.Marshal(v.Labels)
+	}
 	b, _ := json.Marshal(m)
 	return b
 }

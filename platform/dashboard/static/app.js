@@ -133,7 +133,7 @@ let listed = [];
 function renderList() {
   const q = $("#filter").value.trim().toLowerCase();
   const tb = $("#sandboxes tbody");
-  const rows = listed.filter((sb) => !q || [sb.name, sb.state, sb.provider, labelsText(sb)].join(" ").toLowerCase().includes(q));
+  const rows = listed.filter((sb) => !q || [sb.name, sb.state, sb.provider, sb.image || "", labelsText(sb)].join(" ").toLowerCase().includes(q));
   tb.replaceChildren(...rows.map((sb) => {
     const act = el("td", { class: "actions" });
     const op = (label, fn) => act.append(el("button", { type: "button", "aria-label": label + " " + sb.name, onclick: fn }, label), " ");
@@ -148,6 +148,7 @@ function renderList() {
       el("td", {}, el("span", { class: "state state-" + sb.state }, sb.state)),
       el("td", {}, sb.provider),
       el("td", {}, rawField(sb, "mechanism") || "—"),
+      el("td", {}, sb.image || "—"),
       el("td", {}, limitsText(sb.limits)),
       el("td", {}, labelsText(sb)),
       el("td", { title: sb.created_at }, age(sb.created_at)),
@@ -193,6 +194,15 @@ async function createSandbox(ev) {
   const v = (id) => $(id).value.trim();
   const req = { name: v("#c-name") };
   if (v("#c-provider")) req.provider = v("#c-provider");
+  if (v("#c-image")) req.image = v("#c-image");
+  if (v("#c-labels")) {
+    req.labels = {};
+    for (const kv of v("#c-labels").split(/\s*,\s*/).filter(Boolean)) {
+      const i = kv.indexOf("=");
+      if (i < 0) { showError({ error: { kind: "invalid", field: "labels", message: "labels: " + JSON.stringify(kv) + " is not key=value" } }); return; }
+      req.labels[kv.slice(0, i).trim()] = kv.slice(i + 1).trim();
+    }
+  }
   const l = {};
   if (v("#c-mem")) l.memory_bytes = Number(v("#c-mem")) * 1048576;
   if (v("#c-cpu")) l.cpu_millis = Number(v("#c-cpu"));
@@ -220,7 +230,7 @@ async function viewSandbox(name) {
   try { sb = await api("GET", "/sandboxes/" + enc(name)); showError(null); }
   catch (e) { showError(e.body || e); $("#sb-info").replaceChildren(); $("#sessions tbody").replaceChildren(); $("#sb-ports").replaceChildren(); return; }
   const info = [["State", sb.state + (sb.status ? " (provider: " + sb.status + ")" : "")], ["Provider", sb.provider], ["Mechanism", rawField(sb, "mechanism") || "—"],
-    ["Limits", limitsText(sb.limits)], ["Labels", labelsText(sb)], ["Created", new Date(sb.created_at).toLocaleString() + " (" + age(sb.created_at) + " ago)"],
+    ["Image", sb.image || "—"], ["Limits", limitsText(sb.limits)], ["Labels", labelsText(sb)], ["Created", new Date(sb.created_at).toLocaleString() + " (" + age(sb.created_at) + " ago)"],
     ["Capabilities", (sb.capabilities || []).join(", ") || "—"]];
   $("#sb-info").replaceChildren(...info.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   const acts = $("#sb-actions");
