@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestRestartLosesNothing(t *testing.T) {
 			t.Fatalf("records after the restart: %+v, %v (before: %+v)", after, err, before)
 		}
 		for i := range after {
-			if after[i] != before[i] {
+			if !reflect.DeepEqual(after[i], before[i]) {
 				t.Errorf("record changed by the restart:\n got %+v\nwant %+v", after[i], before[i])
 			}
 		}
