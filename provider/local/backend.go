@@ -46,6 +46,11 @@ func (b *backend) StartProcess(ctx context.Context, s supervisor.ProcessSpec) (s
 	}
 	p, err := b.m.StartProcess(ctx, b.id, spec)
 	if err != nil {
+		if errors.Is(err, mechanism.ErrNotRunning) {
+			// Surely not started (the mechanism's contract): the
+			// client starts the sandbox and spawns again.
+			return nil, errors.Join(supervisor.ErrSandboxNotRunning, err)
+		}
 		if errors.Is(err, mechanism.ErrCouldNotRun) && !errors.Is(err, mechanism.ErrNotRunning) && !errors.Is(err, mechanism.ErrNotFound) {
 			return nil, errors.Join(supervisor.ErrCouldNotRun, err)
 		}

@@ -941,6 +941,8 @@ func supErr(err error) error {
 			return sandbox.Unavailable(sandbox.ReasonTerminationUnconfirm, err)
 		case supervisor.CodeUnavailable:
 			return sandbox.Unavailable("supervisor", err)
+		case supervisor.CodeNotRunning:
+			return sandbox.Unavailable("not_running", err)
 		}
 	}
 	return &sandbox.ProviderError{Provider: Name, Reason: "supervisor", Err: err}
@@ -1048,16 +1050,65 @@ func (p *Provider) Spawn(ctx context.Context, h *sandbox.Handle, c sandbox.Cmd, 
 			return cmd, err
 		}
 	}
-	if err := p.ensureRunning(ctx, r, dir); err != nil {
-		return nil, err
-	}
 	argv, env := p.command(r, m, c.Argv(), opts.Env)
-	id, err := supervisor.Client{Dir: dir}.Spawn(ctx, supervisor.SpawnRequest{Argv: argv, Env: env, Dir: r.dir(opts.Dir), Stdin: opts.Stdin, Command: c.String(),
-		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols, Budget: r.Limits.WallClock})
+	req := supervisor.SpawnRequest{Argv: argv, Env: env, Dir: r.dir(opts.Dir), Stdin: opts.Stdin, Command: c.String(),
+		TTY: opts.TTY, Rows: opts.TTYRows, Cols: opts.TTYCols, Budget: r.Limits.WallClock}
+	// Optimistic: a running sandbox's supervisor takes the spawn at once
+	// (it resumes a suspended sandbox itself), on the connection that then
+	// follows the output. Only a failure that means nothing started
+	// because the sandbox does not run (no supervisor listens, or it says
+	// its sandbox is not running) takes ensureRunning's path and asks again.
+	conn, id, err := p.trySpawn(ctx, dir, req)
+	if err != nil && p.spawnRetry(ctx, r, m, err) {
+		if err := p.ensureRunning(ctx, r, dir); err != nil {
+			return nil, err
+		}
+		conn, id, err = p.trySpawn(ctx, dir, req)
+	}
 	if err != nil {
 		return nil, supErr(err)
 	}
-	return p.follow(dir, id, opts.Stdin || opts.TTY), nil
+	return p.followOn(dir, conn, id, opts.Stdin || opts.TTY), nil
+}
+
+// trySpawn dials the sandbox's supervisor and asks it to spawn; the
+// connection is returned open for the follow.
+func (p *Provider) trySpawn(ctx context.Context, dir string, req supervisor.SpawnRequest) (*supervisor.Conn, string, error) {
+	conn, err := supervisor.Client{Dir: dir}.Dial(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := conn.Spawn(ctx, req)
+	if err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	return conn, id, nil
+}
+
+// spawnRetry reports whether a failed spawn surely started nothing
+// because the sandbox does not run, so that it may be asked again once
+// ensureRunning started it: no supervisor listened (the dial's own
+// ErrNoSupervisor, nothing sent; a connection lost after the request is
+// not this), or the supervisor said not_running. An unavailable answer
+// (a supervisor of an older binary says so of a stopped sandbox) counts
+// only while the mechanism says the sandbox is stopped.
+func (p *Provider) spawnRetry(ctx context.Context, r *record, m mechanism.Mechanism, err error) bool {
+	if err == supervisor.ErrNoSupervisor {
+		return true
+	}
+	var se *supervisor.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code {
+	case supervisor.CodeNotRunning:
+		return true
+	case supervisor.CodeUnavailable:
+		st, serr := m.Status(ctx, r.InstanceID)
+		return serr == nil && (st == mechanism.StatusStopped || st == mechanism.StatusProvisioned)
+	}
+	return false
 }
 
 // cmdState is a Command's private state.
@@ -1070,13 +1121,19 @@ type cmdState struct {
 
 // follow returns a Command fed from session id's journal from byte zero.
 func (p *Provider) follow(dir, id string, stdin bool) *sandbox.Command {
+	return p.followOn(dir, nil, id, stdin)
+}
+
+// followOn is follow on conn (nil: a connection of its own), which the
+// follow closes when it ends.
+func (p *Provider) followOn(dir string, conn *supervisor.Conn, id string, stdin bool) *sandbox.Command {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &cmdState{dir: dir, id: id, stdin: stdin, cancel: cancel}
 	cmd, stream := sandbox.NewCommand(p, "", st)
 	cmd.SessionID = id
 	go func() {
 		defer cancel()
-		out, err := supervisor.Client{Dir: dir}.Follow(ctx, id, func(r journal.Record) bool {
+		out, err := supervisor.Client{Dir: dir}.FollowOn(ctx, conn, id, func(r journal.Record) bool {
 			// The journal is the buffer: a reader that falls behind
 			// pauses the reading, never drops the reader as slow.
 			if !stream.WaitRoom(ctx, len(r.Data)) {

@@ -33,6 +33,7 @@ const (
 	CodeInvalid     = codeInvalid
 	CodeCouldNotRun = codeCouldNotRun
 	CodeUnavailable = codeUnavailable
+	CodeNotRunning  = codeNotRunning
 	CodeUnsupported = codeUnsupported
 	CodeUnconfirmed = codeUnconfirmed
 	CodeInternal    = codeInternal
@@ -40,6 +41,8 @@ const (
 
 // Client talks to the supervisor of the sandbox whose directory is Dir.
 // Each call uses its own connection; a Client is safe for concurrent use.
+// Dial opens one connection for a sequence of calls (a spawn and the
+// follow of its output, say).
 type Client struct {
 	Dir string
 }
@@ -97,6 +100,38 @@ func (c Client) call(ctx context.Context, req request) (response, error) {
 	return roundTrip(ctx, conn, json.NewDecoder(conn), req)
 }
 
+// Conn is one connection to a supervisor, for calls made one after the
+// other; it is not safe for concurrent use.
+type Conn struct {
+	conn net.Conn
+	dec  *json.Decoder
+}
+
+// Dial connects to the supervisor. ErrNoSupervisor (unwrapped) means
+// none listens: nothing was sent, so a request may be tried again after
+// a Launch.
+func (c Client) Dial(ctx context.Context) (*Conn, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{conn: conn, dec: json.NewDecoder(conn)}, nil
+}
+
+// Close closes the connection.
+func (k *Conn) Close() error { return k.conn.Close() }
+
+// Spawn is Client.Spawn on this connection. An *Error with
+// CodeNotRunning means the sandbox does not run and nothing started.
+func (k *Conn) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
+	resp, err := roundTrip(ctx, k.conn, k.dec, spawnRequest(r))
+	return resp.ID, err
+}
+
+func spawnRequest(r SpawnRequest) request {
+	return request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Budget: r.Budget}
+}
+
 // PingTimeout bounds Ping: a supervisor that accepts but does not answer
 // within it is reported as an error other than ErrNoSupervisor.
 const PingTimeout = 5 * time.Second
@@ -129,7 +164,7 @@ type SpawnRequest struct {
 
 // Spawn starts a session and returns its id once the process started.
 func (c Client) Spawn(ctx context.Context, r SpawnRequest) (string, error) {
-	resp, err := c.call(ctx, request{Op: "spawn", Argv: r.Argv, Env: r.Env, Dir: r.Dir, Stdin: r.Stdin, Command: r.Command, TTY: r.TTY, Rows: r.Rows, Cols: r.Cols, Budget: r.Budget})
+	resp, err := c.call(ctx, spawnRequest(r))
 	return resp.ID, err
 }
 
@@ -205,6 +240,16 @@ type Outcome struct {
 // false, or ctx ending, stops the follow with ctx's error or nil.
 // A session that is not recorded is an *Error with CodeNotFound.
 func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record) bool) (Outcome, error) {
+	return c.FollowOn(ctx, nil, id, emit)
+}
+
+// FollowOn is Follow on k, a connection of Dial's (nil: Follow dials
+// its own), which it closes when done: the connection a spawn was made
+// on follows its output, with no connection of its own.
+func (c Client) FollowOn(ctx context.Context, k *Conn, id string, emit func(journal.Record) bool) (Outcome, error) {
+	if k != nil {
+		defer k.Close()
+	}
 	if !HasSession(c.Dir, id) {
 		return Outcome{}, &Error{Code: codeNotFound, Msg: fmt.Sprintf("no session %q", id)}
 	}
@@ -229,8 +274,12 @@ func (c Client) Follow(ctx context.Context, id string, emit func(journal.Record)
 	// The follower tells the supervisor where it is, from the start and
 	// every followReport bytes (readers.go): while it is behind, the
 	// journal's cap drops nothing it has not read, and the command waits.
-	if cn, err := c.dial(ctx); err == nil {
+	if k != nil {
+		conn, dec = k.conn, k.dec
+	} else if cn, err := c.dial(ctx); err == nil {
 		conn, dec = cn, json.NewDecoder(cn)
+	}
+	if conn != nil {
 		_, _ = roundTrip(ctx, conn, dec, request{Op: "at", ID: id, Offset: 0})
 	}
 	var reported int64

@@ -64,6 +64,7 @@ const (
 	codeInvalid     = "invalid"
 	codeCouldNotRun = "could_not_run"
 	codeUnavailable = "unavailable"
+	codeNotRunning  = "not_running"
 	codeUnsupported = "not_supported"
 	codeUnconfirmed = "termination_unconfirmed"
 	codeInternal    = "internal"

@@ -83,6 +83,9 @@ var (
 	ErrCouldNotRun = errors.New("supervisor: could not run")
 	// ErrNotSupported: the backend cannot do this (egress on trusted).
 	ErrNotSupported = errors.New("supervisor: not supported")
+	// ErrSandboxNotRunning: the sandbox does not run, so the command
+	// surely did not start (the client starts the sandbox and asks again).
+	ErrSandboxNotRunning = errors.New("supervisor: sandbox not running")
 	// ErrBusy: another supervisor serves this sandbox.
 	ErrBusy = errors.New("supervisor: another supervisor holds the sandbox")
 )
@@ -616,7 +619,10 @@ func (s *server) spawn(ctx context.Context, req *request) response {
 	if err != nil {
 		io.closeAll()
 		w.Close()
-		if errors.Is(err, ErrCouldNotRun) {
+		switch {
+		case errors.Is(err, ErrSandboxNotRunning):
+			return fail(codeNotRunning, err)
+		case errors.Is(err, ErrCouldNotRun):
 			return fail(codeCouldNotRun, err)
 		}
 		return fail(codeUnavailable, err)
