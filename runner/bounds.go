@@ -37,8 +37,10 @@ import (
 //     (provider/local gives DefaultDiskBytes, 10 GiB, where project quotas
 //     make it cheap, and with a loop device too under
 //     $MANAGOAT_DEFAULT_DISK). A daemon's home quota by default is the
-//     operator's to set (a loop-mounted home costs a cold start 3 to 5
-//     times, provider/local's quota.go).
+//     operator's to set (a loop-mounted home, made from a kept empty
+//     ext4 image since dbc5cfb, costs a cold start about 1.9 times on a
+//     quiet host and 3 to 4.5 times with the host's disk busy,
+//     BenchmarkColdStartDiskQuota in provider/local's quota.go).
 //   - Frames: at most Config.MaxOpsPerConn (default 64) requests of a
 //     connection are served at once (stdin queued behind its session's
 //     earlier stdin counts too); when all are taken the daemon stops
