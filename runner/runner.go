@@ -146,6 +146,11 @@ type Config struct {
 	// Default 10 s and 5 s; negative disables.
 	PingInterval, PingTimeout time.Duration
 	HTTPClient                *http.Client
+	// TextStreamsOnly keeps output in base64 text frames, as Fountain's
+	// daemon: the daemon does not report wire.CapBinaryStream. Otherwise
+	// it reports it and sends output as binary frames when the platform
+	// takes them (the upgrade's wire.HeaderAccept lists the cap).
+	TextStreamsOnly bool
 	// The runner host's bounds (bounds.go says each rule). DiskShare is
 	// the share of the homes' free space one create's disk_bytes may ask
 	// (default DefaultDiskShare, one half); DefaultDiskBytes the home
@@ -261,6 +266,10 @@ func New(cfg Config) (*Daemon, error) {
 	if len(cfg.Labels) > wire.MaxLabels {
 		return nil, &PermanentError{Msg: fmt.Sprintf("runner: more than %d labels", wire.MaxLabels)}
 	}
+	caps := extraCaps(cfg.Provider)
+	if !cfg.TextStreamsOnly {
+		caps = append(caps, wire.CapBinaryStream)
+	}
 	q := url.Values{
 		wire.ParamName:     {cfg.Name},
 		wire.ParamHostname: {cfg.Hostname},
@@ -268,7 +277,7 @@ func New(cfg Config) (*Daemon, error) {
 		wire.ParamArch:     {runtime.GOARCH},
 		wire.ParamVersion:  {cfg.Version},
 		wire.ParamRoot:     {cfg.Root},
-		wire.ParamCaps:     {strings.Join(extraCaps(cfg.Provider), ",")},
+		wire.ParamCaps:     {strings.Join(caps, ",")},
 	}
 	if len(cfg.Labels) > 0 {
 		q.Set(wire.ParamLabels, wire.FormatLabels(cfg.Labels))
@@ -415,7 +424,13 @@ func (d *Daemon) Once(ctx context.Context) error {
 	ws.SetReadLimit(wire.ReadLimit)
 	d.connected.Store(true)
 	d.log.Info("runner connected", "name", d.cfg.Name)
-	return d.serve(ctx, ws)
+	binary := false
+	if !d.cfg.TextStreamsOnly {
+		for _, c := range strings.Split(resp.Header.Get(wire.HeaderAccept), ",") {
+			binary = binary || strings.TrimSpace(c) == wire.CapBinaryStream
+		}
+	}
+	return d.serve(ctx, ws, binary)
 }
 
 func (d *Daemon) refusal(resp *http.Response) error {

@@ -110,7 +110,7 @@ func TestPermanentRefusals(t *testing.T) {
 		q := seen.URL.Query()
 		if seen.URL.Path != wire.Path || q.Get("name") != "laptop" || q.Get("hostname") != "box" || q.Get("version") != "1.2.3" ||
 			q.Get("root") != "/srv/sb" || q.Get("os") == "" || q.Get("arch") == "" ||
-			q.Get("caps") != "create_limits,create_disk_limit,capacity,attach_offset,network_policy,read_file,terminate_session,force_terminate_session" ||
+			q.Get("caps") != "create_limits,create_disk_limit,capacity,attach_offset,network_policy,read_file,terminate_session,force_terminate_session,binary_stream" ||
 			seen.Header.Get("Authorization") != "Bearer tok" {
 			t.Errorf("dial request %s %v %v", seen.URL, q, seen.Header)
 		}

@@ -20,6 +20,9 @@ type conn struct {
 	ws     *websocket.Conn
 	ctx    context.Context // cancelled when the connection ends
 	closed atomic.Bool
+	// binary: output goes as binary stream frames (wire.CapBinaryStream,
+	// taken by the platform in the upgrade's wire.HeaderAccept).
+	binary bool
 
 	qmu    sync.Mutex
 	queues map[string]*opQueue // per-session stdin/stdin_close, in arrival order
@@ -74,13 +77,18 @@ func (c *conn) enqueue(req *wire.Request, release func(), wg *sync.WaitGroup) {
 
 // write sends one text frame; a failed write is logged and dropped (the
 // frame stays in the journal).
-func (c *conn) write(b []byte) error {
+func (c *conn) write(b []byte) error { return c.writeAs(websocket.MessageText, b) }
+
+// writeBinary sends one binary stream frame (only when c.binary).
+func (c *conn) writeBinary(b []byte) error { return c.writeAs(websocket.MessageBinary, b) }
+
+func (c *conn) writeAs(typ websocket.MessageType, b []byte) error {
 	if c == nil || c.closed.Load() {
 		return errClosed
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.d.cfg.WriteTimeout)
 	defer cancel()
-	err := c.ws.Write(ctx, websocket.MessageText, b)
+	err := c.ws.Write(ctx, typ, b)
 	if err != nil {
 		c.d.log.Debug("runner: write failed", "err", err)
 	}
@@ -89,9 +97,9 @@ func (c *conn) write(b []byte) error {
 
 var errClosed = errors.New("runner: connection closed")
 
-func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn) error {
+func (d *Daemon) serve(ctx context.Context, ws *websocket.Conn, binary bool) error {
 	cctx, cancel := context.WithCancel(ctx)
-	c := &conn{d: d, ws: ws, ctx: cctx, queues: map[string]*opQueue{}, ops: make(chan struct{}, d.cfg.MaxOpsPerConn)}
+	c := &conn{d: d, ws: ws, ctx: cctx, binary: binary, queues: map[string]*opQueue{}, ops: make(chan struct{}, d.cfg.MaxOpsPerConn)}
 	var wg sync.WaitGroup
 	defer func() {
 		c.closed.Store(true)

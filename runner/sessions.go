@@ -440,8 +440,17 @@ func (s *session) emit(buf []byte, c *conn, ev sandbox.Event, replayFor int64) [
 			n := min(len(data), wire.MaxChunk)
 			f.Data = data[:n]
 			data = data[n:]
-			buf = wire.AppendStream(buf[:0], &f)
-			if c.write(buf) != nil {
+			var err error
+			if c.binary {
+				if buf, err = wire.AppendBinaryStream(buf[:0], &f); err == nil {
+					err = c.writeBinary(buf)
+				}
+			}
+			if !c.binary || errors.Is(err, wire.ErrNotBinary) {
+				buf = wire.AppendStream(buf[:0], &f)
+				err = c.write(buf)
+			}
+			if err != nil {
 				return buf
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -209,7 +210,10 @@ type Conn struct {
 	ws           *websocket.Conn
 	writeTimeout time.Duration
 	log          *slog.Logger
-	onEnd        func() // runs first when the connection ends
+	// binary: the daemon's output may come as binary stream frames
+	// (wire.CapBinaryStream, reported and taken in the handshake).
+	binary bool
+	onEnd  func() // runs first when the connection ends
 
 	ready     chan struct{} // closed once the socket is upgraded
 	done      chan struct{} // closed when the connection ended
@@ -249,6 +253,7 @@ func newConn(srv *Server, info Info) *Conn {
 		pending: map[int64]*pending{}, subs: map[string][]*Subscription{}, deferredDetach: map[string]bool{}}
 	if srv != nil {
 		c.writeTimeout, c.log = srv.cfg.WriteTimeout, srv.log
+		c.binary = info.HasCap(wire.CapBinaryStream)
 		c.onEnd = func() {
 			srv.cfg.Host.Unregister(info.ID, c)
 			srv.cfg.Host.Presence(info, false)
@@ -452,12 +457,23 @@ func (c *Conn) removeLocked(sub *Subscription) bool {
 }
 
 // readLoop handles inbound frames strictly in order until the socket ends.
+// A binary frame is a stream frame (wire.DecodeBinaryStream) on a
+// connection that negotiated wire.CapBinaryStream, read no further than
+// wire.MaxBinaryFrame; elsewhere it closes the socket with 1003, and a
+// malformed one with 1007 (1009 when too big).
 func (c *Conn) readLoop(ctx context.Context) error {
 	var buf bytes.Buffer
 	for {
 		typ, r, err := c.ws.Reader(ctx)
 		if err != nil {
 			return err
+		}
+		if typ == websocket.MessageBinary {
+			if !c.binary {
+				_ = c.ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
+				return errors.New("binary frame")
+			}
+			r = io.LimitReader(r, wire.MaxBinaryFrame+1)
 		}
 		buf.Reset()
 		if _, err := buf.ReadFrom(r); err != nil {
@@ -468,9 +484,23 @@ func (c *Conn) readLoop(ctx context.Context) error {
 			buf = bytes.Buffer{} // do not keep a huge frame's buffer
 		}
 		c.lastSeen.Store(time.Now().UnixNano())
-		if typ != websocket.MessageText {
-			_ = c.ws.Close(websocket.StatusUnsupportedData, "frames must be JSON text")
-			return errors.New("binary frame")
+		if typ == websocket.MessageBinary {
+			s, err := wire.DecodeBinaryStream(b)
+			if err != nil {
+				code := websocket.StatusCode(wire.CloseBadFrame)
+				if len(b) > wire.MaxBinaryFrame {
+					code = wire.CloseTooBig
+				}
+				reason := err.Error()
+				if len(reason) > 120 {
+					reason = reason[:120]
+				}
+				_ = c.ws.Close(code, reason)
+				return err
+			}
+			s.Data = bytes.Clone(s.Data) // b is reused for the next frame
+			c.onStream(s)
+			continue
 		}
 		f, err := wire.Decode(b)
 		if err != nil {

@@ -24,8 +24,10 @@
 //	    every subscriber, and sends detach only when the session's last local
 //	    listener leaves. When the socket closes every waiting call gets
 //	    Unavailable{runner_disconnected} and every subscriber an Error event
-//	    of the same, never an exit. Close codes: 1003 for a binary or non-JSON
-//	    frame, 4404 for a runner deleted by the host (LocalHost.Delete), 4409
+//	    of the same, never an exit. Close codes: 1003 for a non-JSON frame
+//	    or a binary one on a connection without wire.CapBinaryStream, 1007
+//	    for a malformed binary stream frame, 1009 for one over
+//	    wire.MaxBinaryFrame, 4404 for a runner deleted by the host (LocalHost.Delete), 4409
 //	    for a duplicate (Conn.Close). It pings every HeartbeatInterval (20 s,
 //	    also calling Host.Heartbeat) and closes a socket idle for IdleTimeout
 //	    (120 s); both are configurable.
@@ -53,8 +55,14 @@
 //  3. The runner daemon (package runner, sessions.go) reads that Command,
 //     keeps at most 8 MiB of it for replays while a listener is attached,
 //     and writes each chunk (at most wire.MaxChunk) as a stream frame:
-//     JSON text with the data in base64 (wire.AppendStream).
-//  4. Here, Conn reads the frame (wire.Decode), routes it to the
+//     a binary frame of the raw bytes (wire.AppendBinaryStream) where
+//     both ends negotiated wire.CapBinaryStream in the handshake (the
+//     daemon reports it, the platform takes it in the upgrade's
+//     wire.HeaderAccept, unless ServerConfig.TextStreamsOnly), else JSON
+//     text with the data in base64 (wire.AppendStream), as with
+//     Fountain's daemon or platform.
+//  4. Here, Conn reads the frame (wire.DecodeBinaryStream, bounded, or
+//     wire.Decode), routes it to the
 //     session's subscriptions (live) or its requester's (replay_for), and
 //     a Subscription feeds its Command's sandbox.Stream; the reader that
 //     falls behind resumes by offset (above), from the daemon's replay,
@@ -65,9 +73,7 @@
 // What is not one path yet (issue 31): the daemon's own 8 MiB replay
 // buffer is a second copy; the provider's Attach replays from byte zero
 // (sandbox.AttachOptions has no offset), so an attach at an offset still
-// reads the bytes before it from the journal on the runner's host; and
-// stream data crosses the socket as base64 in text frames, with no binary
-// frame extension yet.
+// reads the bytes before it from the journal on the runner's host.
 //
 // Offline, disconnected and timed out are all Unavailable (runner_offline,
 // runner_disconnected, runner_timeout): transient, so a switched-off

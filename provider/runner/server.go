@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -75,6 +76,10 @@ type ServerConfig struct {
 	// delivered nothing, not even a pong, for that long (default 120 s).
 	HeartbeatInterval, IdleTimeout time.Duration
 	WriteTimeout                   time.Duration // per frame, default 30 s
+	// TextStreamsOnly makes the platform decline binary stream frames
+	// (wire.CapBinaryStream) as Fountain's platform does: the daemon then
+	// sends base64 text frames, and a binary frame closes the socket.
+	TextStreamsOnly bool
 	// ProxyIdleTimeout closes a proxy client's socket that carried nothing
 	// either way for that long with no request or subscription in flight
 	// (default 10 min).
@@ -298,7 +303,7 @@ func identity(r *http.Request, account string) (Info, error) {
 	}
 	for _, c := range strings.Split(q.Get(wire.ParamCaps), ",") {
 		switch c {
-		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal, wire.CapCapacity, wire.CapReadFile, wire.CapAttachOffset:
+		case string(sandbox.CapNetworkPolicy), string(sandbox.CapTerminateSession), string(sandbox.CapForceTerminateSession), wire.CapLimits, wire.CapDiskLimit, wire.CapSignal, wire.CapCapacity, wire.CapReadFile, wire.CapAttachOffset, wire.CapBinaryStream:
 			i.Caps = append(i.Caps, c)
 		}
 	}
@@ -370,6 +375,11 @@ func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
 		info.ID = s.cfg.RunnerID(account, info.Name)
 	}
 	info.ConnectedAt = time.Now().UTC()
+	if s.cfg.TextStreamsOnly {
+		// Declined: the runner's Info does not claim what this socket
+		// will not carry.
+		info.Caps = slices.DeleteFunc(info.Caps, func(c string) bool { return c == wire.CapBinaryStream })
+	}
 	if s.cfg.Meta != nil {
 		info.Meta = s.cfg.Meta(r, info)
 	}
@@ -394,6 +404,9 @@ func (s *Server) serveRunner(w http.ResponseWriter, r *http.Request) {
 		}
 		close(c.done)
 		return
+	}
+	if c.binary {
+		w.Header().Set(wire.HeaderAccept, wire.CapBinaryStream)
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package wire is the runner protocol shared by both ends: the platform
 // (provider/runner) and the daemon (runner). One WebSocket per daemon, dialled
 // outbound by the daemon; every application frame is a text frame holding one
-// JSON object.
+// JSON object, but for the binary stream frames of the extension below.
 //
 //   - Requests (platform → daemon) carry an integer id (≥ 1, or 0 for a
 //     fire-and-forget detach) and an op, one of the 14 in Ops.
@@ -31,6 +31,11 @@
 // a list_sessions entry's "state" field (Session): Fountain's platform
 // ignores it, and an entry of Fountain's daemon, without it, is read by
 // its exit_code (Session.RunState).
+//
+// Binary stream frames (binary.go): a daemon that reports
+// CapBinaryStream, on a platform that takes it in the upgrade's
+// HeaderAccept, sends stdout and stderr as binary frames of a 10-byte
+// header, the session id and the raw bytes, instead of base64 in JSON.
 //
 // Fleet extensions (capacity.go): the handshake's optional labels
 // parameter (ParamLabels) and the op capacity (OpCapacity), sent only to
@@ -151,7 +156,7 @@ const (
 const (
 	CloseNormal      = 1000
 	CloseGoingAway   = 1001
-	CloseUnsupported = 1003 // a binary frame or a text frame that is not JSON
+	CloseUnsupported = 1003 // a text frame that is not JSON, or a binary frame not negotiated (binary.go)
 	CloseDeleted     = 4404 // the runner was deleted by the host
 	CloseDuplicate   = 4409 // a runner of that name is already connected
 )
