@@ -33,6 +33,17 @@ import (
 // believes each runner holds is cached for fleetUsageTTL (plus its own
 // placements since), only to order the candidates; the database decides.
 //
+// The policy in short (docs/operations.md, "A fleet of runners"):
+// eligible (online, not cordoned or draining, the selector matching the
+// daemon's labels with the operator's over them: those of enroll --label
+// and POST labels win on a key both set), fits (each asked limit plus
+// the records' asks within the reported capacity), least loaded first,
+// the account's last runner first when prefer_last_runner asks and it fits;
+// else 403 denied{no_runner_fits} (none eligible) or
+// denied{resource_exhausted} (none with room), naming each runner's
+// miss. A wake of a sandbox parked by destroy (not counted while parked)
+// is refused the same way when its runner has no room left (wakeFits).
+//
 // A runner cordoned or draining (RunnerSchedule in the store, so it holds
 // across replicas and restarts) takes no new sandbox; drain also parks
 // its sandboxes (suspend where the runner can, as the idle park does), or
