@@ -278,6 +278,7 @@ func (d *Door) toolbox(w http.ResponseWriter, r *http.Request, p *client.Client,
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"dir": strings.TrimSpace(string(res.Output))})
+	case d.files(w, r, p, key, h, sub):
 	case strings.HasPrefix(sub, "/lsp") || strings.HasPrefix(sub, "/git") || strings.HasPrefix(sub, "/computeruse") ||
 		strings.HasPrefix(sub, "/process/pty") || strings.HasPrefix(sub, "/process/session") || strings.HasPrefix(sub, "/files") ||
 		strings.HasPrefix(sub, "/process/code-run") || strings.HasPrefix(sub, "/process/interpreter"):

@@ -27,7 +27,14 @@
 // /sandbox/{id}/toolbox-proxy-url; toolbox: POST /process/execute (exit
 // code, combined output, cwd relative to the sandbox's working directory,
 // envs, timeout in seconds: 408 at its end), GET /user-home-dir and
-// /work-dir.
+// /work-dir; files (fs.go): GET and DELETE /files (list one level;
+// delete, a directory only with recursive=true), GET /files/info, POST
+// /files/folder (mode), POST /files/move, POST /files/upload-v2 and
+// /files/upload (query path, multipart field file), multipart POST
+// /files/bulk-upload and POST /files/bulk-download (a multipart answer, an
+// "error" part per missing path), relative paths from the sandbox's
+// working directory; each a short shell command in the sandbox through
+// /v1's exec, or /v1's files API for the bytes.
 //
 // What the platform does not keep (a sandbox's Daytona labels and
 // envVars) the door keeps in memory, under the API key's public id: it is
@@ -38,13 +45,14 @@
 // Not supported, answered 501 in Daytona's error shape: snapshots,
 // volumes, images, docker registries, backups, archive, autostop,
 // autoarchive and autodelete intervals, network settings, preview links,
-// and on the toolbox sessions, files, git, LSP, PTYs, code runs and
-// computer use in this version (an unknown toolbox route is the daemon's
+// and on the toolbox sessions, searchFiles/findFiles/replaceInFiles,
+// setFilePermissions, git, LSP, PTYs, code runs and computer use in this
+// version (an unknown toolbox route is the daemon's
 // bare text 404). The SDK's socket.io state events are refused with 404,
 // so it polls.
 //
-// Bounds: a request body is at most 1 MiB (413 beyond); a command's
-// output is bounded by the platform's exec limit.
+// Bounds: a request body is at most 1 MiB (413 beyond), an upload 64 MiB;
+// a command's output is bounded by the platform's exec limit.
 package daytonadoor
 
 import (
@@ -92,6 +100,7 @@ type Door struct {
 type meta struct {
 	Labels map[string]string
 	Envs   map[string]string
+	Home   string // the working directory, once asked
 }
 
 // New returns a door over o.API. Close it when done.
@@ -147,7 +156,11 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusUnauthorized, "Unauthorized")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	limit := int64(maxBody)
+	if strings.HasPrefix(path, "/toolbox/") && strings.Contains(path, "/files/") {
+		limit = maxUpload // an upload's bytes
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	p, err := d.providerFor(r, key)
 	if err != nil {
 		apiErr(w, http.StatusUnauthorized, "Unauthorized")

@@ -22,7 +22,8 @@ await call('list all', async () => {
   for await (const s of daytona.list()) names.push(s.name)
   return names.sort()
 })
-await call('exec exit', () => sbx.process.executeCommand('echo hi; echo oops >&2; exit 3'), res)
+// stdout and stderr are merged; their order across the two streams is not kept.
+await call('exec exit', () => sbx.process.executeCommand('echo hi; echo oops >&2; exit 3'), r => ({ exitCode: r.exitCode, lines: r.result.split('\n').sort() }))
 await call('exec created env', () => sbx.process.executeCommand('echo "$DOOR_CREATED"'), res)
 await call('exec cwd', async () => {
   await sbx.process.executeCommand('mkdir -p cwdtest')
@@ -30,6 +31,38 @@ await call('exec cwd', async () => {
 }, res)
 await call('exec env', () => sbx.process.executeCommand('echo "$SDK_VAR"', undefined, { SDK_VAR: 'from-env' }), res)
 await call('exec timeout', () => sbx.process.executeCommand('sleep 20', undefined, undefined, 1))
+const text = b => Buffer.from(b).toString('utf8')
+await call('createFolder', async () => {
+  await sbx.fs.createFolder('work/sub', '750')
+  return (await sbx.fs.getFileDetails('work/sub')).permissions
+})
+await call('uploadFile', async () => {
+  await sbx.fs.uploadFile(Buffer.concat([Buffer.from('hello old world\n'), Buffer.from([0, 0xff])]), 'work/a.txt')
+  return (await sbx.process.executeCommand('od -An -tx1 work/a.txt | tr -d " \\n"')).result
+})
+await call('uploadFiles', () => sbx.fs.uploadFiles([
+  { source: Buffer.from('second old\n'), destination: 'work/sub/b.txt' },
+  { source: Buffer.from('not text'), destination: 'work/c.bin' },
+]))
+await call('downloadFile', async () => [...await sbx.fs.downloadFile('work/a.txt')])
+await call('downloadFile missing', () => sbx.fs.downloadFile('work/none.txt'))
+await call('downloadFiles', () => sbx.fs.downloadFiles([{ source: 'work/sub/b.txt' }, { source: 'work/none.txt' }]),
+  rs => rs.map(r => ({ source: r.source, result: r.result ? text(r.result) : null, error: r.error ? 'error' : null })))
+await call('listFiles', () => sbx.fs.listFiles('work'), fs => fs.map(f => ({ name: f.name, isDir: f.isDir, size: f.isDir ? 0 : f.size })).sort((a, b) => a.name < b.name ? -1 : 1))
+await call('listFiles missing', () => sbx.fs.listFiles('nowhere'))
+await call('moveFiles', async () => {
+  await sbx.fs.moveFiles('work/c.bin', 'work/sub/moved.bin')
+  return text(await sbx.fs.downloadFile('work/sub/moved.bin'))
+})
+await call('deleteFile', async () => {
+  await sbx.fs.deleteFile('work/a.txt')
+  return (await sbx.fs.listFiles('work')).map(f => f.name).sort()
+})
+await call('deleteFile dir without recursive', () => sbx.fs.deleteFile('work/sub'))
+await call('deleteFile recursive', async () => {
+  await sbx.fs.deleteFile('work/sub', true)
+  return (await sbx.fs.listFiles('work')).map(f => f.name)
+})
 await call('setLabels', () => sbx.setLabels({ suite: 'door', role: 'relabelled' }))
 await call('list relabelled', async () => {
   const names = []
