@@ -55,7 +55,12 @@ import (
 // replayed on 8001's), whose key has been revoked (revoking the key
 // revokes every link and cookie it made) or whose sandbox is gone or was
 // made again; a link presented as a cookie or a cookie as a link. The
-// answer never says which, and nothing is proxied.
+// answer never says which, and nothing is proxied. Each link is recorded
+// (store.PreviewLink) under an id the token and its cookie carry: GET
+// /v1/sandboxes/{name}/previews lists a sandbox's links, DELETE
+// /v1/sandboxes/{name}/previews/{id} revokes one, and from then on its
+// token and every cookie made from it are refused too. A link dies with
+// its sandbox (it names the record's creation and provider name).
 
 // Preview bounds.
 const (
@@ -77,11 +82,23 @@ type PreviewRequest struct {
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
 }
 
-// PreviewURL is its answer.
+// PreviewURL is its answer. ID names the link for
+// DELETE /v1/sandboxes/{name}/previews/{id}.
 type PreviewURL struct {
+	ID        string    `json:"id"`
 	URL       string    `json:"url"`
 	Origin    string    `json:"origin"`
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// PreviewLink is one entry of GET /v1/sandboxes/{name}/previews.
+type PreviewLink struct {
+	ID        string     `json:"id"`
+	Port      int        `json:"port"`
+	Origin    string     `json:"origin"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
 
 // previewClaims are what a token names.
@@ -95,6 +112,7 @@ type previewClaims struct {
 	KeyID   string `json:"i"`
 	Exp     int64  `json:"e"` // unix seconds
 	Nonce   string `json:"r"`
+	Link    string `json:"l"` // the link's id (store.PreviewLink), carried into its cookie
 }
 
 // previewState holds the keys derived from the secret.
@@ -258,9 +276,65 @@ func (s *Server) previewCreate(w http.ResponseWriter, r *http.Request, k store.K
 		writeErr(w, err)
 		return
 	}
-	exp := s.cfg.Now().Add(ttl).Truncate(time.Second)
-	tok := s.signPreview(previewClaims{Kind: "link", Account: rec.AccountID, Name: rec.Name, Created: created, Port: req.Port, KeyID: k.ID, Exp: exp.Unix()})
-	writeJSON(w, http.StatusOK, PreviewURL{URL: origin + PreviewExchangePath + "?token=" + url.QueryEscape(tok), Origin: origin, ExpiresAt: exp.UTC()})
+	now := s.cfg.Now()
+	exp := now.Add(ttl).Truncate(time.Second)
+	var idb [12]byte
+	_, _ = rand.Read(idb[:])
+	id := "pl_" + hex.EncodeToString(idb[:])
+	if err := s.cfg.Store.AddPreviewLink(r.Context(), store.PreviewLink{ID: id, AccountID: rec.AccountID, Sandbox: rec.Name, ProviderName: rec.ProviderName,
+		Port: req.Port, CreatedAt: now.UTC(), ExpiresAt: exp.UTC()}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	tok := s.signPreview(previewClaims{Kind: "link", Account: rec.AccountID, Name: rec.Name, Created: created, Port: req.Port, KeyID: k.ID, Exp: exp.Unix(), Link: id})
+	writeJSON(w, http.StatusOK, PreviewURL{ID: id, URL: origin + PreviewExchangePath + "?token=" + url.QueryEscape(tok), Origin: origin, ExpiresAt: exp.UTC()})
+}
+
+// previewList is GET /v1/sandboxes/{name}/previews: the links made for
+// the sandbox (the one of the name now), oldest first, revoked and
+// expired ones included.
+func (s *Server) previewList(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, err := s.record(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	links, err := s.cfg.Store.ListPreviewLinks(r.Context(), rec.AccountID, rec.Name, rec.ProviderName)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := make([]PreviewLink, 0, len(links))
+	for _, l := range links {
+		origin, err := s.previewOrigin(r, s.previewLabel(rec.AccountID, rec.Name, rec.CreatedAt.UnixNano(), l.Port))
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		v := PreviewLink{ID: l.ID, Port: l.Port, Origin: origin, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt}
+		if !l.RevokedAt.IsZero() {
+			t := l.RevokedAt
+			v.RevokedAt = &t
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, map[string][]PreviewLink{"data": out})
+}
+
+// previewRevoke is DELETE /v1/sandboxes/{name}/previews/{id}: the link
+// and every cookie it was exchanged for are refused from now on (204;
+// 404 for a link the account's sandbox does not have).
+func (s *Server) previewRevoke(w http.ResponseWriter, r *http.Request, k store.Key) {
+	rec, err := s.record(r.Context(), k, r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := s.cfg.Store.RevokePreviewLink(r.Context(), rec.AccountID, rec.Name, r.PathValue("id"), s.cfg.Now().UTC()); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func previewRefused(w http.ResponseWriter) {
@@ -277,6 +351,10 @@ func (s *Server) previewAuthorize(r *http.Request, c previewClaims) (store.Key, 
 	}
 	rec, err := s.cfg.Store.GetSandbox(r.Context(), c.Account, c.Name)
 	if err != nil || rec.CreatedAt.UnixNano() != c.Created {
+		return store.Key{}, false
+	}
+	l, err := s.cfg.Store.PreviewLinkByID(r.Context(), c.Link)
+	if err != nil || !l.RevokedAt.IsZero() || l.AccountID != c.Account || l.Sandbox != c.Name || l.ProviderName != rec.ProviderName || l.Port != c.Port {
 		return store.Key{}, false
 	}
 	return k, true
@@ -306,7 +384,7 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, label stri
 			return
 		}
 		exp := max(s.cfg.Now().Add(PreviewCookieTTL).Unix(), c.Exp)
-		cookie := s.signPreview(previewClaims{Kind: "cookie", Account: c.Account, Name: c.Name, Created: c.Created, Port: c.Port, KeyID: c.KeyID, Exp: exp})
+		cookie := s.signPreview(previewClaims{Kind: "cookie", Account: c.Account, Name: c.Name, Created: c.Created, Port: c.Port, KeyID: c.KeyID, Exp: exp, Link: c.Link})
 		http.SetCookie(w, &http.Cookie{Name: PreviewCookie, Value: cookie, Path: "/", Expires: time.Unix(exp, 0), HttpOnly: true, Secure: secure, SameSite: http.SameSiteLaxMode})
 		w.Header().Set("Cache-Control", "no-store")
 		http.Redirect(w, r, "/", http.StatusSeeOther)

@@ -39,6 +39,8 @@ var Routes = []Route{
 	{"PUT", "/v1/sandboxes/{name}/network-policy", "network_policy", false},
 	{"GET", "/v1/sandboxes/{name}/url", "url", false},
 	{"POST", "/v1/sandboxes/{name}/preview", "preview", false}, // preview.go
+	{"GET", "/v1/sandboxes/{name}/previews", "previews", false},
+	{"DELETE", "/v1/sandboxes/{name}/previews/{id}", "preview_revoke", false},
 	{"GET", "/v1/sandboxes/{name}/ports", "ports", false},
 	{"GET", "/v1/sandboxes/{name}/checkpoints", "checkpoints", false},
 	{"POST", "/v1/sandboxes/{name}/checkpoints", "checkpoint", false},

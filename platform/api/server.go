@@ -351,6 +351,10 @@ func (s *Server) handler(name string) handlerFunc {
 		return s.proxy
 	case "preview":
 		return s.previewCreate // preview.go
+	case "previews":
+		return s.previewList
+	case "preview_revoke":
+		return s.previewRevoke
 	case "ports":
 		return s.ports
 	}

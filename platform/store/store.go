@@ -117,6 +117,18 @@ func ParseLabels(s string) (map[string]string, error) {
 	return l, nil
 }
 
+// PreviewLink is one preview link's record.
+type PreviewLink struct {
+	ID           string
+	AccountID    string
+	Sandbox      string // the account's sandbox name
+	ProviderName string // of the sandbox it was made for: a sandbox made again under the name is another
+	Port         int
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+	RevokedAt    time.Time // zero while valid
+}
+
 // Intent states.
 const (
 	IntentPending   = "pending"   // recorded before the call; the outcome is not known yet
@@ -250,6 +262,18 @@ type Store interface {
 	// bounded write adds an intent, so without it the table grows for as
 	// long as the platform runs.
 	PruneIntents(ctx context.Context, before time.Time) (int64, error)
+
+	// Preview links (platform/api/preview.go): each link handed out is
+	// recorded, so one can be revoked by its id. AddPreviewLink is
+	// ErrAlreadyExists for a taken ID; PreviewLinkByID ErrNotFound for
+	// none; ListPreviewLinks lists a sandbox's links (those of
+	// ProviderName, the sandbox of the name now) oldest first;
+	// RevokePreviewLink sets RevokedAt (kept if set already), ErrNotFound
+	// when the account's sandbox name has no such link.
+	AddPreviewLink(ctx context.Context, l PreviewLink) error
+	PreviewLinkByID(ctx context.Context, id string) (PreviewLink, error)
+	ListPreviewLinks(ctx context.Context, accountID, sandbox, providerName string) ([]PreviewLink, error)
+	RevokePreviewLink(ctx context.Context, accountID, sandbox, id string, at time.Time) error
 
 	// Placer: placement on runners (placement.go).
 	Placer

@@ -31,7 +31,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 		return store.ErrInUse
 	}
 	for _, q := range []string{`DELETE FROM api_keys WHERE account_id = $1`, `DELETE FROM runners WHERE account_id = $1`, `DELETE FROM runner_schedules WHERE account_id = $1`,
-		`DELETE FROM intents WHERE account_id = $1`, `DELETE FROM accounts WHERE id = $1`} {
+		`DELETE FROM intents WHERE account_id = $1`, `DELETE FROM preview_links WHERE account_id = $1`, `DELETE FROM accounts WHERE id = $1`} {
 		if _, err := tx.Exec(ctx, q, id); err != nil {
 			return dbErr(err)
 		}

@@ -10,9 +10,14 @@ import (
 // DeleteAccount implements store.Store: the account goes (its keys by
 // their foreign key's cascade) only while no sandbox record and no open
 // intent is its, in the statement that deletes it; its runner records, runner
-// schedules and settled intents go in the same transaction.
+// schedules, settled intents and preview links go in the same transaction.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		// Its preview links first (their foreign key): undone with the
+		// rest when the account is in use.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM preview_links WHERE account_id = ?`, id); err != nil {
+			return err
+		}
 		r, err := tx.ExecContext(ctx, `DELETE FROM accounts WHERE id = ?
 			AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE account_id = ?)
 			AND NOT EXISTS (SELECT 1 FROM intents WHERE account_id = ? AND state IN ('pending', 'uncertain'))`, id, id, id)

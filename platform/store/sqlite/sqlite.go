@@ -888,3 +888,61 @@ func (s *Store) DeleteRunner(ctx context.Context, accountID, name string) error 
 }
 
 func newID(prefix string) string { return prefix + "_" + strings.ToLower(sandbox.NewRef()) }
+
+const plCols = `id, account_id, sandbox, provider_name, port, created_at, expires_at, revoked_at`
+
+func scanPreviewLink(sc interface{ Scan(...any) error }) (store.PreviewLink, error) {
+	var l store.PreviewLink
+	var c, e, r, port int64
+	err := sc.Scan(&l.ID, &l.AccountID, &l.Sandbox, &l.ProviderName, &port, &c, &e, &r)
+	l.Port, l.CreatedAt, l.ExpiresAt, l.RevokedAt = int(port), tm(c), tm(e), tm(r)
+	return l, err
+}
+
+// AddPreviewLink implements store.Store.
+func (s *Store) AddPreviewLink(ctx context.Context, l store.PreviewLink) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO preview_links (`+plCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		l.ID, l.AccountID, l.Sandbox, l.ProviderName, int64(l.Port), ns(l.CreatedAt), ns(l.ExpiresAt), ns(l.RevokedAt))
+	if isUnique(err) {
+		return fmt.Errorf("preview link %q: %w", l.ID, store.ErrAlreadyExists)
+	}
+	return err
+}
+
+// PreviewLinkByID implements store.Store.
+func (s *Store) PreviewLinkByID(ctx context.Context, id string) (store.PreviewLink, error) {
+	l, err := scanPreviewLink(s.db.QueryRowContext(ctx, `SELECT `+plCols+` FROM preview_links WHERE id = ?`, id))
+	return l, notFound(err)
+}
+
+// ListPreviewLinks implements store.Store.
+func (s *Store) ListPreviewLinks(ctx context.Context, accountID, sandbox, providerName string) ([]store.PreviewLink, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+plCols+` FROM preview_links WHERE account_id = ? AND sandbox = ? AND provider_name = ? ORDER BY created_at, id`,
+		accountID, sandbox, providerName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.PreviewLink{}
+	for rows.Next() {
+		l, err := scanPreviewLink(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// RevokePreviewLink implements store.Store.
+func (s *Store) RevokePreviewLink(ctx context.Context, accountID, sandbox, id string, at time.Time) error {
+	r, err := s.db.ExecContext(ctx, `UPDATE preview_links SET revoked_at = CASE WHEN revoked_at = 0 THEN ? ELSE revoked_at END
+		WHERE id = ? AND account_id = ? AND sandbox = ?`, ns(at), id, accountID, sandbox)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("preview link %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}

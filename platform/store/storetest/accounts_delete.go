@@ -34,8 +34,14 @@ func deleteAccount(t *testing.T, s store.Store) {
 	if err := s.InsertSandbox(c, sb(a, "x")); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AddPreviewLink(c, store.PreviewLink{ID: "pl_a", AccountID: a.ID, Sandbox: "x", Port: 80, CreatedAt: now(), ExpiresAt: now()}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.DeleteAccount(c, a.ID); !errors.Is(err, store.ErrInUse) {
 		t.Fatalf("DeleteAccount of an account with a sandbox = %v, want ErrInUse", err)
+	}
+	if _, err := s.PreviewLinkByID(c, "pl_a"); err != nil {
+		t.Fatalf("a refused DeleteAccount lost the account's preview link: %v", err)
 	}
 	if _, err := s.KeyByID(c, "ka"); err != nil {
 		t.Fatalf("a refused DeleteAccount lost the account's key: %v", err)
@@ -61,6 +67,9 @@ func deleteAccount(t *testing.T, s store.Store) {
 	}
 	if _, err := s.KeyByID(c, "ka"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the deleted account's key: %v, want ErrNotFound", err)
+	}
+	if _, err := s.PreviewLinkByID(c, "pl_a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the deleted account's preview link: %v, want ErrNotFound", err)
 	}
 	if rs, err := s.ListRunners(c, a.ID); err != nil || len(rs) != 0 {
 		t.Fatalf("the deleted account's runners: %v %v", rs, err)

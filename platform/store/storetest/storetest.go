@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"OperationIDIsUsedOnce", operationOnce},
 		{"IntentsOfASandbox", intentsOf},
 		{"Runners", runners},
+		{"PreviewLinks", previewLinks},
 		{"PlacementWithinRoom", placement}, // placement.go
 		{"DeleteAccount", deleteAccount},   // accounts_delete.go
 	} {
@@ -691,5 +692,50 @@ func runners(t *testing.T, s store.Store) {
 	}
 	if err := s.AddRunner(c, again); err != nil {
 		t.Fatalf("AddRunner after the delete (the name is free): %v", err)
+	}
+}
+
+func previewLinks(t *testing.T, s store.Store) {
+	c := ctx(t)
+	a, b := mustAccount(t, s, "alice"), mustAccount(t, s, "bob")
+	t0 := now()
+	l1 := store.PreviewLink{ID: "pl_1", AccountID: a.ID, Sandbox: "web", ProviderName: "p-1", Port: 8080, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	l2 := l1
+	l2.ID, l2.Port, l2.CreatedAt = "pl_2", 9000, t0.Add(time.Second)
+	old := l1
+	old.ID, old.ProviderName = "pl_0", "p-0" // of an earlier sandbox of the name
+	for _, l := range []store.PreviewLink{l1, l2, old} {
+		if err := s.AddPreviewLink(c, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddPreviewLink(c, l1); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("a taken id = %v", err)
+	}
+	if got, err := s.PreviewLinkByID(c, "pl_1"); err != nil || got != l1 {
+		t.Fatalf("PreviewLinkByID = %+v %v, want %+v", got, err, l1)
+	}
+	if _, err := s.PreviewLinkByID(c, "pl_none"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PreviewLinkByID(none) = %v", err)
+	}
+	if l, err := s.ListPreviewLinks(c, a.ID, "web", "p-1"); err != nil || len(l) != 2 || l[0] != l1 || l[1] != l2 {
+		t.Fatalf("ListPreviewLinks = %+v %v", l, err)
+	}
+	if err := s.RevokePreviewLink(c, b.ID, "web", "pl_1", t0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another account's revoke = %v", err)
+	}
+	at := t0.Add(time.Minute)
+	for range 2 { // a second revoke keeps the first time
+		if err := s.RevokePreviewLink(c, a.ID, "web", "pl_1", at); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.PreviewLinkByID(c, "pl_1")
+		if err != nil || !got.RevokedAt.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("after the revoke: %+v %v", got, err)
+		}
+		at = at.Add(time.Hour)
+	}
+	if got, _ := s.PreviewLinkByID(c, "pl_2"); !got.RevokedAt.IsZero() {
+		t.Fatalf("the other link was revoked: %+v", got)
 	}
 }
