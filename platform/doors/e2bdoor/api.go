@@ -102,7 +102,9 @@ func (d *Door) create(w http.ResponseWriter, r *http.Request, p *client.Client, 
 		return
 	}
 	id := newID()
-	h, err := p.CreateNew(r.Context(), id, sandbox.CreateNewOptions{})
+	// A fresh random name: Create cannot adopt another's sandbox, and it
+	// carries the metadata onto the record as labels (metaLabels).
+	h, err := p.Create(r.Context(), id, sandbox.CreateOptions{Labels: metaLabels(req.Metadata)})
 	if err != nil {
 		st, msg := statusOf(err)
 		apiErr(w, st, msg)
@@ -140,7 +142,43 @@ func (d *Door) metaOf(key string, s api.Sandbox) meta {
 	if m := d.meta[metaKey(key, s.Name)]; m != nil {
 		return *m
 	}
-	return meta{Template: "base", Metadata: map[string]string{}, StartedAt: s.CreatedAt, EndAt: s.CreatedAt.Add(300 * time.Second)}
+	return meta{Template: "base", Metadata: metadataOf(s.Labels), StartedAt: s.CreatedAt, EndAt: s.CreatedAt.Add(300 * time.Second)}
+}
+
+// metaLabelPrefix marks the record labels that hold a sandbox's E2B
+// metadata, so that it outlives the door (a restart of serve) and is seen
+// by every key of the account.
+const metaLabelPrefix = "e2b.metadata/"
+
+// metaLabels is the metadata the record's labels can hold (api's label
+// bounds: at most api.MaxLabels, keys of [A-Za-z0-9._/-]); an entry past
+// them is kept by the door alone, in memory.
+func metaLabels(md map[string]string) map[string]string {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := map[string]string{}
+	for _, k := range keys {
+		one := map[string]string{metaLabelPrefix + k: md[k]}
+		if len(out) == api.MaxLabels || api.ValidateLabels(one) != nil {
+			continue
+		}
+		out[metaLabelPrefix+k] = md[k]
+	}
+	return out
+}
+
+// metadataOf is the E2B metadata a record's labels hold.
+func metadataOf(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if strings.HasPrefix(k, metaLabelPrefix) {
+			out[strings.TrimPrefix(k, metaLabelPrefix)] = v
+		}
+	}
+	return out
 }
 
 // stateOf is E2B's state of a platform record: running or paused, or

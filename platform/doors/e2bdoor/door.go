@@ -47,12 +47,14 @@
 // GET and POST /files (octet-stream, gzip or not, and multipart);
 // /health.
 //
-// What the platform does not keep (a sandbox's E2B metadata, template,
-// envVars and endAt, and the timer of its end) the door keeps in memory,
-// under the API key's public id: it is lost when serve restarts (the
-// sandbox then lives on under the platform's idle lifecycle only), and
-// another key of the same account lists the sandbox with no metadata.
-// The platform's /v1 records keep no labels a door could put it in.
+// A sandbox's E2B metadata is kept on its platform record, as labels
+// e2b.metadata/KEY (so it outlives serve and every key of the account sees
+// it; an entry the labels cannot hold, past 32 or with a key outside
+// [A-Za-z0-9._/-], stays in the door's memory only). What the platform does
+// not keep (its template, envVars and endAt, and the timer of its end) the
+// door keeps in memory, under the API key's public id: it is lost when
+// serve restarts (the sandbox then lives on under the platform's idle
+// lifecycle only).
 //
 // Not supported, answered with E2B's error shape (501 {"code":501,...} on
 // the control plane, Connect's unimplemented on envd): template builds

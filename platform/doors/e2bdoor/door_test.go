@@ -2,6 +2,7 @@ package e2bdoor_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -269,5 +270,61 @@ func TestRefusals(t *testing.T) {
 	}
 	if st, _ := do("POST", "/process.Process/List", "", "{bad", env(s1.SandboxID, s1.EnvdAccessToken)); st != 400 {
 		t.Errorf("malformed Connect JSON: %d", st)
+	}
+}
+
+// TestMetadataOutlivesTheDoor: a sandbox's E2B metadata is kept on the
+// platform's record (labels e2b.metadata/KEY), so a new door over the same
+// platform (serve restarted) still lists it, filters by it, and /v1 shows
+// it; an entry the labels cannot hold stays in the first door's memory.
+func TestMetadataOutlivesTheDoor(t *testing.T) {
+	url, key, p := start(t)
+	do := func(base, method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := do(url, "POST", "/sandboxes", `{"templateID":"base","metadata":{"team":"blue","bad key!":"x"}}`)
+	var made struct{ SandboxID string }
+	if code != 201 || json.Unmarshal([]byte(body), &made) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	defer do(url, "DELETE", "/sandboxes/"+made.SandboxID, "")
+	d2, err := e2bdoor.New(e2bdoor.Options{API: p.API, Prefix: "/e2b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(d2)
+	defer func() { ts.Close(); _ = d2.Close() }()
+	code, body = do(ts.URL+"/e2b", "GET", "/v2/sandboxes?metadata=team%3Dblue", "")
+	var listed []struct {
+		SandboxID string
+		Metadata  map[string]string
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &listed) != nil || len(listed) != 1 || listed[0].SandboxID != made.SandboxID ||
+		!reflect.DeepEqual(listed[0].Metadata, map[string]string{"team": "blue"}) {
+		t.Fatalf("the new door's filtered list: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("GET", p.URL+"/v1/sandboxes/"+made.SandboxID, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"e2b.metadata/team":"blue"`) {
+		t.Errorf("/v1's record has no metadata label: %s", b)
+	}
+	if _, body := do(url, "GET", "/sandboxes/"+made.SandboxID, ""); !strings.Contains(body, `"bad key!":"x"`) {
+		t.Errorf("the first door lost the entry the labels cannot hold: %s", body)
 	}
 }
