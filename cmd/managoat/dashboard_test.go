@@ -374,6 +374,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	browse(t, ctx, "open the CLI's link", chromedp.Navigate(strings.TrimSpace(cliLink)), waitText("body", "hello from the sandbox"))
 
+	// The sandbox page lists both links; revoking the CLI's (the newest,
+	// whose cookie the browser now holds) refuses the cookie at once.
+	browse(t, ctx, "the preview links", chromedp.Navigate(home+"#/sb/web"),
+		chromedp.WaitVisible(chromedp.CSS(`#sb-previews tbody tr:nth-child(2)[data-state="valid"] button.revoke`)))
+	shot(t, ctx, shots, "7b-preview-links")
+	browse(t, ctx, "revoke the CLI's link", chromedp.Click(chromedp.CSS(`#sb-previews tbody tr:nth-child(2) button.revoke`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sb-previews tbody tr:nth-child(2)[data-state="revoked"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sb-previews tbody tr:nth-child(1)[data-state="valid"]`)))
+	browse(t, ctx, "the revoked link's cookie", chromedp.Navigate(u.Scheme+"://"+u.Host+"/"), waitText("body", "unauthorized"))
+	browse(t, ctx, "the revoked link", chromedp.Navigate(strings.TrimSpace(cliLink)), waitText("body", "unauthorized"))
+
 	// Bob's sandbox, from alice's session.
 	browse(t, ctx, "bob's sandbox", chromedp.Navigate(home+"#/sb/bobs"), waitText("#error", "not_found"))
 	shot(t, ctx, shots, "8-other-account")

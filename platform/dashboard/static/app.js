@@ -87,6 +87,25 @@ async function portsOf(name) {
   try { const j = await api("GET", "/sandboxes/" + enc(name) + "/ports"); return j.data || []; } catch (_) { return []; }
 }
 
+// previewLinks lists the sandbox's preview links, each with a revoke
+// button (DELETE .../previews/{id}).
+async function previewLinks(name) {
+  const body = $("#sb-previews tbody");
+  let list = [];
+  try { const j = await api("GET", "/sandboxes/" + enc(name) + "/previews"); list = j.data || []; } catch (e) { showError(e.body || e); }
+  const now = Date.now();
+  body.replaceChildren(...list.map((l) => {
+    const state = l.revoked_at ? "revoked" : (Date.parse(l.expires_at) <= now ? "expired" : "valid");
+    const act = el("td", {});
+    if (state === "valid") act.append(el("button", { type: "button", class: "revoke", "data-id": l.id, "aria-label": "Revoke preview link " + l.id + " of port " + l.port, onclick: async () => {
+      try { await api("DELETE", "/sandboxes/" + enc(name) + "/previews/" + enc(l.id)); showError(null); } catch (e) { showError(e.body || e); }
+      previewLinks(name);
+    } }, "Revoke"));
+    return el("tr", { "data-id": l.id, "data-state": state }, el("td", {}, l.id), el("td", {}, String(l.port)),
+      el("td", { title: l.expires_at }, new Date(l.expires_at).toLocaleTimeString()), el("td", {}, state), act);
+  }));
+}
+
 function portLinks(name, ports, into) {
   for (const p of ports) {
     const li = el("li", {}, el("a", { href: p.url, class: "port-api", title: "the API's proxy of the port (needs the key)" }, String(p.port)), " ");
@@ -96,6 +115,7 @@ function portLinks(name, ports, into) {
         li.querySelector(".preview-link")?.remove();
         li.append(el("a", { class: "preview-link", href: v.url, target: "_blank", rel: "noopener noreferrer" }, "open port " + p.port + " (link valid until " + new Date(v.expires_at).toLocaleTimeString() + ")"));
         showError(null);
+        previewLinks(name);
       } catch (e) { showError(e.body || e); }
     } }, "Preview link");
     li.append(b);
@@ -228,7 +248,7 @@ async function viewSandbox(name) {
   $("#terminal").hidden = true;
   let sb;
   try { sb = await api("GET", "/sandboxes/" + enc(name)); showError(null); }
-  catch (e) { showError(e.body || e); $("#sb-info").replaceChildren(); $("#sessions tbody").replaceChildren(); $("#sb-ports").replaceChildren(); return; }
+  catch (e) { showError(e.body || e); $("#sb-info").replaceChildren(); $("#sessions tbody").replaceChildren(); $("#sb-ports").replaceChildren(); $("#sb-previews tbody").replaceChildren(); return; }
   const info = [["State", sb.state + (sb.status ? " (provider: " + sb.status + ")" : "")], ["Provider", sb.provider], ["Mechanism", rawField(sb, "mechanism") || "—"],
     ["Image", sb.image || "—"], ["Limits", limitsText(sb.limits)], ["Labels", labelsText(sb)], ["Created", new Date(sb.created_at).toLocaleString() + " (" + age(sb.created_at) + " ago)"],
     ["Capabilities", (sb.capabilities || []).join(", ") || "—"]];
@@ -242,6 +262,7 @@ async function viewSandbox(name) {
   const ports = await portsOf(name);
   if (!ports.length) ul.append(el("li", {}, "none"));
   portLinks(name, ports, ul);
+  previewLinks(name);
   $("#term-form").onsubmit = (ev) => { ev.preventDefault(); openTerminal(name, $("#term-cmd").value.trim() || "/bin/sh"); };
   const refresh = async () => {
     try {
