@@ -30,7 +30,10 @@
 // /work-dir; files (fs.go): GET and DELETE /files (list one level;
 // delete, a directory only with recursive=true), GET /files/info, POST
 // /files/folder (mode), POST /files/move, POST /files/upload-v2 and
-// /files/upload (query path, multipart field file), multipart POST
+// /files/upload (query path, multipart field file), GET /files/search
+// (find -name's glob), GET /files/find (grep -F's lines), POST
+// /files/replace (a Go regular expression, each file read and written
+// through /v1's files API, at most 16 MiB), multipart POST
 // /files/bulk-upload and POST /files/bulk-download (a multipart answer, an
 // "error" part per missing path), relative paths from the sandbox's
 // working directory; each a short shell command in the sandbox through
@@ -45,8 +48,7 @@
 // Not supported, answered 501 in Daytona's error shape: snapshots,
 // volumes, images, docker registries, backups, archive, autostop,
 // autoarchive and autodelete intervals, network settings, preview links,
-// and on the toolbox sessions, searchFiles/findFiles/replaceInFiles,
-// setFilePermissions, git, LSP, PTYs, code runs and computer use in this
+// and on the toolbox sessions, setFilePermissions, git, LSP, PTYs, code runs and computer use in this
 // version (an unknown toolbox route is the daemon's
 // bare text 404). The SDK's socket.io state events are refused with 404,
 // so it polls.

@@ -119,6 +119,10 @@ func TestSDK(t *testing.T) {
 	eq("listFiles", []any{map[string]any{"name": "a.txt", "isDir": false, "size": 18}, map[string]any{"name": "c.bin", "isDir": false, "size": 8},
 		map[string]any{"name": "sub", "isDir": true, "size": 0}})
 	throws("listFiles missing", "DaytonaNotFoundError", "not found")
+	eq("searchFiles", []string{"sub/b.txt", "work/a.txt"})
+	eq("findFiles", []any{map[string]any{"file": "sub/b.txt", "line": 1, "content": "second old"}, map[string]any{"file": "work/a.txt", "line": 1, "content": "hello old world"}})
+	eq("replaceInFiles", []bool{true, true})
+	eq("after replace", "second new\n")
 	eq("moveFiles", "not text")
 	eq("deleteFile", []string{"sub"})
 	throws("deleteFile dir without recursive", "Daytona", "recursive")

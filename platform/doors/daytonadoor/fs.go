@@ -33,6 +33,8 @@ var fsScripts = map[string]string{
 	"delete": `[ -e "$1" ] || [ -L "$1" ] || exit 44; if [ -d "$1" ] && [ "$2" != true ]; then exit 46; fi; rm -rf -- "$1"`,
 	"move":   `[ -e "$1" ] || exit 44; mv -- "$1" "$2"`,
 	"mkdirp": `mkdir -p -- "$(dirname -- "$1")"`,
+	"search": `[ -e "$1" ] || exit 44; find "$1" -name "$2" -print`,
+	"find":   `[ -e "$1" ] || exit 44; grep -rnaFZ -e "$2" -- "$1"; [ $? -le 1 ]`,
 }
 
 // maxUpload bounds one uploaded file (the platform's own bounds apply too).
@@ -210,6 +212,48 @@ func (d *Door) files(w http.ResponseWriter, r *http.Request, p *client.Client, k
 		if d.put(w, r, p, h, a, f) {
 			w.WriteHeader(http.StatusOK)
 		}
+	case sub == "/files/search" && r.Method == http.MethodGet:
+		pat := q.Get("pattern")
+		if pat == "" {
+			apiErr(w, http.StatusBadRequest, "invalid pattern")
+			return true
+		}
+		if a := pathOf("path"); a != "" {
+			res, err := run(r, p, h, "search", a, pat)
+			done(res, err, func() {
+				files := []string{}
+				for _, l := range strings.Split(string(res.Output), "\n") {
+					if l != "" {
+						files = append(files, l)
+					}
+				}
+				writeJSON(w, http.StatusOK, map[string]any{"files": files})
+			})
+		}
+	case sub == "/files/find" && r.Method == http.MethodGet:
+		pat := q.Get("pattern")
+		if pat == "" {
+			apiErr(w, http.StatusBadRequest, "pattern is required")
+			return true
+		}
+		if a := pathOf("path"); a != "" {
+			res, err := run(r, p, h, "find", a, pat)
+			done(res, err, func() {
+				out := []map[string]any{}
+				for _, l := range strings.Split(string(res.Output), "\n") {
+					file, rest, ok := strings.Cut(l, "\x00")
+					if !ok {
+						continue
+					}
+					num, content, _ := strings.Cut(rest, ":")
+					n, _ := strconv.Atoi(num)
+					out = append(out, map[string]any{"file": file, "line": n, "content": content})
+				}
+				writeJSON(w, http.StatusOK, out)
+			})
+		}
+	case sub == "/files/replace" && r.Method == http.MethodPost:
+		d.replace(w, r, p, key, h)
 	case sub == "/files/bulk-upload" && r.Method == http.MethodPost:
 		d.bulkUpload(w, r, p, key, h)
 	case sub == "/files/bulk-download" && r.Method == http.MethodPost:
@@ -335,4 +379,50 @@ func (d *Door) bulkDownload(w http.ResponseWriter, r *http.Request, p *client.Cl
 		rc.Close()
 	}
 	_ = mw.Close()
+}
+
+// maxReplace bounds a file replaceInFiles reads.
+const maxReplace = 16 << 20
+
+// replace applies a regular expression to each file, read and written
+// through /v1's files API.
+func (d *Door) replace(w http.ResponseWriter, r *http.Request, p *client.Client, key string, h *sandbox.Handle) {
+	var req struct {
+		Files    []string `json:"files"`
+		Pattern  string   `json:"pattern"`
+		NewValue *string  `json:"newValue"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Pattern == "" || req.NewValue == nil || len(req.Files) > 1000 {
+		apiErr(w, http.StatusBadRequest, "files, pattern and newValue are required")
+		return
+	}
+	re, err := regexp.Compile(req.Pattern)
+	if err != nil {
+		apiErr(w, http.StatusBadRequest, "invalid pattern: "+err.Error())
+		return
+	}
+	out := []map[string]any{}
+	for _, f := range req.Files {
+		a, err := d.abs(r, p, key, h, f)
+		var data []byte
+		if err == nil {
+			var rc io.ReadCloser
+			if rc, _, err = p.OpenFile(r.Context(), h, a); err == nil {
+				data, err = io.ReadAll(io.LimitReader(rc, maxReplace+1))
+				rc.Close()
+				if err == nil && len(data) > maxReplace {
+					err = fmt.Errorf("file larger than %d bytes", maxReplace)
+				}
+			}
+		}
+		if err == nil {
+			err = p.WriteFile(r.Context(), h, a, re.ReplaceAll(data, []byte(*req.NewValue)), sandbox.WriteFileOptions{})
+		}
+		res := map[string]any{"file": f, "success": err == nil}
+		if err != nil {
+			res["error"] = err.Error()
+		}
+		out = append(out, res)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -50,6 +50,13 @@ await call('downloadFiles', () => sbx.fs.downloadFiles([{ source: 'work/sub/b.tx
   rs => rs.map(r => ({ source: r.source, result: r.result ? text(r.result) : null, error: r.error ? 'error' : null })))
 await call('listFiles', () => sbx.fs.listFiles('work'), fs => fs.map(f => ({ name: f.name, isDir: f.isDir, size: f.isDir ? 0 : f.size })).sort((a, b) => a.name < b.name ? -1 : 1))
 await call('listFiles missing', () => sbx.fs.listFiles('nowhere'))
+await call('searchFiles', () => sbx.fs.searchFiles('work', '*.txt'), r => r.files.map(f => f.split('/').slice(-2).join('/')).sort())
+await call('findFiles', () => sbx.fs.findFiles('work', 'old'), ms => ms.map(m => ({ file: m.file.split('/').slice(-2).join('/'), line: m.line, content: m.content })).sort((a, b) => a.file < b.file ? -1 : 1))
+await call('replaceInFiles', async () => {
+  const files = (await sbx.fs.searchFiles('work', '*.txt')).files
+  return sbx.fs.replaceInFiles(files, 'old', 'new')
+}, rs => rs.map(r => r.success))
+await call('after replace', async () => text(await sbx.fs.downloadFile('work/sub/b.txt')))
 await call('moveFiles', async () => {
   await sbx.fs.moveFiles('work/c.bin', 'work/sub/moved.bin')
   return text(await sbx.fs.downloadFile('work/sub/moved.bin'))
