@@ -23,6 +23,7 @@ import (
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/platform/dashboard"
+	"github.com/managoat/managoat/platform/doors/daytonadoor"
 	"github.com/managoat/managoat/platform/doors/e2bdoor"
 	"github.com/managoat/managoat/platform/doors/spritesdoor"
 	"github.com/managoat/managoat/platform/lifecycle"
@@ -310,6 +311,19 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 		return nil, nil, err
 	}
 	mux.Handle("/sprites/", sdoor)
+	ddoor, err := daytonadoor.New(daytonadoor.Options{API: srv, Prefix: "/daytona"}) // @daytonaio/sdk against serve (issue 34)
+	if err != nil {
+		_ = door.Close()
+		_ = sdoor.Close()
+		stopLifecycle()
+		<-lifecycleDone
+		srv.Close()
+		relay.Close()
+		closeCluster()
+		st.Close()
+		return nil, nil, err
+	}
+	mux.Handle("/daytona/", ddoor)
 	mux.Handle("/", dash) // the dashboard; a preview's host is served by srv (WithPreviews)
 	def := pol.Default()
 	if def == "" {
@@ -330,6 +344,7 @@ func newPlatform(ctx context.Context, o platformOptions) (http.Handler, func(), 
 			<-lifecycleDone
 			_ = door.Close()
 			_ = sdoor.Close()
+			_ = ddoor.Close()
 			srv.Close()
 			relay.Close()
 			closeCluster()
