@@ -286,7 +286,7 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 	var ef envFlags
 	ef.add(fs)
 	var lab labelFlags
-	fs.Var(&lab, "label", "a label `KEY=VALUE` kept with the sandbox, for ls --filter (repeatable; local provider)")
+	fs.Var(&lab, "label", "a label `KEY=VALUE` kept with the sandbox, for ls --filter (repeatable; local provider, or through serve)")
 	var of outputFlags
 	of.add(fs, false)
 	jsize := fs.String("journal-max-size", "", "bound on all of the sandbox's session journals together, e.g. 256M; the oldest finished ones are pruned (default 1G, local provider)")
@@ -356,8 +356,11 @@ func cmdCreate(g *globals, fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		if len(labels) > 0 && g.provider != "local" {
-			return &sandbox.InvalidError{Reason: "labels", Msg: fmt.Sprintf("provider %s keeps no labels through managoat; --label is the local provider's", g.provider)}
+		// The platform keeps labels on its records (serve's API), the local
+		// provider in its state; no hosted provider keeps them for managoat.
+		onPlatform := g.provider == "platform" || strings.HasPrefix(g.provider, "platform:")
+		if len(labels) > 0 && g.provider != "local" && !onPlatform {
+			return &sandbox.InvalidError{Reason: "labels", Msg: fmt.Sprintf("provider %s keeps no labels through managoat; --label is the local provider's and the platform's", g.provider)}
 		}
 		network, publish, err := nf.options(g.provider)
 		if err != nil {

@@ -90,4 +90,12 @@ func TestServeDaytonaDoor(t *testing.T) {
 	if out, e, code := managoatEnv(t, as, "ls"); code != 0 || strings.Contains(out, "from-daytona") {
 		t.Errorf("ls after the delete: %d %q %s", code, out, e)
 	}
+	// The CLI's --label reaches the platform's record too.
+	if _, e, code := managoatEnv(t, as, "create", "--label", "team=ml", "labelled"); code != 0 {
+		t.Fatalf("create --label through serve: %d %s", code, e)
+	}
+	defer managoatEnv(t, as, "rm", "-f", "labelled")
+	if out, e, code := managoatEnv(t, as, "ls", "--json"); code != 0 || !strings.Contains(out, `"team":"ml"`) {
+		t.Errorf("ls --json after create --label through serve: %d %q %s", code, out, e)
+	}
 }
