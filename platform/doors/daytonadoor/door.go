@@ -59,18 +59,15 @@ package daytonadoor
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/doors/internal/inproc"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -88,14 +85,11 @@ type Options struct {
 // Door is the Daytona front door, an http.Handler.
 type Door struct {
 	prefix string
-	ln     *pipeListener
-	srv    *http.Server
-	hc     *http.Client
+	api    *inproc.API // the platform's /v1, in process
 
 	mu   sync.Mutex
 	meta map[string]*meta // key id + "\x00" + sandbox name
 	done chan struct{}
-	wg   sync.WaitGroup
 }
 
 // meta is what Daytona knows of a sandbox that the platform does not keep.
@@ -110,12 +104,8 @@ func New(o Options) (*Door, error) {
 	if o.API == nil {
 		return nil, sandbox.Invalid("api", "the door needs the platform's API handler")
 	}
-	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), ln: newPipeListener(), meta: map[string]*meta{}, done: make(chan struct{})}
-	d.srv = &http.Server{Handler: o.API, ReadHeaderTimeout: 30 * time.Second}
-	d.wg.Add(1)
-	go func() { defer d.wg.Done(); _ = d.srv.Serve(d.ln) }()
-	tr := &http.Transport{DialContext: d.ln.dial, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
-	d.hc = &http.Client{Transport: tr}
+	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), meta: map[string]*meta{}, done: make(chan struct{})}
+	d.api = inproc.Start(o.API)
 	return d, nil
 }
 
@@ -130,10 +120,7 @@ func (d *Door) Close() error {
 	}
 	close(d.done)
 	d.mu.Unlock()
-	d.hc.CloseIdleConnections()
-	err := d.srv.Close()
-	d.wg.Wait()
-	return err
+	return d.api.Close()
 }
 
 // ServeHTTP routes a control-plane or a toolbox call.
@@ -189,78 +176,12 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // providerFor is the platform as the caller with key sees it, its
 // requests coming from r's peer address.
 func (d *Door) providerFor(r *http.Request, key string) (*client.Client, error) {
-	host := "door.invalid"
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		host = "a" + hex.EncodeToString(ap.Addr().Unmap().AsSlice()) + ".door.invalid"
-	}
-	return client.New(client.Options{URL: "http://" + host, APIKey: key, HTTPClient: d.hc})
+	return d.api.ClientFor(r, key)
 }
 
 // metaKey is what the door keeps of sandbox name under: the key's public
 // id (never its secret), and the sandbox.
 func metaKey(key, name string) string { return api.KeyID(key) + "\x00" + name }
-
-// pipeListener is an in-memory listener: each dial is a net.Pipe whose
-// server end reports the address the dial named (the caller's).
-type pipeListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr("door") }
-
-func (l *pipeListener) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	host, _, _ := net.SplitHostPort(addr)
-	remote := net.Addr(pipeAddr("127.0.0.1:1"))
-	if h, ok := strings.CutPrefix(host, "a"); ok {
-		if b, err := hex.DecodeString(strings.TrimSuffix(h, ".door.invalid")); err == nil {
-			if ip, ok := netip.AddrFromSlice(b); ok {
-				remote = pipeAddr(netip.AddrPortFrom(ip, 1).String())
-			}
-		}
-	}
-	c1, c2 := net.Pipe()
-	select {
-	case l.ch <- addrConn{c2, remote}:
-		return c1, nil
-	case <-ctx.Done():
-		c1.Close()
-		c2.Close()
-		return nil, ctx.Err()
-	case <-l.done:
-		c1.Close()
-		c2.Close()
-		return nil, net.ErrClosed
-	}
-}
-
-type pipeAddr string
-
-func (a pipeAddr) Network() string { return "tcp" }
-func (a pipeAddr) String() string  { return string(a) }
-
-type addrConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // apiErr writes Daytona's error shape.
 func apiErr(w http.ResponseWriter, status int, msg string) {

@@ -437,7 +437,7 @@ func (d *Door) disarm(key, id string) {
 
 // expire kills sandbox id at its end.
 func (d *Door) expire(key, id string) {
-	p, err := client.New(client.Options{URL: "http://door.invalid", APIKey: key, HTTPClient: d.hc})
+	p, err := d.api.ClientFor(nil, key)
 	if err != nil {
 		return
 	}

@@ -76,12 +76,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +86,7 @@ import (
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/doors/internal/inproc"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -116,9 +114,7 @@ type Options struct {
 type Door struct {
 	prefix string
 	aead   cipher.AEAD
-	ln     *pipeListener
-	srv    *http.Server
-	hc     *http.Client
+	api    *inproc.API // the platform's /v1, in process
 	envd   http.Handler
 
 	mu    sync.Mutex
@@ -161,13 +157,9 @@ func New(o Options) (*Door, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), aead: aead, ln: newPipeListener(),
+	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), aead: aead,
 		meta: map[string]*meta{}, procs: map[string]*procTable{}, timers: map[string]*time.Timer{}, done: make(chan struct{})}
-	d.srv = &http.Server{Handler: o.API, ReadHeaderTimeout: 30 * time.Second}
-	d.wg.Add(1)
-	go func() { defer d.wg.Done(); _ = d.srv.Serve(d.ln) }()
-	tr := &http.Transport{DialContext: d.ln.dial, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
-	d.hc = &http.Client{Transport: tr}
+	d.api = inproc.Start(o.API)
 	d.envd = d.envdMux()
 	return d, nil
 }
@@ -193,9 +185,8 @@ func (d *Door) Close() error {
 	for _, t := range tables {
 		t.stopAll()
 	}
-	d.hc.CloseIdleConnections()
-	err := d.srv.Close()
-	d.wg.Wait()
+	err := d.api.Close()
+	d.wg.Wait() // the door's own goroutines
 	return err
 }
 
@@ -223,11 +214,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // providerFor is the platform as the caller with key sees it, its
 // requests coming from r's peer address.
 func (d *Door) providerFor(r *http.Request, key string) (*client.Client, error) {
-	host := "door.invalid"
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		host = "a" + hex.EncodeToString(ap.Addr().Unmap().AsSlice()) + ".door.invalid"
-	}
-	return client.New(client.Options{URL: "http://" + host, APIKey: key, HTTPClient: d.hc})
+	return d.api.ClientFor(r, key)
 }
 
 // token seals key and the sandbox id.
@@ -261,68 +248,6 @@ func (d *Door) open(tok, id string) (string, bool) {
 func metaKey(key, id string) string {
 	return api.KeyID(key) + "\x00" + id
 }
-
-// pipeListener is an in-memory listener: each dial is a net.Pipe whose
-// server end reports the address the dial named (the E2B caller's).
-type pipeListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr("door") }
-
-func (l *pipeListener) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	host, _, _ := net.SplitHostPort(addr)
-	remote := net.Addr(pipeAddr("127.0.0.1:1"))
-	if h, ok := strings.CutPrefix(host, "a"); ok {
-		if b, err := hex.DecodeString(strings.TrimSuffix(h, ".door.invalid")); err == nil {
-			if ip, ok := netip.AddrFromSlice(b); ok {
-				remote = pipeAddr(netip.AddrPortFrom(ip, 1).String())
-			}
-		}
-	}
-	c1, c2 := net.Pipe()
-	select {
-	case l.ch <- addrConn{c2, remote}:
-		return c1, nil
-	case <-ctx.Done():
-		c1.Close()
-		c2.Close()
-		return nil, ctx.Err()
-	case <-l.done:
-		c1.Close()
-		c2.Close()
-		return nil, net.ErrClosed
-	}
-}
-
-type pipeAddr string
-
-func (a pipeAddr) Network() string { return "tcp" }
-func (a pipeAddr) String() string  { return string(a) }
-
-type addrConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // apiErr writes E2B's control-plane error shape.
 func apiErr(w http.ResponseWriter, status int, msg string) {

@@ -79,12 +79,9 @@ package spritesdoor
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -92,6 +89,7 @@ import (
 
 	"github.com/managoat/managoat/platform/api"
 	"github.com/managoat/managoat/platform/client"
+	"github.com/managoat/managoat/platform/doors/internal/inproc"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -112,9 +110,7 @@ type Options struct {
 // Door is the Sprites front door, an http.Handler.
 type Door struct {
 	prefix string
-	ln     *pipeListener
-	srv    *http.Server
-	hc     *http.Client
+	api    *inproc.API // the platform's /v1, in process
 
 	mu       sync.Mutex
 	meta     map[string]*meta // key id + "\x00" + sprite name
@@ -144,13 +140,9 @@ func New(o Options) (*Door, error) {
 	if o.API == nil {
 		return nil, sandbox.Invalid("api", "the platform's API handler is required")
 	}
-	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), ln: newPipeListener(), meta: map[string]*meta{},
+	d := &Door{prefix: strings.TrimRight(o.Prefix, "/"), meta: map[string]*meta{},
 		graces: map[*grace]struct{}{}, sessions: map[string]string{}, done: make(chan struct{})}
-	d.srv = &http.Server{Handler: o.API, ReadHeaderTimeout: 30 * time.Second}
-	d.wg.Add(1)
-	go func() { defer d.wg.Done(); _ = d.srv.Serve(d.ln) }()
-	tr := &http.Transport{DialContext: d.ln.dial, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
-	d.hc = &http.Client{Transport: tr}
+	d.api = inproc.Start(o.API)
 	return d, nil
 }
 
@@ -166,10 +158,8 @@ func (d *Door) Close() error {
 	}
 	close(d.done)
 	d.mu.Unlock()
-	d.hc.CloseIdleConnections()
-	err := d.srv.Close()
-	d.wg.Wait()
-	d.hc.CloseIdleConnections()
+	err := d.api.Close()
+	d.wg.Wait() // the door's own goroutines
 	return err
 }
 
@@ -308,11 +298,7 @@ type call struct {
 // providerFor is the platform as the caller with key sees it, its
 // requests coming from r's peer address.
 func (d *Door) providerFor(r *http.Request, key string) (*client.Client, error) {
-	host := "door.invalid"
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		host = "a" + hex.EncodeToString(ap.Addr().Unmap().AsSlice()) + ".door.invalid"
-	}
-	return client.New(client.Options{URL: "http://" + host, APIKey: key, HTTPClient: d.hc})
+	return d.api.ClientFor(r, key)
 }
 
 // metaKey is what the door keeps of sprite name under: the key's public
@@ -338,68 +324,6 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		}
 	}
 }
-
-// pipeListener is an in-memory listener: each dial is a net.Pipe whose
-// server end reports the address the dial named (the Sprites caller's).
-type pipeListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr("door") }
-
-func (l *pipeListener) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	host, _, _ := net.SplitHostPort(addr)
-	remote := net.Addr(pipeAddr("127.0.0.1:1"))
-	if h, ok := strings.CutPrefix(host, "a"); ok {
-		if b, err := hex.DecodeString(strings.TrimSuffix(h, ".door.invalid")); err == nil {
-			if ip, ok := netip.AddrFromSlice(b); ok {
-				remote = pipeAddr(netip.AddrPortFrom(ip, 1).String())
-			}
-		}
-	}
-	c1, c2 := net.Pipe()
-	select {
-	case l.ch <- addrConn{c2, remote}:
-		return c1, nil
-	case <-ctx.Done():
-		c1.Close()
-		c2.Close()
-		return nil, ctx.Err()
-	case <-l.done:
-		c1.Close()
-		c2.Close()
-		return nil, net.ErrClosed
-	}
-}
-
-type pipeAddr string
-
-func (a pipeAddr) Network() string { return "tcp" }
-func (a pipeAddr) String() string  { return string(a) }
-
-type addrConn struct {
-	net.Conn
-	remote net.Addr
-}
-
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // apiErr writes Sprites' error shape.
 func apiErr(w http.ResponseWriter, status int, code, msg string) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/managoat/managoat/platform/client"
 	"github.com/managoat/managoat/sandbox"
 )
 
@@ -345,7 +344,7 @@ func (c *call) runOn(id string, g time.Duration) {
 		case <-d.done:
 			return
 		}
-		p, err := client.New(client.Options{URL: "http://door.invalid", APIKey: key, HTTPClient: d.hc})
+		p, err := d.api.ClientFor(nil, key)
 		if err != nil {
 			return
 		}
