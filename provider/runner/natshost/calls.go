@@ -293,7 +293,7 @@ func (h *Host) onCall(m *nats.Msg) {
 			fail(wire.CodeInvalid, "bad relayed call")
 			return
 		}
-		c := h.Whereis(hdr.Get(hdrRunner))
+		c := h.whereisSettled(hdr.Get(hdrRunner))
 		if c == nil {
 			fail(wire.CodeUnavailable, runner.ReasonOffline)
 			return

@@ -221,6 +221,25 @@ func (h *Host) Whereis(id string) *runner.Conn {
 	return h.local[id]
 }
 
+// whereisSettled is Whereis for a relayed call: a runner whose claim this
+// replica is still settling (Register wrote the bucket, which another
+// replica may already have seen, but has not recorded the socket yet) is
+// waited for, at most joinWait, instead of answering runner_offline for
+// a runner this replica is about to hold.
+func (h *Host) whereisSettled(id string) *runner.Conn {
+	for deadline := time.Now().Add(joinWait); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		c, joining := h.local[id], h.joining[id]
+		h.mu.Unlock()
+		if c != nil || !joining || time.Now().After(deadline) {
+			return c
+		}
+	}
+}
+
+// joinWait bounds whereisSettled's wait (a claim is one bucket write).
+const joinWait = 5 * time.Second
+
 // Online implements runner.Host: every runner connected to any replica,
 // most recently connected first.
 func (h *Host) Online() []runner.Info {
