@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -151,6 +152,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 	// The client's messages: stdin and stdin_close, acknowledged; a
 	// closed socket is a detach.
 	gone := make(chan struct{})
+	// inflight is held from a message's handling to its ack: the terminal
+	// event waits for it, so a stdin write the command read before it
+	// exited is acknowledged before the exit, never lost to the close.
+	var inflight sync.Mutex
 	go func() {
 		defer close(gone)
 		for {
@@ -158,8 +163,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 			if err != nil {
 				return
 			}
+			inflight.Lock()
 			var m StreamMsg
 			if typ != websocket.MessageText || json.Unmarshal(b, &m) != nil {
+				inflight.Unlock()
 				_ = ws.Close(websocket.StatusUnsupportedData, "text JSON messages only")
 				return
 			}
@@ -180,7 +187,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 			if werr != nil {
 				_, ack.Error = ErrorOf(werr)
 			}
-			if s.send(ctx, ws, ack) != nil {
+			err = s.send(ctx, ws, ack)
+			inflight.Unlock()
+			if err != nil {
 				return
 			}
 		}
@@ -243,7 +252,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k store.Key) {
 			err = ws.Write(ctx, websocket.MessageBinary, buf)
 		case sandbox.Exit:
 			code := ev.Code
+			inflight.Lock() // an ack on its way goes first
 			err = s.send(ctx, ws, StreamMsg{Type: MsgExit, Code: &code})
+			inflight.Unlock()
 		case sandbox.Error:
 			_, e := ErrorOf(ev.Err)
 			err = s.send(ctx, ws, StreamMsg{Type: MsgError, Error: e})
